@@ -1,0 +1,1 @@
+"""The agent: the LangGraph graph, its tools, prompts, effects, events and slash commands."""

@@ -1,0 +1,145 @@
+"""Slash commands, shared by Discord and the terminal; answered with zero model calls.
+
+Each domain module registers its commands with `@command(...)`; `dispatch`
+parses `/name args`, checks the caller's role and runs the handler. Unknown
+commands get a helpful answer listing what exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from panager.agent.runner import Assistant
+    from panager.services.users import User
+
+
+@dataclass
+class CommandReply:
+    """A command's answer: text, and optionally a link button."""
+
+    text: str
+    link: dict | None = None  # {"url", "label"}
+    ok: bool = True
+
+
+@dataclass
+class CommandContext:
+    """Who is asking and what they may touch."""
+
+    user: User
+    assistant: Assistant
+    front_end: str = "terminal"  # or "discord"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def deps(self):
+        """Shared services."""
+        return self.assistant.deps
+
+
+Handler = Callable[[CommandContext, str], Awaitable[CommandReply | str]]
+
+
+@dataclass(frozen=True)
+class Command:
+    """A registered slash command."""
+
+    name: str
+    handler: Handler
+    usage: str
+    help: str
+    admin_only: bool = False
+    front_ends: tuple[str, ...] = ("terminal", "discord")
+
+
+REGISTRY: dict[str, Command] = {}
+
+
+def command(
+    name: str,
+    usage: str,
+    help: str,
+    *,
+    admin_only: bool = False,
+    front_ends=("terminal", "discord"),
+) -> Callable[[Handler], Handler]:
+    """Register `handler` as `/name`."""
+
+    def register(handler: Handler) -> Handler:
+        REGISTRY[name] = Command(name, handler, usage, help, admin_only, tuple(front_ends))
+        return handler
+
+    return register
+
+
+def parse(text: str) -> tuple[str, str] | None:
+    """('name', 'args') for '/name args', else None."""
+    text = text.strip()
+    if not text.startswith("/") or len(text) < 2:
+        return None
+    name, _, args = text[1:].partition(" ")
+    return name.lower(), args.strip()
+
+
+def is_command(text: str) -> bool:
+    """True when text is a slash command (a leading '/' followed by a word)."""
+    parsed = parse(text)
+    return parsed is not None and parsed[0].replace("_", "").replace("-", "").isalnum()
+
+
+def available(user: User, front_end: str) -> list[Command]:
+    """Commands this user may run here, sorted by name."""
+    return sorted(
+        (
+            c
+            for c in REGISTRY.values()
+            if front_end in c.front_ends and (not c.admin_only or user.role == "admin")
+        ),
+        key=lambda c: c.name,
+    )
+
+
+async def dispatch(ctx: CommandContext, text: str) -> CommandReply:
+    """Run the slash command in `text` for ctx.user."""
+    _load_modules()
+    parsed = parse(text)
+    if parsed is None:
+        return CommandReply("Not a command. Commands start with '/'; try /help.", ok=False)
+    name, args = parsed
+    cmd = REGISTRY.get(name)
+    if cmd is None or ctx.front_end not in cmd.front_ends:
+        return CommandReply(_unknown(name, ctx), ok=False)
+    if cmd.admin_only and ctx.user.role != "admin":
+        return CommandReply(f"/{name} is for admins only.", ok=False)
+    reply = await cmd.handler(ctx, args)
+    return CommandReply(reply) if isinstance(reply, str) else reply
+
+
+def _unknown(name: str, ctx: CommandContext) -> str:
+    import difflib
+
+    names = [c.name for c in available(ctx.user, ctx.front_end)]
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" Did you mean /{close[0]}?" if close else ""
+    return f"Unknown command /{name}.{hint} Type /help to see all commands."
+
+
+_LOADED = False
+
+
+def _load_modules() -> None:
+    """Import the modules that register commands (once)."""
+    global _LOADED
+    if _LOADED:
+        return
+    from panager.agent.commands import core  # noqa: F401
+
+    for module in COMMAND_MODULES:
+        __import__(module)
+    _LOADED = True
+
+
+COMMAND_MODULES: list[str] = []

@@ -1,0 +1,42 @@
+"""Core commands: /help, /clear, /timezone."""
+
+from __future__ import annotations
+
+from panager.agent.commands import CommandContext, CommandReply, available, command
+from panager.agent.errors import ToolError
+from panager.agent.tools.profile import validate_zone_name
+
+
+@command("help", "/help", "list commands")
+async def help_command(ctx: CommandContext, args: str) -> str:
+    """List the commands this user can run."""
+    lines = ["Commands (they never use the model):"]
+    lines += [f"  {c.usage:<28} {c.help}" for c in available(ctx.user, ctx.front_end)]
+    if ctx.front_end == "terminal":
+        lines.append("  exit, quit, /q                 leave (Ctrl+D also works)")
+        lines.append("  end a line with \\ to continue it; /paste … /submit for long text")
+    lines.append("Anything else you type goes to the assistant.")
+    return "\n".join(lines)
+
+
+@command("clear", "/clear", "start a new conversation (memories are kept)")
+async def clear_command(ctx: CommandContext, args: str) -> str:
+    """Forget the conversation thread; long-term memories and schedules stay."""
+    await ctx.assistant.clear(ctx.user)
+    return "Started a new conversation. Your memories and schedules are kept."
+
+
+@command("timezone", "/timezone [Area/City]", "show or set your time zone")
+async def timezone_command(ctx: CommandContext, args: str) -> CommandReply | str:
+    """Show the user's zone, or set it when an IANA name is given."""
+    now = ctx.deps.clock.now()
+    if not args:
+        local = now.astimezone(ctx.user.zone)
+        return f"Your time zone is {ctx.user.timezone} (local time {local:%a %Y-%m-%d %H:%M})."
+    try:
+        zone = validate_zone_name(args)
+    except ToolError as exc:
+        return CommandReply(str(exc), ok=False)
+    user = await ctx.deps.users.set_timezone(ctx.user.id, zone)
+    local = now.astimezone(user.zone)
+    return f"Time zone set to {zone} (local time {local:%a %Y-%m-%d %H:%M})."

@@ -1,0 +1,333 @@
+"""The graph: START → agent → (tool calls? → tools → agent | END).
+
+`build_graph` is the one factory. Nodes are small functions returning partial
+state updates; per-run data (the user, their closure-bound tools, the event
+emitter) arrives as LangGraph's runtime context (`TurnContext`), never in the
+checkpointed state. Tool calls of one model reply run concurrently with
+`asyncio.gather`; every call gets exactly one result, errors included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.tools import BaseTool
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from pydantic import ValidationError
+
+from panager.agent.effects import Effect, ModelCall
+from panager.agent.errors import AuthRequired, ToolError
+from panager.agent.history import trim_history, truncate_text
+from panager.agent.prompts import build_system_prompt
+from panager.agent.state import AgentState, Recall, TurnContext
+from panager.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+
+FINAL_ANSWER_NOTE = (
+    "You have reached the limit of tool calls for this message. Do not call tools; give the "
+    "user your best answer now from what you have, and say what is left undone."
+)
+ModelInvoker = Callable[[BaseChatModel, Sequence[BaseTool], list[AnyMessage]], Awaitable[AIMessage]]
+AuthHandler = Callable[[TurnContext, AuthRequired], Awaitable[str | None]]
+
+
+async def plain_invoke(
+    model: BaseChatModel, tools: Sequence[BaseTool], messages: list[AnyMessage]
+) -> AIMessage:
+    """Bind tools (if any) and call the model once."""
+    bound = model.bind_tools(list(tools)) if tools else model
+    return await bound.ainvoke(messages)
+
+
+def _latest_human_text(messages: Sequence[AnyMessage]) -> str:
+    for msg in reversed(messages):
+        if isinstance(msg, HumanMessage):
+            return msg.text if hasattr(msg, "text") else str(msg.content)
+    return ""
+
+
+def _result_content(value: Any, limit: int) -> str:
+    if isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+    return truncate_text(text, limit)
+
+
+def _error_message(call: dict, text: str) -> ToolMessage:
+    return ToolMessage(
+        content=json.dumps({"error": text}, ensure_ascii=False),
+        tool_call_id=call["id"],
+        name=call.get("name"),
+        status="error",
+    )
+
+
+def _validation_text(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
+        parts.append(f"{where}: {err.get('msg')}")
+    return "Invalid arguments — " + "; ".join(parts)
+
+
+class Graph:
+    """Holds the graph's collaborators; its bound methods are the nodes."""
+
+    def __init__(
+        self,
+        *,
+        model: BaseChatModel | None,
+        effects: Sequence[Effect] = (),
+        recall: Recall | None = None,
+        on_auth_required: AuthHandler | None = None,
+        invoke: ModelInvoker = plain_invoke,
+        clock: Clock | None = None,
+        max_iterations: int = 10,
+        history_max_tokens: int = 12_000,
+        max_tool_result_chars: int = 20_000,
+        context_window: int | None = None,
+        skills_text: Callable[[TurnContext, dict], Sequence[str]] | None = None,
+    ) -> None:
+        self.model = model
+        self.effects = list(effects)
+        self.recall = recall
+        self.on_auth_required = on_auth_required
+        self.invoke = invoke
+        self.clock = clock or SystemClock()
+        self.max_iterations = max_iterations
+        self.history_max_tokens = history_max_tokens
+        self.max_tool_result_chars = max_tool_result_chars
+        self.context_window = context_window
+        self.skills_text = skills_text
+
+    # -- agent node -------------------------------------------------------------------------
+
+    async def agent(self, state: AgentState, runtime: Runtime[TurnContext]) -> dict:
+        """Call the model once with the prompt, trimmed history and the user's tools."""
+        ctx = runtime.context
+        iteration = state.get("model_calls", 0) + 1
+        call = self._model_call(state, ctx, iteration)
+        for effect in self.effects:
+            await effect.before_model(call)
+            if call.stop_reply:
+                return self._stop(call, iteration)
+        model = ctx.model or self.model
+        last_round = iteration >= self.max_iterations
+        system = await self._system_prompt(state, ctx, call)
+        if last_round:
+            system += "\n\n" + FINAL_ANSWER_NOTE
+        history = trim_history(
+            call.model_input, self.history_max_tokens, max_tool_chars=self.max_tool_result_chars
+        )
+        await self._emit(ctx, "turn_start", iteration=iteration)
+        response = await self.invoke(
+            model, [] if last_round else ctx.tools, [SystemMessage(system), *history]
+        )
+        if last_round and response.tool_calls:
+            response = AIMessage(
+                content=response.text or "I stopped here: too many steps for one message."
+            )
+        call.phase, call.response = "after", response
+        for effect in self.effects:
+            await effect.after_model(call)
+        await self._emit_message_end(ctx, response, iteration)
+        return {
+            "messages": [*call.state_updates, response],
+            "model_calls": iteration,
+            **call.state_patch,
+        }
+
+    def _model_call(self, state: AgentState, ctx: TurnContext, iteration: int) -> ModelCall:
+        messages = list(state["messages"])
+        last_input = next(
+            (
+                m.usage_metadata.get("input_tokens")
+                for m in reversed(messages)
+                if isinstance(m, AIMessage) and m.usage_metadata
+            ),
+            None,
+        )
+        model = ctx.model or self.model
+        return ModelCall(
+            phase="before",
+            iteration=iteration,
+            messages=messages,
+            model_input=messages,
+            model_name=_model_name(model),
+            turn=ctx,
+            state=dict(state),
+            estimated_tokens=count_tokens_approximately(messages),
+            last_input_tokens=last_input,
+            context_window=self.context_window,
+        )
+
+    def _stop(self, call: ModelCall, iteration: int) -> dict:
+        reply = AIMessage(content=call.stop_reply or "")
+        return {
+            "messages": [*call.state_updates, reply],
+            "model_calls": iteration,
+            **call.state_patch,
+        }
+
+    async def _system_prompt(self, state: AgentState, ctx: TurnContext, call: ModelCall) -> str:
+        latest = _latest_human_text(call.model_input)
+        memories: Sequence[Any] = ()
+        if self.recall is not None and latest and call.iteration == 1:
+            try:
+                memories = await self.recall(ctx.user, latest)
+            except Exception:
+                log.exception("memory recall failed; answering without memories")
+        elif self.recall is not None and latest:
+            memories = ctx.extra.get("recalled", ())
+        ctx.extra["recalled"] = memories
+        skills = self.skills_text(ctx, dict(state)) if self.skills_text else ()
+        return build_system_prompt(
+            now=self.clock.now(),
+            zone_name=ctx.user.timezone,
+            user_name=ctx.user.name,
+            latest_text=latest,
+            memories=memories,
+            skills=skills,
+            summary=call.state_patch.get("summary", state.get("summary")),
+            system_trigger=ctx.system_instruction,
+            is_system_trigger=ctx.is_system_trigger,
+        )
+
+    async def _emit(self, ctx: TurnContext, type_: str, **data: Any) -> None:
+        if ctx.emitter is not None:
+            await ctx.emitter(type_, ctx.user.id, **data)
+
+    async def _emit_message_end(
+        self, ctx: TurnContext, response: AIMessage, iteration: int
+    ) -> None:
+        await self._emit(
+            ctx,
+            "message_end",
+            iteration=iteration,
+            model=_model_name(ctx.model or self.model),
+            tool_calls=[c["name"] for c in response.tool_calls],
+            usage=dict(response.usage_metadata or {}),
+            text=response.text,
+        )
+        if not response.tool_calls:
+            await self._emit(ctx, "turn_end", iteration=iteration)
+
+    # -- tools node -------------------------------------------------------------------------
+
+    async def tools(self, state: AgentState, runtime: Runtime[TurnContext]) -> dict:
+        """Run every tool call of the last reply concurrently; one result per call, in order."""
+        ctx = runtime.context
+        reply = state["messages"][-1]
+        by_name = {t.name: t for t in ctx.tools}
+        outcomes = await asyncio.gather(
+            *(self._run_call(ctx, by_name, c) for c in reply.tool_calls)
+        )
+        messages: list[AnyMessage] = [msg for msg, _ in outcomes]
+        auth = next((a for _, a in outcomes if a is not None), None)
+        if auth is not None:
+            messages.append(await self._auth_reply(ctx, auth))
+        await self._emit(ctx, "turn_end", iteration=state.get("model_calls", 0))
+        return {"messages": messages}
+
+    async def _run_call(
+        self, ctx: TurnContext, by_name: dict[str, BaseTool], call: dict
+    ) -> tuple[ToolMessage, AuthRequired | None]:
+        await self._emit(ctx, "tool_start", name=call["name"], args=call.get("args"), id=call["id"])
+        auth = None
+        message = await self._execute(by_name, call)
+        if isinstance(message, AuthRequired):
+            auth, message = (
+                message,
+                _error_message(
+                    call,
+                    f"{message.provider} not linked; the user got a link to connect it.",
+                ),
+            )
+        await self._emit(
+            ctx,
+            "tool_end",
+            name=call["name"],
+            id=call["id"],
+            status=message.status,
+            result=message.content,
+        )
+        return message, auth
+
+    async def _execute(
+        self, by_name: dict[str, BaseTool], call: dict
+    ) -> ToolMessage | AuthRequired:
+        tool = by_name.get(call["name"])
+        if tool is None:
+            valid = ", ".join(sorted(by_name)) or "none"
+            return _error_message(call, f"Unknown tool {call['name']!r}. Valid tools: {valid}.")
+        if not isinstance(call.get("args"), dict):
+            return _error_message(call, "Arguments must be a JSON object.")
+        try:
+            value = await tool.ainvoke(call["args"])
+        except AuthRequired as exc:
+            return exc
+        except ToolError as exc:
+            return _error_message(call, str(exc))
+        except ValidationError as exc:
+            return _error_message(call, _validation_text(exc))
+        except Exception as exc:
+            log.exception("tool %s failed", call["name"])
+            return _error_message(
+                call,
+                f"The tool failed unexpectedly ({type(exc).__name__}). Try again or tell the user.",
+            )
+        content = _result_content(value, self.max_tool_result_chars)
+        return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
+
+    async def _auth_reply(self, ctx: TurnContext, auth: AuthRequired) -> AIMessage:
+        link = auth.link
+        if self.on_auth_required is not None:
+            link = await self.on_auth_required(ctx, auth) or link
+        text = f"{auth.message} Connect it here: {link}\nI'll finish your request once it's linked."
+        return AIMessage(
+            content=text,
+            additional_kwargs={"panager_link": {"url": link, "label": f"Connect {auth.provider}"}},
+        )
+
+
+def _model_name(model: BaseChatModel | None) -> str:
+    if model is None:
+        return "none"
+    return str(
+        getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
+    )
+
+
+def route_after_agent(state: AgentState) -> str:
+    """Tools when the last reply asked for them, else the end of the turn."""
+    last = state["messages"][-1]
+    return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+
+def route_after_tools(state: AgentState) -> str:
+    """Back to the agent, unless the tools node ended the turn with a reply (link)."""
+    return END if isinstance(state["messages"][-1], AIMessage) else "agent"
+
+
+def build_graph(*, checkpointer: Any = None, **kwargs: Any):
+    """Compile the agent graph; keyword arguments configure `Graph`."""
+    nodes = Graph(**kwargs)
+    builder = StateGraph(AgentState, context_schema=TurnContext)
+    builder.add_node("agent", nodes.agent)
+    builder.add_node("tools", nodes.tools)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_after_agent, ["tools", END])
+    builder.add_conditional_edges("tools", route_after_tools, ["agent", END])
+    compiled = builder.compile(checkpointer=checkpointer)
+    compiled.nodes_impl = nodes  # type: ignore[attr-defined]
+    return compiled

@@ -1,0 +1,110 @@
+"""What of the thread the model sees: repaired tool pairs, capped results, trimmed history.
+
+`trim_messages(strategy="last", start_on="human")` does the trimming; starting
+on a human message means a cut never separates a tool call from its result.
+Two guarantees are added around it: the current user message (and this turn's
+tool exchange) is never dropped — an oversized tool result is truncated
+instead — and a tool call without a result (crash, cancel) gets a synthetic
+error result so the API accepts the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages.utils import count_tokens_approximately, trim_messages
+
+INTERRUPTED = "Tool call interrupted before it returned a result (no result available)."
+TRUNCATED_MARK = "\n…[truncated {n} characters]"
+
+
+def dangling_tool_calls(messages: Sequence[AnyMessage]) -> list[tuple[int, dict]]:
+    """(index of AI message, tool call) for every call with no ToolMessage answering it."""
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    found = []
+    for i, msg in enumerate(messages):
+        if isinstance(msg, AIMessage):
+            found.extend((i, call) for call in msg.tool_calls if call.get("id") not in answered)
+    return found
+
+
+def interrupted_result(call: dict) -> ToolMessage:
+    """The synthetic result that closes a dangling tool call."""
+    return ToolMessage(
+        content=INTERRUPTED, tool_call_id=call["id"], name=call.get("name"), status="error"
+    )
+
+
+def repair_tool_pairs(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
+    """Model input with every tool call answered and no orphan tool results."""
+    calls = {c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    out: list[AnyMessage] = []
+    for msg in messages:
+        if isinstance(msg, ToolMessage) and msg.tool_call_id not in calls:
+            continue
+        out.append(msg)
+        if isinstance(msg, AIMessage):
+            out.extend(interrupted_result(c) for c in msg.tool_calls if c["id"] not in answered)
+    return out
+
+
+def truncate_text(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters with a marker saying how much was dropped."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + TRUNCATED_MARK.format(n=len(text) - limit)
+
+
+def cap_tool_results(messages: Sequence[AnyMessage], limit: int) -> list[AnyMessage]:
+    """Copies of tool results longer than `limit` characters, truncated (state untouched)."""
+    out: list[AnyMessage] = []
+    for msg in messages:
+        if (
+            isinstance(msg, ToolMessage)
+            and isinstance(msg.content, str)
+            and len(msg.content) > limit
+        ):
+            msg = msg.model_copy(update={"content": truncate_text(msg.content, limit)})
+        out.append(msg)
+    return out
+
+
+def _last_human_index(messages: Sequence[AnyMessage]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], HumanMessage):
+            return i
+    return None
+
+
+def trim_history(
+    messages: Sequence[AnyMessage], max_tokens: int, *, max_tool_chars: int = 20_000
+) -> list[AnyMessage]:
+    """The history to send: repaired, tool results capped, trimmed to `max_tokens`."""
+    history = cap_tool_results(repair_tool_pairs(messages), max_tool_chars)
+    trimmed = trim_messages(
+        history,
+        max_tokens=max_tokens,
+        strategy="last",
+        start_on="human",
+        token_counter=count_tokens_approximately,
+        allow_partial=False,
+    )
+    last = _last_human_index(history)
+    if last is None:  # system-triggered thread with no user message yet
+        return trimmed or history[-1:]
+    if trimmed and any(m is history[last] for m in trimmed):
+        return trimmed
+    return _shrink_current_turn(history[last:], max_tokens)
+
+
+def _shrink_current_turn(turn: list[AnyMessage], max_tokens: int) -> list[AnyMessage]:
+    """The current turn alone, tool results cut until it fits (the user message always stays)."""
+    limit = 4_000
+    while limit >= 200:
+        shrunk = cap_tool_results(turn, limit)
+        if count_tokens_approximately(shrunk) <= max_tokens:
+            return shrunk
+        limit //= 2
+    return cap_tool_results(turn, 200)

@@ -1,0 +1,214 @@
+"""Running one turn for one user: the entry point every front end and the scheduler use.
+
+`Assistant.run_turn` validates the message, serialises turns per user (an
+asyncio lock in-process and a PostgreSQL advisory lock across processes),
+repairs a thread left with an unanswered tool call, invokes the graph and turns
+every failure into one short sentence for the user — never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import unicodedata
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage
+
+from panager.agent.deps import AgentDeps
+from panager.agent.errors import ModelUnavailable
+from panager.agent.events import EventEmitter
+from panager.agent.history import dangling_tool_calls, interrupted_result
+from panager.agent.state import TurnContext
+from panager.agent.tools import build_tools
+from panager.services.users import User
+
+log = logging.getLogger(__name__)
+
+TURN_LOCK_NAMESPACE = 7_260_002
+FAILURE_MESSAGE = (
+    "Sorry, something went wrong on my side while answering. Your message is kept; "
+    "please try again."
+)
+SYSTEM_TRIGGER_PREFIX = "[Scheduled task started by the scheduler, not a message from the user] "
+
+
+@dataclass
+class TurnResult:
+    """What a front end shows after a turn."""
+
+    text: str
+    ok: bool = True
+    link: dict | None = None  # {"url", "label"} when the user must follow a link
+    tool_calls: list[str] = field(default_factory=list)
+    model_calls: int = 0
+
+
+def clean_text(text: str) -> str:
+    """Drop NUL bytes, lone surrogates and other control characters (keeping newlines/tabs)."""
+    text = text.encode("utf-8", "replace").decode("utf-8") if _has_surrogates(text) else text
+    return "".join(
+        ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cs")
+    ).strip()
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+class Assistant:
+    """Runs the graph for users; shared by the terminal, Discord and the scheduler."""
+
+    def __init__(
+        self,
+        graph: Any,
+        deps: AgentDeps,
+        *,
+        model_for: Any = None,
+        emitter: EventEmitter | None = None,
+    ) -> None:
+        self.graph = graph
+        self.deps = deps
+        self.model_for = model_for  # callable(user) -> BaseChatModel | None (per-user override)
+        self.emitter = emitter or EventEmitter()
+        self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    def config_for(self, user: User) -> dict:
+        """LangGraph config for the user's thread."""
+        limit = 2 * self.deps.config.max_iterations + 6
+        return {"configurable": {"thread_id": user.thread_id}, "recursion_limit": limit}
+
+    @asynccontextmanager
+    async def user_lock(self, user_id: int) -> AsyncIterator[None]:
+        """One turn at a time per user: in this process and, via an advisory lock, across all."""
+        async with self._locks[user_id]:
+            if self.deps.pool is None:
+                yield
+                return
+            async with self.deps.pool.connection() as conn:
+                await conn.execute("SELECT pg_advisory_lock(%s, %s)", _lock_key(user_id))
+                try:
+                    yield
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock(%s, %s)", _lock_key(user_id))
+
+    def check_message(self, text: str) -> str | None:
+        """A user-facing refusal for unusable input, or None when it is fine."""
+        limit = self.deps.config.max_message_chars
+        if not text:
+            return "Your message was empty — what can I do for you?"
+        if len(text) > limit:
+            return (
+                f"Your message is {len(text):,} characters; the limit is {limit:,}. "
+                "Please split it into shorter messages."
+            )
+        return None
+
+    async def run_turn(
+        self,
+        user: User,
+        text: str,
+        *,
+        emitter: EventEmitter | None = None,
+        is_system_trigger: bool = False,
+        replay: bool = False,
+    ) -> TurnResult:
+        """Answer `text` from `user` (or run a scheduled task when is_system_trigger)."""
+        text = clean_text(text)
+        refusal = self.check_message(text)
+        if refusal:
+            return TurnResult(refusal, ok=False)
+        model = self.model_for(user) if self.model_for else None
+        if model is None and getattr(self.graph, "nodes_impl", None) is not None:
+            model = self.graph.nodes_impl.model
+        if model is None:
+            from panager.llm import NO_MODEL_MESSAGE
+
+            return TurnResult(NO_MODEL_MESSAGE, ok=False)
+        async with self.user_lock(user.id):
+            return await self._run_locked(user, text, model, emitter, is_system_trigger, replay)
+
+    async def _run_locked(
+        self, user, text, model, emitter, is_system_trigger, replay
+    ) -> TurnResult:
+        emitter = emitter or self.emitter
+        ctx = TurnContext(
+            user=user,
+            tools=build_tools(self.deps, user),
+            emitter=emitter,
+            model=model,
+            is_system_trigger=is_system_trigger,
+            system_instruction=text if is_system_trigger else None,
+            user_text=None if is_system_trigger else text,
+        )
+        config = self.config_for(user)
+        await self.repair_thread(user)
+        await emitter("agent_start", user.id, system_trigger=is_system_trigger)
+        try:
+            inputs = self._inputs(text, is_system_trigger, replay)
+            state = await self.graph.ainvoke(inputs, config=config, context=ctx)
+            return _result(state)
+        except ModelUnavailable as exc:
+            return TurnResult(exc.user_message, ok=False)
+        except Exception:
+            log.exception("turn failed for user %s", user.id)
+            return TurnResult(FAILURE_MESSAGE, ok=False)
+        finally:
+            await emitter("agent_end", user.id)
+
+    def _inputs(self, text: str, is_system_trigger: bool, replay: bool) -> dict:
+        if replay:  # the user's message is already in the thread (pending replay)
+            return {"messages": [], "model_calls": 0}
+        if is_system_trigger:
+            msg = HumanMessage(
+                SYSTEM_TRIGGER_PREFIX + text,
+                name="scheduler",
+                additional_kwargs={"panager_system_trigger": True},
+                id=str(uuid.uuid4()),
+            )
+        else:
+            msg = HumanMessage(text, id=str(uuid.uuid4()))
+        return {"messages": [msg], "model_calls": 0}
+
+    async def repair_thread(self, user: User) -> int:
+        """Answer tool calls left without results (crash, cancel); returns how many."""
+        config = self.config_for(user)
+        snapshot = await self.graph.aget_state(config)
+        messages = snapshot.values.get("messages", []) if snapshot.values else []
+        dangling = dangling_tool_calls(messages)
+        if not dangling:
+            return 0
+        results = [interrupted_result(call) for _, call in dangling]
+        await self.graph.aupdate_state(config, {"messages": results}, as_node="tools")
+        log.info("repaired %d dangling tool call(s) for user %s", len(results), user.id)
+        return len(results)
+
+    async def clear(self, user: User) -> None:
+        """Start a new conversation for the user (memories and schedules are kept)."""
+        checkpointer = self.graph.checkpointer
+        if checkpointer is not None:
+            await checkpointer.adelete_thread(user.thread_id)
+
+
+def _lock_key(user_id: int) -> tuple[int, int]:
+    return TURN_LOCK_NAMESPACE, user_id % 2_147_483_647
+
+
+def _result(state: dict) -> TurnResult:
+    messages = state.get("messages", [])
+    last = messages[-1] if messages else None
+    if not isinstance(last, AIMessage):
+        return TurnResult("(no answer)", ok=False)
+    link = last.additional_kwargs.get("panager_link")
+    return TurnResult(
+        last.text or "(empty answer)", link=link, model_calls=state.get("model_calls", 0)
+    )

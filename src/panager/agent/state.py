@@ -1,0 +1,48 @@
+"""Graph state (checkpointed) and the per-turn context (not checkpointed)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired, TypedDict
+
+from langchain_core.messages import AnyMessage
+from langchain_core.tools import BaseTool
+from langgraph.graph.message import add_messages
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+    from panager.agent.events import EventEmitter
+    from panager.services.users import User
+
+
+class AgentState(TypedDict):
+    """Checkpointed conversation state of one user (thread_id = str(user_id))."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    summary: NotRequired[str]  # running summary of compacted (removed) history
+    loaded_skills: NotRequired[list[str]]
+    model_calls: NotRequired[int]  # model calls in the current turn (reset by each input)
+
+
+# Recall hook: (user, query) -> quoted memory lines for the system prompt.
+Recall = Callable[["User", str], Awaitable[Sequence[Any]]]
+
+
+@dataclass
+class TurnContext:
+    """Everything one run of the graph needs that must not be checkpointed.
+
+    Passed as LangGraph's runtime context; tools were built for `user` by
+    closure, so the model can never name another user.
+    """
+
+    user: User
+    tools: Sequence[BaseTool] = ()
+    emitter: EventEmitter | None = None
+    model: BaseChatModel | None = None  # per-user override; None means the graph's default
+    is_system_trigger: bool = False
+    system_instruction: str | None = None  # what the scheduler asked for, for system triggers
+    user_text: str | None = None  # the user's original message this turn (pending replay)
+    extra: dict[str, Any] = field(default_factory=dict)

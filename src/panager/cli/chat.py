@@ -1,0 +1,306 @@
+"""The terminal front end: `panager chat` (REPL) and `panager ask` (one turn).
+
+Input: prompt_toolkit on a terminal, plain lines when stdin is a pipe (scripts
+and tests). A trailing backslash continues a line; `/paste` collects raw lines
+until `/submit`. Ctrl+C cancels a running turn (the thread stays valid: the
+next turn repairs an unanswered tool call); Ctrl+C or Ctrl+D at an empty
+prompt exits, as do `exit`, `quit` and `/q`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator
+
+from panager.agent.commands import CommandContext, dispatch, is_command
+from panager.agent.events import Event
+from panager.agent.messaging import tool_status_label
+from panager.app import App
+from panager.config import Settings
+from panager.services.users import User
+
+EXIT_WORDS = {"exit", "quit", "/q", "/quit", "/exit"}
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+class Console:
+    """Writes to the terminal; under prompt_toolkit it prints above the prompt."""
+
+    def __init__(self, interactive: bool) -> None:
+        self.interactive = interactive
+
+    def say(self, text: str) -> None:
+        """Print a line (safe while a prompt is shown)."""
+        if self.interactive:
+            from prompt_toolkit import print_formatted_text
+
+            print_formatted_text(text)
+        else:
+            print(text, flush=True)
+
+
+class TerminalMessenger:
+    """Delivers reminders and scheduled answers for the local user into the open REPL."""
+
+    def __init__(self, console: Console, user_id: int) -> None:
+        self.console = console
+        self.user_id = user_id
+
+    async def send(self, user: User, text: str, *, link: dict | None = None) -> bool:
+        """Print the message when it is for the terminal user."""
+        if user.id != self.user_id:
+            return False
+        self.console.say(f"\n🔔 {text}")
+        if link:
+            self.console.say(f"   {link.get('label', 'Link')}: {link['url']}")
+        return True
+
+
+async def read_lines_tty(session) -> AsyncIterator[str]:
+    """Lines from prompt_toolkit; Ctrl+C/Ctrl+D at an empty prompt end the stream."""
+    while True:
+        try:
+            yield await session.prompt_async("you › ")
+        except (EOFError, KeyboardInterrupt):
+            return
+
+
+async def read_lines_pipe() -> AsyncIterator[str]:
+    """Lines from a non-terminal stdin, without blocking the event loop."""
+    while True:
+        line = await asyncio.to_thread(sys.stdin.readline)
+        if not line:
+            return
+        yield line.rstrip("\n")
+
+
+def _prompt_session():
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.key_binding import KeyBindings
+
+    bindings = KeyBindings()
+
+    @bindings.add("c-c")
+    def _(event) -> None:
+        if event.app.current_buffer.text:
+            event.app.current_buffer.reset()
+        else:
+            event.app.exit(exception=KeyboardInterrupt)
+
+    return PromptSession(key_bindings=bindings)
+
+
+async def messages(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """Join continuation lines and /paste blocks into whole messages."""
+    buffer: list[str] = []
+    pasting = False
+    async for line in lines:
+        if pasting:
+            if line.strip() == "/submit":
+                pasting = False
+                yield "\n".join(buffer)
+                buffer = []
+            else:
+                buffer.append(line)
+            continue
+        if line.strip() == "/paste" and not buffer:
+            pasting = True
+            continue
+        if line.endswith("\\"):
+            buffer.append(line[:-1])
+            continue
+        buffer.append(line)
+        yield "\n".join(buffer)
+        buffer = []
+    if buffer:
+        yield "\n".join(buffer)
+
+
+class Repl:
+    """One terminal session for the local user."""
+
+    def __init__(self, app: App, user: User, console: Console, debug: bool = False) -> None:
+        self.app = app
+        self.user = user
+        self.console = console
+        self.debug = debug
+        self.app.emitter.subscribe(self._on_event)
+        self._spinner: asyncio.Task | None = None
+
+    async def handle(self, text: str) -> bool:
+        """Handle one message; returns False when the user wants to leave."""
+        stripped = text.strip()
+        if not stripped:
+            return True
+        if stripped.lower() in EXIT_WORDS:
+            return False
+        if is_command(stripped):
+            await self._command(stripped)
+        else:
+            await self._turn(text)
+        return True
+
+    async def _command(self, text: str) -> None:
+        ctx = CommandContext(user=self.user, assistant=self.app.assistant, front_end="terminal")
+        reply = await dispatch(ctx, text)
+        self.console.say(reply.text)
+        if reply.link:
+            self.console.say(f"  {reply.link.get('label', 'Link')}: {reply.link['url']}")
+        self.user = await self.app.deps.users.get(self.user.id) or self.user
+
+    async def _turn(self, text: str) -> None:
+        task = asyncio.create_task(self.app.assistant.run_turn(self.user, text))
+        self._start_spinner()
+        with _cancel_on_sigint(task):
+            try:
+                result = await task
+            except asyncio.CancelledError:
+                self._stop_spinner()
+                self.console.say("(cancelled — the conversation is kept; ask again any time)")
+                return
+        self._stop_spinner()
+        self.console.say(f"panager › {result.text}")
+        if result.link:
+            self.console.say(f"  {result.link.get('label', 'Link')}: {result.link['url']}")
+        if self.debug:
+            await self._print_debug()
+
+    async def _on_event(self, event: Event) -> None:
+        if event.user_id != self.user.id:
+            return
+        if event.type == "tool_start":
+            self._clear_spinner_line()
+            self.console.say(f"  {tool_status_label(event.data.get('name', '?'))}")
+        elif event.type == "tool_end" and event.data.get("status") == "error":
+            self.console.say(f"  ⚠️ {event.data.get('name')} failed")
+
+    def _start_spinner(self) -> None:
+        if self.console.interactive:
+            self._spinner = asyncio.create_task(_spin())
+
+    def _clear_spinner_line(self) -> None:
+        if self._spinner is not None:
+            sys.stdout.write("\r\033[K")
+            sys.stdout.flush()
+
+    def _stop_spinner(self) -> None:
+        if self._spinner is not None:
+            self._spinner.cancel()
+            self._spinner = None
+            self._clear_spinner_line()
+
+    async def _print_debug(self) -> None:
+        snapshot = await self.app.assistant.graph.aget_state(
+            self.app.assistant.config_for(self.user)
+        )
+        values = snapshot.values or {}
+        msgs = values.get("messages", [])
+        info = {
+            "messages": len(msgs),
+            "model_calls_last_turn": values.get("model_calls"),
+            "summary": bool(values.get("summary")),
+            "last": [f"{type(m).__name__}: {str(m.content)[:60]}" for m in msgs[-4:]],
+        }
+        self.console.say("debug " + json.dumps(info, ensure_ascii=False, indent=1))
+
+
+async def _spin() -> None:
+    i = 0
+    with contextlib.suppress(asyncio.CancelledError):
+        while True:
+            sys.stdout.write(f"\r{SPINNER[i % len(SPINNER)]} thinking…")
+            sys.stdout.flush()
+            i += 1
+            await asyncio.sleep(0.1)
+
+
+@contextlib.contextmanager
+def _cancel_on_sigint(task: asyncio.Task):
+    """While a turn runs, Ctrl+C cancels it instead of killing the process."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, task.cancel)
+        installed = True
+    except (NotImplementedError, RuntimeError):
+        installed = False
+    try:
+        yield
+    finally:
+        if installed:
+            loop.remove_signal_handler(signal.SIGINT)
+
+
+async def start_app(settings: Settings, console: Console) -> App:
+    """Start the app, telling the user what is happening on a first run."""
+    if not settings.database_url and not (settings.home / "pgdata").exists():
+        console.say(f"Setting up the local database in {settings.home} (first run only)…")
+    return await App.start(settings)
+
+
+def _banner(app: App, user: User) -> str:
+    model = app.settings.model if app.model is not None else "none configured"
+    lines = [f"Panager — talking as {user.name} ({user.timezone}); model: {model}."]
+    if app.model is None:
+        lines.append("No model configured: set OPENAI_API_KEY or OPENAI_BASE_URL to chat.")
+    lines.append("Type /help for commands, exit to leave.")
+    return "\n".join(lines)
+
+
+async def run_chat(settings: Settings, *, debug: bool = False) -> None:
+    """The REPL loop."""
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    console = Console(interactive)
+    app = await start_app(settings, console)
+    try:
+        user = await app.local_user()
+        app.deps.messenger.add(TerminalMessenger(console, user.id))
+        await start_background(app)
+        console.say(_banner(app, user))
+        repl = Repl(app, user, console, debug)
+        if interactive:
+            from prompt_toolkit.patch_stdout import patch_stdout
+
+            with patch_stdout():
+                await _loop(repl, read_lines_tty(_prompt_session()))
+        else:
+            await _loop(repl, read_lines_pipe())
+    finally:
+        await app.stop()
+
+
+async def _loop(repl: Repl, lines: AsyncIterator[str]) -> None:
+    async for text in messages(lines):
+        if not await repl.handle(text):
+            break
+
+
+async def start_background(app: App) -> None:
+    """Start the in-process services the terminal needs (scheduler, web) if available."""
+    for starter in BACKGROUND_STARTERS:
+        await starter(app)
+
+
+BACKGROUND_STARTERS: list = []
+
+
+async def ask_once(settings: Settings, text: str) -> bool:
+    """One turn for the local user; prints the answer; returns success."""
+    app = await App.start(settings)
+    try:
+        user = await app.local_user()
+        if is_command(text):
+            ctx = CommandContext(user=user, assistant=app.assistant, front_end="terminal")
+            reply = await dispatch(ctx, text)
+            print(reply.text)
+            return reply.ok
+        result = await app.assistant.run_turn(user, text)
+        print(result.text)
+        if result.link:
+            print(f"{result.link.get('label', 'Link')}: {result.link['url']}")
+        return result.ok
+    finally:
+        await app.stop()

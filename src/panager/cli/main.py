@@ -1,0 +1,140 @@
+"""`panager` command line: chat, ask, run, db, invite, users, doctor.
+
+Every command loads settings first; a configuration problem prints one line
+(`panager: PANAGER_X is invalid …`) and exits 2 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import typer
+
+from panager.config import ConfigError, Settings, load_settings
+
+app = typer.Typer(
+    help="Panager: a self-hosted personal assistant.", no_args_is_help=True, add_completion=False
+)
+db_app = typer.Typer(help="Database schema: upgrade and status.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one line to stderr and exit."""
+    typer.echo(f"panager: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def settings_or_exit() -> Settings:
+    """Load settings, turning ConfigError into a one-line exit."""
+    try:
+        settings = load_settings()
+        _ = settings.runtime
+        return settings
+    except ConfigError as exc:
+        fail(str(exc))
+    raise AssertionError("unreachable")
+
+
+def run_async(factory: Callable[[], Awaitable[Any]]) -> Any:
+    """Run a coroutine; configuration and database errors become one line, never a traceback."""
+    try:
+        return asyncio.run(factory())
+    except ConfigError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except OSError as exc:
+        fail(f"cannot reach the database or a service: {exc.strerror or exc}")
+    except Exception as exc:
+        if type(exc).__module__.startswith("psycopg"):
+            fail(f"database error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        raise
+
+
+def setup_logging(debug: bool = False) -> None:
+    """Quiet logs on stderr for interactive commands."""
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("httpx", "openai", "httpcore", "pgserver", "discord", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@app.command()
+def chat(
+    debug: bool = typer.Option(False, "--debug", help="print the state after each turn"),
+) -> None:
+    """Talk to the assistant in the terminal (same graph, tools and database as Discord)."""
+    settings = settings_or_exit()
+    setup_logging()
+    from panager.cli.chat import run_chat
+
+    run_async(lambda: run_chat(settings, debug=debug))
+
+
+@app.command()
+def ask(text: list[str] = typer.Argument(..., help="the message")) -> None:
+    """Run one turn for the local user and print the answer (exit 1 on failure)."""
+    settings = settings_or_exit()
+    setup_logging()
+    from panager.cli.chat import ask_once
+
+    ok = run_async(lambda: ask_once(settings, " ".join(text)))
+    raise typer.Exit(0 if ok else 1)
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Bring the database to the current schema (alembic + checkpointer tables)."""
+    settings = settings_or_exit()
+    setup_logging()
+    from panager.cli.dbcmd import upgrade_command
+
+    run_async(lambda: upgrade_command(settings))
+
+
+@db_app.command("status")
+def db_status() -> None:
+    """Show the schema revision of our tables and of the checkpointer."""
+    settings = settings_or_exit()
+    setup_logging()
+    from panager.cli.dbcmd import status_command
+
+    code = run_async(lambda: status_command(settings))
+    raise typer.Exit(code)
+
+
+@app.command()
+def doctor() -> None:
+    """Check configuration, database, pgvector, migrations, model endpoint, Discord, Google."""
+    setup_logging()
+    from panager.cli.doctor import run_doctor
+
+    code = run_async(run_doctor)
+    raise typer.Exit(code)
+
+
+def register_extensions() -> None:
+    """Attach command groups that live in their own modules."""
+    for module in EXTENSION_MODULES:
+        __import__(module, fromlist=["register"]).register(app)
+
+
+EXTENSION_MODULES: list[str] = []
+
+
+def main() -> None:
+    """Console-script entry point."""
+    register_extensions()
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Settings from the environment (and `.env`), plus the optional YAML runtime config.
+
+Environment variables are the public contract (SPEC §1); `Settings` maps them
+one to one. Anything that is not a secret or a deployment choice (effects,
+context window, limits) lives in the YAML file named by `PANAGER_CONFIG`
+(default `$PANAGER_HOME/config.yaml`). A bad value never produces a traceback:
+`load_settings` raises `ConfigError` with one line naming the variable and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class ConfigError(Exception):
+    """A configuration problem, phrased as one line the user can act on."""
+
+
+def _env(name: str, **kw: Any) -> Any:
+    """A settings field read from exactly the environment variable `name`."""
+    field = Field(validation_alias=AliasChoices(name), **kw)
+    return field
+
+
+def default_home() -> Path:
+    """The platform's user data dir for Panager (e.g. ~/.local/share/panager)."""
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("panager", appauthor=False))
+
+
+def system_timezone() -> str:
+    """The machine's IANA zone name, or UTC when it cannot be determined."""
+    tz = os.environ.get("TZ", "")
+    if tz and _valid_zone(tz.lstrip(":")):
+        return tz.lstrip(":")
+    try:
+        target = os.path.realpath("/etc/localtime")
+        if "zoneinfo/" in target:
+            name = target.split("zoneinfo/", 1)[1]
+            if _valid_zone(name):
+                return name
+    except OSError:
+        pass
+    return "UTC"
+
+
+def _valid_zone(name: str) -> bool:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
+
+class Settings(BaseSettings):
+    """Environment configuration (SPEC §1). Field aliases are the public variable names."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
+    )
+
+    openai_api_key: str | None = _env("OPENAI_API_KEY", default=None, repr=False)
+    openai_base_url: str | None = _env("OPENAI_BASE_URL", default=None)
+    model: str = _env("PANAGER_MODEL", default="gpt-4o-mini")
+    api_type: Literal["chat", "responses"] = _env("OPENAI_API_TYPE", default="chat")
+    embedding_model: str = _env("PANAGER_EMBEDDING_MODEL", default="text-embedding-3-small")
+    database_url: str | None = _env("DATABASE_URL", default=None, repr=False)
+    home: Path = _env("PANAGER_HOME", default_factory=default_home)
+    config_path: Path | None = _env("PANAGER_CONFIG", default=None)
+    discord_token: str | None = _env("DISCORD_TOKEN", default=None, repr=False)
+    access: Literal["open", "allowlist", "invite"] = _env("PANAGER_ACCESS", default="invite")
+    admin_ids: Annotated[list[int], NoDecode] = _env("PANAGER_ADMIN_IDS", default_factory=list)
+    timezone: str = _env("PANAGER_TIMEZONE", default_factory=system_timezone)
+    public_url: str = _env("PANAGER_PUBLIC_URL", default="http://localhost:8765")
+    http_host: str = _env("PANAGER_HTTP_HOST", default="127.0.0.1")
+    http_port: int = _env("PANAGER_HTTP_PORT", default=8765, ge=0, le=65535)
+    secret_key: str | None = _env("PANAGER_SECRET_KEY", default=None, repr=False)
+    google_client_id: str | None = _env("GOOGLE_CLIENT_ID", default=None)
+    google_client_secret: str | None = _env("GOOGLE_CLIENT_SECRET", default=None, repr=False)
+    auto_migrate: bool = _env("PANAGER_AUTO_MIGRATE", default=True)
+
+    @field_validator("admin_ids", mode="before")
+    @classmethod
+    def _split_ids(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [int(part) for part in value.replace(" ", "").split(",") if part]
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _check_zone(cls, value: str) -> str:
+        if not _valid_zone(value):
+            raise ValueError(f"unknown time zone {value!r}")
+        return value
+
+    @field_validator("openai_base_url", "database_url", "openai_api_key", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @property
+    def model_configured(self) -> bool:
+        """True when a chat model can be reached: a key, or a custom (local) endpoint."""
+        return bool(self.openai_api_key or self.openai_base_url)
+
+    @property
+    def google_configured(self) -> bool:
+        """True when both Google OAuth client values are set."""
+        return bool(self.google_client_id and self.google_client_secret)
+
+    @cached_property
+    def runtime(self) -> RuntimeConfig:
+        """The YAML runtime config (effects, limits), loaded once."""
+        return load_runtime_config(self)
+
+
+FIXES: dict[str, str] = {
+    "PANAGER_ACCESS": "use one of: open, allowlist, invite",
+    "OPENAI_API_TYPE": "use 'chat' or 'responses'",
+    "PANAGER_ADMIN_IDS": "use comma-separated Discord user ids, e.g. 123456789012345678,2345678901",
+    "PANAGER_TIMEZONE": "use an IANA zone name such as Europe/Berlin or Asia/Seoul",
+    "PANAGER_HTTP_PORT": "use a port number between 0 and 65535",
+    "PANAGER_AUTO_MIGRATE": "use true or false",
+}
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read and validate settings; raise ConfigError with one actionable line."""
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_describe_validation_error(exc)) from None
+    if settings.google_configured and not settings.secret_key:
+        raise ConfigError(
+            "PANAGER_SECRET_KEY is not set: it is required once Google is configured "
+            "(generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    return settings
+
+
+def _describe_validation_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = str(err["loc"][0]) if err.get("loc") else "?"
+    name = _alias_for(loc)
+    fix = FIXES.get(name, "check its value")
+    value = os.environ.get(name)
+    shown = (
+        f" (got {value!r})"
+        if value is not None and "KEY" not in name and "TOKEN" not in name
+        else ""
+    )
+    return f"{name} is invalid{shown}: {err['msg']}; {fix}."
+
+
+def _alias_for(loc: str) -> str:
+    field = Settings.model_fields.get(loc)
+    if field is not None and isinstance(field.validation_alias, AliasChoices):
+        return str(field.validation_alias.choices[0])
+    return loc.upper()
+
+
+class EffectSpec(BaseModel):
+    """One configured effect: `{kind: compact, params: {threshold: 0.8}}`."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RuntimeConfig(BaseModel):
+    """YAML runtime configuration (`PANAGER_CONFIG`); every key optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    effects: list[EffectSpec] | None = None
+    context_window: int | None = None  # None: built-in default per model family; 0 disables
+    max_iterations: int = Field(default=10, ge=1, le=100)
+    history_max_tokens: int = Field(default=12_000, ge=500)
+    max_message_chars: int = Field(default=8_000, ge=100)
+    max_tool_result_chars: int = Field(default=20_000, ge=200)
+    memory_dedupe_threshold: float = Field(default=0.92, ge=0.0, le=1.0)
+    memory_inject_limit: int = Field(default=5, ge=0, le=50)
+    schedule_grace_seconds: int = Field(default=3600, ge=0)
+    scheduler_poll_seconds: float = Field(default=5.0, gt=0)
+    allow_user_messages: bool = False
+    skills: bool = True
+    daily_token_budget: int | None = None
+    checkpoint_pruning: bool = True
+    model_retries: int = Field(default=3, ge=0, le=10)
+    model_timeout_seconds: float = Field(default=120.0, gt=0)
+
+
+def load_runtime_config(settings: Settings) -> RuntimeConfig:
+    """Load the YAML runtime config; a missing default file means all defaults."""
+    path = settings.config_path
+    explicit = path is not None
+    if path is None:
+        path = settings.home / "config.yaml"
+    if not path.exists():
+        if explicit:
+            raise ConfigError(
+                f"PANAGER_CONFIG points at {path}, which does not exist; fix the path."
+            )
+        return RuntimeConfig()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return RuntimeConfig.model_validate(data)
+    except yaml.YAMLError as exc:
+        raise ConfigError(
+            f"{path} is not valid YAML ({exc.__class__.__name__}); fix the file."
+        ) from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{path}: '{where}' is invalid: {err['msg']}.") from None

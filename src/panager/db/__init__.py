@@ -1,0 +1,1 @@
+"""Database infrastructure: connection pool, embedded server, migrations."""

@@ -1,0 +1,114 @@
+"""Bring the database to the current schema: alembic (our tables) + LangGraph's checkpointer.
+
+Both run under one PostgreSQL advisory lock, so concurrent starts (several
+workers, a `panager chat` beside `panager run`) are safe: the second waits and
+then finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg_pool import AsyncConnectionPool
+from sqlalchemy import create_engine, pool
+
+from alembic import command
+
+MIGRATION_LOCK_KEY = 7_260_001
+ALEMBIC_DIR = Path(__file__).parent / "alembic"
+
+
+def sqlalchemy_url(url: str) -> str:
+    """The psycopg (v3) SQLAlchemy form of a libpq URI."""
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def alembic_config(url: str) -> Config:
+    """An alembic Config pointing at our bundled migrations."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(ALEMBIC_DIR))
+    cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(url).replace("%", "%%"))
+    return cfg
+
+
+def _alembic(url: str, action: str, target: str) -> None:
+    cfg = alembic_config(url)
+    if action == "upgrade":
+        command.upgrade(cfg, target)
+    else:
+        command.downgrade(cfg, target)
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    """Where the database stands against the code."""
+
+    current: str | None
+    head: str
+    checkpointer_version: int | None
+    checkpointer_head: int
+
+    @property
+    def up_to_date(self) -> bool:
+        """True when both alembic and the checkpointer are at head."""
+        return self.current == self.head and self.checkpointer_version == self.checkpointer_head
+
+
+def _alembic_revisions(url: str) -> tuple[str | None, str]:
+    cfg = alembic_config(url)
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+    return current, head
+
+
+async def _checkpointer_version(db: AsyncConnectionPool) -> int | None:
+    async with db.connection() as conn:
+        row = await (
+            await conn.execute("SELECT to_regclass('checkpoint_migrations') AS t")
+        ).fetchone()
+        if row["t"] is None:
+            return None
+        row = await (await conn.execute("SELECT max(v) AS v FROM checkpoint_migrations")).fetchone()
+        return row["v"]
+
+
+async def schema_status(url: str, db: AsyncConnectionPool) -> SchemaStatus:
+    """Current and head revisions of alembic and of the checkpointer tables."""
+    current, head = await asyncio.to_thread(_alembic_revisions, url)
+    cp_head = len(AsyncPostgresSaver.MIGRATIONS) - 1
+    return SchemaStatus(current, head, await _checkpointer_version(db), cp_head)
+
+
+async def upgrade(url: str, db: AsyncConnectionPool, target: str = "head") -> None:
+    """Run alembic to `target` and the checkpointer setup, under the migration lock."""
+    async with db.connection() as lock_conn:
+        await lock_conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        try:
+            await asyncio.to_thread(_alembic, url, "upgrade", target)
+            await AsyncPostgresSaver(db).setup()
+        finally:
+            await lock_conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+
+
+async def downgrade(url: str, db: AsyncConnectionPool, target: str) -> None:
+    """Run alembic down to `target` (e.g. "base"), under the migration lock."""
+    async with db.connection() as lock_conn:
+        await lock_conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        try:
+            await asyncio.to_thread(_alembic, url, "downgrade", target)
+        finally:
+            await lock_conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))

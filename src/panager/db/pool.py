@@ -1,0 +1,52 @@
+"""The one shared async connection pool (checkpointer + services).
+
+`autocommit=True` is required by the LangGraph checkpointer's `setup()`
+(CREATE INDEX CONCURRENTLY); services open explicit transactions with
+`conn.transaction()` where they need one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from panager.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+def resolve_database_url(settings: Settings) -> str:
+    """DATABASE_URL when set, else the embedded server under PANAGER_HOME (started on demand)."""
+    if settings.database_url:
+        return settings.database_url
+    from panager.db.embedded import start_embedded
+
+    return start_embedded(settings.home / "pgdata")
+
+
+async def _configure(conn: AsyncConnection) -> None:
+    """Per-connection set-up: pgvector adapters when the extension exists."""
+    from pgvector.psycopg import register_vector_async
+
+    try:
+        await register_vector_async(conn)
+    except Exception:  # extension not created yet (before the first migration)
+        log.debug("pgvector type not registered on this connection")
+
+
+async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> AsyncConnectionPool:
+    """Open the shared pool and wait until one connection works."""
+    pool = AsyncConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True, "prepare_threshold": None, "row_factory": dict_row},
+        configure=_configure,
+        open=False,
+        reconnect_timeout=30,
+    )
+    await pool.open(wait=True, timeout=30)
+    return pool

@@ -1,0 +1,143 @@
+"""Model factories and the retrying model call.
+
+`ChatOpenAI` talks to any OpenAI-compatible endpoint (SPEC §1). The SDK's own
+retries are off (`max_retries=0`): `invoke_with_retries` retries 429/5xx and
+connection errors itself, with exponential backoff and jitter, honouring
+`Retry-After`, so the policy is ours, testable, and reported once to the user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Sequence
+
+import openai
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.tools import BaseTool
+
+from panager.agent.errors import ModelUnavailable
+from panager.config import Settings
+
+log = logging.getLogger(__name__)
+
+NO_MODEL_MESSAGE = (
+    "No model is configured. Set OPENAI_API_KEY (and optionally PANAGER_MODEL), or "
+    "OPENAI_BASE_URL for a local OpenAI-compatible server such as Ollama, then restart."
+)
+UNAVAILABLE_MESSAGE = (
+    "The model service is not answering right now ({reason}). Your message is saved; "
+    "please try again in a minute."
+)
+CONTEXT_ERROR_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+    "too many tokens",
+    "prompt is too long",
+    "request too large",
+)
+
+
+class ContextOverflow(Exception):
+    """The model API refused the request as too long for its context window."""
+
+
+def make_chat_model(settings: Settings, model_name: str | None = None) -> BaseChatModel | None:
+    """A ChatOpenAI for the configured endpoint, or None when no model is configured."""
+    if not settings.model_configured:
+        return None
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(
+        model=model_name or settings.model,
+        api_key=settings.openai_api_key or "not-needed",
+        base_url=settings.openai_base_url,
+        use_responses_api=settings.api_type == "responses",
+        stream_usage=True,
+        max_retries=0,
+        timeout=settings.runtime.model_timeout_seconds,
+    )
+
+
+def is_context_overflow(exc: BaseException) -> bool:
+    """True for 400/413 errors that say the prompt is over the context window."""
+    status = getattr(exc, "status_code", None)
+    if status not in (400, 413):
+        return False
+    code = str(getattr(exc, "code", "") or "")
+    text = f"{code} {exc}".lower()
+    return any(marker in text for marker in CONTEXT_ERROR_MARKERS)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    for name in ("retry-after-ms", "retry-after"):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            return None
+        return seconds / 1000 if name.endswith("ms") else seconds
+    return None
+
+
+def _retryable(exc: BaseException) -> str | None:
+    """A short reason when `exc` is worth retrying, else None."""
+    if isinstance(exc, openai.RateLimitError):
+        return "rate limited"
+    if isinstance(exc, openai.APITimeoutError):
+        return "timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        return "cannot connect"
+    if isinstance(exc, openai.APIStatusError) and exc.status_code >= 500:
+        return f"server error {exc.status_code}"
+    return None
+
+
+def backoff_delay(
+    attempt: int, retry_after: float | None, *, base: float = 0.5, cap: float = 30.0
+) -> float:
+    """Seconds before retry `attempt` (1-based): Retry-After if given, else jittered backoff."""
+    if retry_after is not None:
+        return min(max(retry_after, 0.0), cap)
+    return min(cap, base * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+
+
+async def invoke_with_retries(
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    messages: list[AnyMessage],
+    *,
+    retries: int = 3,
+    sleep=asyncio.sleep,
+) -> AIMessage:
+    """Call the model, retrying transient failures; raise ContextOverflow or ModelUnavailable."""
+    bound = model.bind_tools(list(tools)) if tools else model
+    attempt = 0
+    while True:
+        try:
+            return await bound.ainvoke(messages)
+        except Exception as exc:
+            if is_context_overflow(exc):
+                raise ContextOverflow(str(exc)) from exc
+            reason = _retryable(exc)
+            if reason is None:
+                if isinstance(exc, openai.APIStatusError):
+                    log.warning("model API error %s", exc.status_code)
+                    raise ModelUnavailable(
+                        UNAVAILABLE_MESSAGE.format(reason=f"error {exc.status_code}")
+                    ) from exc
+                raise
+            attempt += 1
+            if attempt > retries:
+                log.warning("model API failed after %d attempts: %s", attempt, reason)
+                raise ModelUnavailable(UNAVAILABLE_MESSAGE.format(reason=reason)) from exc
+            delay = backoff_delay(attempt, _retry_after(exc))
+            log.info("model API %s; retry %d in %.1fs", reason, attempt, delay)
+            await sleep(delay)

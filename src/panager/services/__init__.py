@@ -1,0 +1,1 @@
+"""Services: the domain logic over PostgreSQL. Each takes the pool and returns typed values."""

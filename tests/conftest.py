@@ -1,0 +1,152 @@
+"""Shared fixtures: a real PostgreSQL + pgvector (embedded pgserver or DATABASE_URL).
+
+One server per test session; the schema is migrated once into a template
+database, and every test that needs the database gets its own copy
+(`CREATE DATABASE … TEMPLATE`), so tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from panager.clock import FakeClock
+from panager.config import Settings
+
+TEST_DATABASE_URL = os.environ.get("PANAGER_TEST_DATABASE_URL") or os.environ.get("DATABASE_URL")
+TEMPLATE_DB = "panager_test_template"
+CLEARED_ENV = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "PANAGER_MODEL",
+    "OPENAI_API_TYPE",
+    "PANAGER_EMBEDDING_MODEL",
+    "DATABASE_URL",
+    "PANAGER_HOME",
+    "PANAGER_CONFIG",
+    "DISCORD_TOKEN",
+    "PANAGER_ACCESS",
+    "PANAGER_ADMIN_IDS",
+    "PANAGER_TIMEZONE",
+    "PANAGER_PUBLIC_URL",
+    "PANAGER_HTTP_HOST",
+    "PANAGER_HTTP_PORT",
+    "PANAGER_SECRET_KEY",
+    "GOOGLE_CLIENT_ID",
+    "GOOGLE_CLIENT_SECRET",
+    "PANAGER_AUTO_MIGRATE",
+)
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL pointing at database `name`."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch):
+    """No developer or CI variable leaks into a test."""
+    for name in CLEARED_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url():
+    """URL of the session's PostgreSQL server (maintenance database)."""
+    if TEST_DATABASE_URL:
+        yield TEST_DATABASE_URL
+        return
+    from panager.db.embedded import start_embedded
+
+    data = Path(tempfile.mkdtemp(prefix="panager-test-pg-"))
+    yield start_embedded(data)
+
+
+@pytest.fixture(scope="session")
+async def template_db(pg_server_url):
+    """A database migrated to head, used as the template for per-test databases."""
+    from panager.db import migrate
+    from panager.db.pool import open_pool
+
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE_DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {TEMPLATE_DB}")
+    url = with_database(pg_server_url, TEMPLATE_DB)
+    pool = await open_pool(url, max_size=2)
+    try:
+        await migrate.upgrade(url, pool)
+    finally:
+        await pool.close()
+    return TEMPLATE_DB
+
+
+@pytest.fixture
+def fresh_db(pg_server_url):
+    """Factory: an empty database (no schema) for migration tests."""
+    created: list[str] = []
+
+    def make(template: str | None = None) -> str:
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            suffix = f" TEMPLATE {template}" if template else ""
+            conn.execute(f"CREATE DATABASE {name}{suffix}")
+        created.append(name)
+        return with_database(pg_server_url, name)
+
+    yield make
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        for name in created:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def db_url(fresh_db, template_db):
+    """A private, migrated database for this test."""
+    return fresh_db(template_db)
+
+
+@pytest.fixture
+def clock():
+    """A fake clock at Sat 2026-11-21 12:00 UTC."""
+    return FakeClock()
+
+
+@pytest.fixture
+def make_settings(db_url, tmp_path):
+    """Factory for Settings pointing at this test's database and a temp PANAGER_HOME."""
+
+    def make(**overrides) -> Settings:
+        values = {
+            "database_url": db_url,
+            "home": tmp_path / "home",
+            "timezone": "UTC",
+            "access": "open",
+        }
+        values.update(overrides)
+        return Settings(_env_file=None, **values)
+
+    return make
+
+
+@pytest.fixture
+async def make_app(make_settings, clock):
+    """Factory: a started App (real Postgres) with an injected model; stopped after the test."""
+    from panager.app import App
+
+    apps: list[App] = []
+
+    async def make(model=None, **overrides) -> App:
+        app = await App.start(make_settings(**overrides), clock=clock, model=model)
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        await app.stop()

@@ -1,0 +1,144 @@
+"""The graph on real Postgres: tool round-trips, parallel tools, errors, repair, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+
+from panager.agent import tools as tools_pkg
+from panager.agent.errors import ToolError
+from tests.fakes.scripted_model import ScriptedChatModel, call, calls
+
+
+async def thread(app, user):
+    """The checkpointed messages of the user's thread."""
+    snap = await app.assistant.graph.aget_state(app.assistant.config_for(user))
+    return (snap.values or {}).get("messages", [])
+
+
+def sleepy_tools(deps, user):
+    """Test tools bound to the user by closure."""
+
+    @tool
+    async def nap(label: str) -> dict:
+        """Sleep 200 ms and echo the label."""
+        await asyncio.sleep(0.2)
+        return {"label": label, "user": user.id}
+
+    @tool
+    async def boom(x: int) -> str:
+        """Always fails with a tool error."""
+        raise ToolError(f"boom {x} is not allowed; use a value below 3")
+
+    @tool
+    async def crash() -> str:
+        """Fails with an unexpected exception."""
+        raise RuntimeError("secret internal detail")
+
+    return [nap, boom, crash]
+
+
+async def test_text_reply_is_checkpointed(make_app):
+    model = ScriptedChatModel(script=["hello there"])
+    app = await make_app(model=model)
+    user = await app.local_user()
+    result = await app.assistant.run_turn(user, "hi")
+    assert result.ok and result.text == "hello there"
+    msgs = await thread(app, user)
+    assert [type(m).__name__ for m in msgs] == ["HumanMessage", "AIMessage"]
+
+
+async def test_parallel_tools_run_concurrently(make_app, monkeypatch):
+    monkeypatch.setattr(tools_pkg, "TOOL_FACTORIES", [sleepy_tools])
+    model = ScriptedChatModel(
+        script=[calls(call("nap", {"label": "a"}), call("nap", {"label": "b"}), call("nap", {"label": "c"})), "done"]
+    )
+    app = await make_app(model=model)
+    user = await app.local_user()
+    start = time.perf_counter()
+    result = await app.assistant.run_turn(user, "nap three times")
+    elapsed = time.perf_counter() - start
+    assert result.text == "done"
+    assert elapsed < 0.5, f"three 200 ms tools took {elapsed:.3f}s"
+    results = [m for m in await thread(app, user) if isinstance(m, ToolMessage)]
+    assert [m.content for m in results] == [
+        '{"label":"a","user":1}', '{"label":"b","user":1}', '{"label":"c","user":1}'
+    ]
+
+
+async def test_tool_errors_become_error_messages(make_app, monkeypatch):
+    monkeypatch.setattr(tools_pkg, "TOOL_FACTORIES", [sleepy_tools])
+    model = ScriptedChatModel(
+        script=[
+            calls(
+                call("boom", {"x": 5}),
+                call("crash"),
+                call("nope", {}),
+                call("boom", {"x": "not a number"}),
+            ),
+            "recovered",
+        ]
+    )
+    app = await make_app(model=model)
+    user = await app.local_user()
+    result = await app.assistant.run_turn(user, "break things")
+    assert result.ok and result.text == "recovered"
+    results = [m for m in await thread(app, user) if isinstance(m, ToolMessage)]
+    assert len(results) == 4 and all(m.status == "error" for m in results)
+    assert "use a value below 3" in results[0].content
+    assert "RuntimeError" in results[1].content and "secret internal detail" not in results[1].content
+    assert "Unknown tool 'nope'" in results[2].content and "nap" in results[2].content
+    assert "Invalid arguments" in results[3].content and "x" in results[3].content
+    # the model saw every error result paired with its call
+    last_request = model.requests[-1]
+    assert sum(isinstance(m, ToolMessage) for m in last_request) == 4
+
+
+async def test_dangling_tool_call_is_repaired(make_app):
+    model = ScriptedChatModel(script=["fine again"])
+    app = await make_app(model=model)
+    user = await app.local_user()
+    config = app.assistant.config_for(user)
+    dangling = AIMessage(content="", tool_calls=[{"name": "nap", "args": {}, "id": "call_x"}])
+    await app.assistant.graph.aupdate_state(
+        config, {"messages": [HumanMessage("earlier", id="h1"), dangling]}, as_node="agent"
+    )
+    result = await app.assistant.run_turn(user, "are you there?")
+    assert result.ok and result.text == "fine again"
+    msgs = await thread(app, user)
+    kinds = [type(m).__name__ for m in msgs]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "HumanMessage", "AIMessage"]
+    assert msgs[2].tool_call_id == "call_x" and msgs[2].status == "error"
+
+
+async def test_max_iterations_ends_gracefully(make_app, monkeypatch, tmp_path):
+    monkeypatch.setattr(tools_pkg, "TOOL_FACTORIES", [sleepy_tools])
+    loop_forever = lambda messages: calls(call("boom", {"x": 1}))  # noqa: E731
+    model = ScriptedChatModel(script=[loop_forever] * 3 + ["best effort answer"])
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.yaml").write_text("max_iterations: 4\n")
+    app = await make_app(model=model, home=home)
+    user = await app.local_user()
+    result = await app.assistant.run_turn(user, "loop")
+    assert result.text == "best effort answer"
+    assert len(model.requests) == 4
+    # the last call is made without tools and says so
+    assert "limit of tool calls" in model.requests[-1][0].content
+
+
+async def test_two_users_threads_never_mix(make_app):
+    model = ScriptedChatModel()  # echoes the last message
+    app = await make_app(model=model)
+    alice = await app.deps.users.ensure(111, "alice")
+    bob = await app.deps.users.ensure(222, "bob")
+    a, b = await asyncio.gather(
+        app.assistant.run_turn(alice, "alice secret"), app.assistant.run_turn(bob, "bob secret")
+    )
+    assert a.text == "echo: alice secret" and b.text == "echo: bob secret"
+    alice_text = " ".join(str(m.content) for m in await thread(app, alice))
+    bob_text = " ".join(str(m.content) for m in await thread(app, bob))
+    assert "bob" not in alice_text and "alice" not in bob_text
