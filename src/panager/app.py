@@ -8,6 +8,7 @@ upgrade under an advisory lock, the shared pool, the checkpointer) and
 
 from __future__ import annotations
 
+import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,11 @@ from panager.llm import invoke_with_retries, make_chat_model
 from panager.services.users import User, UserService
 
 log = logging.getLogger(__name__)
+
+# Feature installers, run in order by App.start: `async def install(app: App) -> None`.
+# Each creates its service, sets it on app.deps, hooks the graph (app.graph_nodes) and
+# registers closers (app.closers) — so features plug in without editing this module.
+INSTALLERS: list[str] = []
 
 
 class SchemaBehind(ConfigError):
@@ -90,7 +96,16 @@ class App:
         assistant = Assistant(
             graph, deps, model_for=_model_selector(settings, model), emitter=emitter
         )
-        return cls(settings, clock, url, pool, checkpointer, deps, assistant, emitter, model)
+        app = cls(settings, clock, url, pool, checkpointer, deps, assistant, emitter, model)
+        for path in INSTALLERS:
+            module, _, name = path.partition(":")
+            await getattr(importlib.import_module(module), name)(app)
+        return app
+
+    @property
+    def graph_nodes(self):
+        """The graph's node object: set `recall`, `effects`, `on_auth_required` here."""
+        return self.assistant.graph.nodes_impl
 
     async def stop(self) -> None:
         """Close everything this app opened, newest first."""
