@@ -116,7 +116,7 @@ async def test_ask_exit_codes(db_url, tmp_path, openai):
 async def test_bad_config_is_one_line(db_url, tmp_path):
     env = cli_env(db_url, tmp_path)
     env["PANAGER_ACCESS"] = "everyone"
-    code, out, err = await run_cli(["chat"], env)
+    code, _out, err = await run_cli(["chat"], env)
     assert code == 2
     assert (
         err.strip().startswith("panager: PANAGER_ACCESS is invalid")
@@ -138,7 +138,7 @@ async def test_db_status_and_doctor(fresh_db, tmp_path, openai):
         assert any(line.startswith("OK") and name in line for line in out.splitlines()), (name, out)
     env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"
     code, out, _ = await run_cli(["doctor"], env)
-    assert code == 1 and any(l.startswith("FAIL") and "model" in l for l in out.splitlines())
+    assert code == 1 and any(x.startswith("FAIL") and "model" in x for x in out.splitlines())
 
 
 async def test_auto_migrate_off_requires_upgrade(fresh_db, tmp_path):
