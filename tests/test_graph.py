@@ -54,7 +54,14 @@ async def test_text_reply_is_checkpointed(make_app):
 async def test_parallel_tools_run_concurrently(make_app, monkeypatch):
     monkeypatch.setattr(tools_pkg, "TOOL_FACTORIES", [sleepy_tools])
     model = ScriptedChatModel(
-        script=[calls(call("nap", {"label": "a"}), call("nap", {"label": "b"}), call("nap", {"label": "c"})), "done"]
+        script=[
+            calls(
+                call("nap", {"label": "a"}),
+                call("nap", {"label": "b"}),
+                call("nap", {"label": "c"}),
+            ),
+            "done",
+        ]
     )
     app = await make_app(model=model)
     user = await app.local_user()
@@ -65,7 +72,9 @@ async def test_parallel_tools_run_concurrently(make_app, monkeypatch):
     assert elapsed < 0.5, f"three 200 ms tools took {elapsed:.3f}s"
     results = [m for m in await thread(app, user) if isinstance(m, ToolMessage)]
     assert [m.content for m in results] == [
-        '{"label":"a","user":1}', '{"label":"b","user":1}', '{"label":"c","user":1}'
+        '{"label":"a","user":1}',
+        '{"label":"b","user":1}',
+        '{"label":"c","user":1}',
     ]
 
 
@@ -89,7 +98,9 @@ async def test_tool_errors_become_error_messages(make_app, monkeypatch):
     results = [m for m in await thread(app, user) if isinstance(m, ToolMessage)]
     assert len(results) == 4 and all(m.status == "error" for m in results)
     assert "use a value below 3" in results[0].content
-    assert "RuntimeError" in results[1].content and "secret internal detail" not in results[1].content
+    assert (
+        "RuntimeError" in results[1].content and "secret internal detail" not in results[1].content
+    )
     assert "Unknown tool 'nope'" in results[2].content and "nap" in results[2].content
     assert "Invalid arguments" in results[3].content and "x" in results[3].content
     # the model saw every error result paired with its call
@@ -142,3 +153,46 @@ async def test_two_users_threads_never_mix(make_app):
     alice_text = " ".join(str(m.content) for m in await thread(app, alice))
     bob_text = " ".join(str(m.content) for m in await thread(app, bob))
     assert "bob" not in alice_text and "alice" not in bob_text
+
+
+async def test_cancelled_turn_leaves_a_valid_thread(make_app, monkeypatch):
+    started = asyncio.Event()
+
+    def slow_tools(deps, user):
+        @tool
+        async def slow() -> str:
+            """Takes a long time."""
+            started.set()
+            await asyncio.sleep(30)
+            return "late"
+
+        return [slow]
+
+    monkeypatch.setattr(tools_pkg, "TOOL_FACTORIES", [slow_tools])
+    model = ScriptedChatModel(script=[calls(call("slow")), "after cancel"])
+    app = await make_app(model=model)
+    user = await app.local_user()
+    task = asyncio.create_task(app.assistant.run_turn(user, "do the slow thing"))
+    await asyncio.wait_for(started.wait(), 5)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    result = await app.assistant.run_turn(user, "still there?")
+    assert result.ok and result.text == "after cancel"
+    msgs = await thread(app, user)
+    results = [m for m in msgs if isinstance(m, ToolMessage)]
+    assert len(results) == 1 and results[0].status == "error"
+    assert msgs[-2].content == "still there?"
+
+
+async def test_over_long_and_hostile_input(make_app):
+    model = ScriptedChatModel()
+    app = await make_app(model=model)
+    user = await app.local_user()
+    result = await app.assistant.run_turn(user, "x" * 20_000)
+    assert not result.ok and "20,000 characters" in result.text and "limit is 8,000" in result.text
+    assert model.requests == []
+    result = await app.assistant.run_turn(user, "hi\x00 there \ud800!")
+    assert result.ok and result.text == "echo: hi there ?!"
