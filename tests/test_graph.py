@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -175,10 +176,8 @@ async def test_cancelled_turn_leaves_a_valid_thread(make_app, monkeypatch):
     task = asyncio.create_task(app.assistant.run_turn(user, "do the slow thing"))
     await asyncio.wait_for(started.wait(), 5)
     task.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await task
-    except asyncio.CancelledError:
-        pass
     result = await app.assistant.run_turn(user, "still there?")
     assert result.ok and result.text == "after cancel"
     msgs = await thread(app, user)
