@@ -64,7 +64,7 @@ class App:
         clock: Clock | None = None,
         model: BaseChatModel | None = None,
         migrate_schema: bool | None = None,
-        pool_size: int = 10,
+        pool_size: int = 20,
     ) -> App:
         """Open the database (migrating when allowed) and wire everything."""
         clock = clock or SystemClock()
@@ -114,6 +114,7 @@ class App:
                 await closer()
             except Exception:
                 log.exception("error while stopping")
+        await self.assistant.turn_locks.close()
         await self.pool.close()
 
     async def local_user(self) -> User:

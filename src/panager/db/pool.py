@@ -37,7 +37,7 @@ async def _configure(conn: AsyncConnection) -> None:
         log.debug("pgvector type not registered on this connection")
 
 
-async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> AsyncConnectionPool:
+async def open_pool(url: str, *, min_size: int = 1, max_size: int = 20) -> AsyncConnectionPool:
     """Open the shared pool and wait until one connection works."""
     pool = AsyncConnectionPool(
         url,
@@ -45,6 +45,7 @@ async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> Async
         max_size=max_size,
         kwargs={"autocommit": True, "prepare_threshold": None, "row_factory": dict_row},
         configure=_configure,
+        check=AsyncConnectionPool.check_connection,  # survive a database restart
         open=False,
         reconnect_timeout=30,
     )
