@@ -8,13 +8,10 @@ every failure into one short sentence for the user — never a traceback.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import unicodedata
 import uuid
-from collections import defaultdict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,11 +23,11 @@ from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
 from panager.agent.state import TurnContext
 from panager.agent.tools import build_tools
+from panager.agent.turnlock import TurnLocks
 from panager.services.users import User
 
 log = logging.getLogger(__name__)
 
-TURN_LOCK_NAMESPACE = 7_260_002
 FAILURE_MESSAGE = (
     "Sorry, something went wrong on my side while answering. Your message is kept; "
     "please try again."
@@ -80,26 +77,16 @@ class Assistant:
         self.deps = deps
         self.model_for = model_for  # callable(user) -> BaseChatModel | None (per-user override)
         self.emitter = emitter or EventEmitter()
-        self._locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.turn_locks = TurnLocks(deps.pool.conninfo if deps.pool is not None else None)
 
     def config_for(self, user: User) -> dict:
         """LangGraph config for the user's thread."""
         limit = 2 * self.deps.config.max_iterations + 6
         return {"configurable": {"thread_id": user.thread_id}, "recursion_limit": limit}
 
-    @asynccontextmanager
-    async def user_lock(self, user_id: int) -> AsyncIterator[None]:
+    def user_lock(self, user_id: int) -> AbstractAsyncContextManager[None]:
         """One turn at a time per user: in this process and, via an advisory lock, across all."""
-        async with self._locks[user_id]:
-            if self.deps.pool is None:
-                yield
-                return
-            async with self.deps.pool.connection() as conn:
-                await conn.execute("SELECT pg_advisory_lock(%s, %s)", _lock_key(user_id))
-                try:
-                    yield
-                finally:
-                    await conn.execute("SELECT pg_advisory_unlock(%s, %s)", _lock_key(user_id))
+        return self.turn_locks.hold(user_id)
 
     def check_message(self, text: str) -> str | None:
         """A user-facing refusal for unusable input, or None when it is fine."""
@@ -197,10 +184,6 @@ class Assistant:
         checkpointer = self.graph.checkpointer
         if checkpointer is not None:
             await checkpointer.adelete_thread(user.thread_id)
-
-
-def _lock_key(user_id: int) -> tuple[int, int]:
-    return TURN_LOCK_NAMESPACE, user_id % 2_147_483_647
 
 
 def _result(state: dict) -> TurnResult:
