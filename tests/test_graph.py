@@ -66,11 +66,25 @@ async def test_parallel_tools_run_concurrently(make_app, monkeypatch):
     )
     app = await make_app(model=model)
     user = await app.local_user()
+    spans: dict[str, list[float]] = {}
+    loop = asyncio.get_running_loop()
+    app.emitter.subscribe(
+        lambda e: (
+            spans.setdefault(e.data.get("id", ""), []).append(loop.time())
+            if e.type in ("tool_start", "tool_end")
+            else None
+        )
+    )
     start = time.perf_counter()
     result = await app.assistant.run_turn(user, "nap three times")
     elapsed = time.perf_counter() - start
     assert result.text == "done"
-    assert elapsed < 0.5, f"three 200 ms tools took {elapsed:.3f}s"
+    # all three started before any finished: they overlapped, not ran one after another
+    assert len(spans) == 3
+    assert max(s[0] for s in spans.values()) < min(s[1] for s in spans.values())
+    assert elapsed < 0.6 * 2, (
+        f"three 200 ms tools took {elapsed:.3f}s"
+    )  # serial would be >= 0.6 s of sleep alone
     results = [m for m in await thread(app, user) if isinstance(m, ToolMessage)]
     assert [m.content for m in results] == [
         '{"label":"a","user":1}',
