@@ -34,7 +34,9 @@ log = logging.getLogger(__name__)
 # Feature installers, run in order by App.start: `async def install(app: App) -> None`.
 # Each creates its service, sets it on app.deps, hooks the graph (app.graph_nodes) and
 # registers closers (app.closers) — so features plug in without editing this module.
-INSTALLERS: list[str] = []
+INSTALLERS: list[str] = [
+    "panager.agent.scheduling:install",
+]
 
 
 class SchemaBehind(ConfigError):

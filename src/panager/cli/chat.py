@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from panager.agent.commands import CommandContext, dispatch, is_command
 from panager.agent.events import Event
 from panager.agent.messaging import tool_status_label
+from panager.agent.scheduling import start_terminal_worker
 from panager.app import App
 from panager.config import Settings
 from panager.services.users import User
@@ -284,7 +285,7 @@ async def start_background(app: App) -> None:
         await starter(app)
 
 
-BACKGROUND_STARTERS: list = []
+BACKGROUND_STARTERS: list = [start_terminal_worker]
 
 
 async def ask_once(settings: Settings, text: str) -> bool:

@@ -142,4 +142,6 @@ def _load_modules() -> None:
     _LOADED = True
 
 
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = [
+    "panager.agent.commands.schedule",
+]

@@ -14,12 +14,14 @@ from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.tools.profile import profile_tools
+from panager.agent.tools.schedule import schedule_tools
 from panager.services.users import User
 
 ToolFactory = Callable[[AgentDeps, User], list[BaseTool]]
 
 TOOL_FACTORIES: list[ToolFactory] = [
     profile_tools,
+    schedule_tools,
 ]
 
 

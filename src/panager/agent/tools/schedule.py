@@ -1,0 +1,97 @@
+"""Schedule tools: reminders and scheduled agent runs, bound to one user by closure."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from langchain_core.tools import BaseTool, tool
+
+from panager.agent.deps import AgentDeps
+from panager.agent.errors import ToolError
+from panager.services.recurrence import ScheduleInputError
+from panager.services.scheduler import Schedule
+from panager.services.users import User
+
+
+def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
+    """schedule_create, schedule_list, schedule_cancel for `user` (none without a scheduler)."""
+    service = deps.scheduler
+    if service is None:
+        return []
+
+    @tool
+    async def schedule_create(
+        message: str,
+        at: str,
+        kind: Literal["reminder", "agent"] = "reminder",
+        repeat: str | None = None,
+    ) -> dict:
+        """Schedule a reminder or a task for later, once or repeating.
+
+        message: for kind="reminder", the exact text to send the user at that time (no model
+        call); for kind="agent", an instruction you will carry out then (e.g. "summarise
+        today's calendar") and whose answer is sent to the user.
+        at: ISO 8601 time of the (first) run, e.g. "2026-11-25T09:00" (user's local time),
+        "2026-11-25T09:00+09:00", "2026-11-25" (09:00) or "09:00" (the next 09:00).
+        repeat: optional RFC 5545 RRULE, e.g. "FREQ=WEEKLY;BYDAY=MO" or "FREQ=DAILY;COUNT=5".
+        Tell the user the returned confirmation."""
+        current = await deps.users.get(user.id) or user  # the zone may have just changed
+        try:
+            created = await service.create(current, message, at, kind=kind, repeat=repeat)
+        except ScheduleInputError as exc:
+            raise ToolError(str(exc)) from None
+        now = deps.clock.now()
+        what = "Reminder" if created.kind == "reminder" else "Scheduled task"
+        return {
+            "ok": True,
+            "id": created.id,
+            "confirmation": f"{what} set for {created.describe(now)}.",
+            "next_run_at": created.next_run_at.isoformat(),
+        }
+
+    @tool
+    async def schedule_list() -> dict:
+        """List the user's active reminders and scheduled tasks (and recent failed or missed
+        ones), soonest first, with their ids."""
+        now = deps.clock.now()
+        items = [schedule_summary(s, now) for s in await service.list(user.id)]
+        return {"schedules": items, "count": len(items)}
+
+    @tool
+    async def schedule_cancel(schedule_id: str) -> dict:
+        """Cancel one of the user's schedules by its id (from schedule_list)."""
+        cancelled = await service.cancel(user.id, schedule_id)
+        if cancelled is None:
+            existing = await service.get(user.id, schedule_id)
+            if existing is not None:
+                return {"ok": True, "id": existing.id, "note": f"already {existing.status}"}
+            raise ToolError(
+                f"Unknown schedule id {schedule_id!r}; use schedule_list to see the ids."
+            )
+        return {"ok": True, "id": cancelled.id, "cancelled": _short(cancelled.message)}
+
+    return [schedule_create, schedule_list, schedule_cancel]
+
+
+def schedule_summary(schedule: Schedule, now) -> dict:
+    """A compact description of one schedule for the model."""
+    item = {
+        "id": schedule.id,
+        "kind": schedule.kind,
+        "message": _short(schedule.message, 200),
+        "status": schedule.status,
+    }
+    if schedule.status == "active":
+        item["next"] = schedule.describe(now)
+    elif schedule.next_run_at is not None:
+        item["was_due"] = schedule.next_run_at.astimezone(schedule.zone).isoformat()
+    if schedule.rrule:
+        item["repeat"] = schedule.rrule
+    if schedule.last_error:
+        item["last_error"] = schedule.last_error
+    return item
+
+
+def _short(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,135 @@
+"""Pure decisions about one claimed schedule: which occurrence to send, and the words.
+
+No I/O. `plan_occurrence` applies the missed-run rules: an occurrence is sent
+on time, sent late within the grace window (and marked late), or recorded as
+missed; a recurring schedule jumps to its newest due occurrence and never
+replays a backlog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from panager.services.recurrence import next_occurrence
+from panager.services.scheduler import MissedRun, Schedule
+
+LATE_AFTER = timedelta(seconds=60)  # delivered later than this after the due time → marked late
+MAX_SCAN = 1000  # occurrences walked when skipping a backlog
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """What to do with a claimed schedule now."""
+
+    deliver: datetime | None  # the occurrence to send now, or None
+    late: bool = False
+    missed_from: datetime | None = None  # first skipped occurrence, recorded as missed
+    missed: int = 0  # how many occurrences were skipped
+    next_run: datetime | None = None  # where to go when nothing is delivered
+
+
+def next_after(schedule: Schedule, when: datetime) -> datetime | None:
+    """The schedule's next occurrence strictly after `when` (None: no more)."""
+    if not schedule.recurring:
+        return None
+    return next_occurrence(schedule.rrule, schedule.zone, schedule.anchor_local, when)
+
+
+def plan_occurrence(
+    schedule: Schedule, now: datetime, grace: timedelta, late_after: timedelta = LATE_AFTER
+) -> Occurrence:
+    """Deliver on time, deliver late within the grace window, or record as missed."""
+    due = schedule.next_run_at
+    if schedule.attempts > 0:  # a retry: the occurrence was first tried in time
+        return Occurrence(due, late=now - due > late_after)
+    if not schedule.recurring:
+        if now - due <= grace:
+            return Occurrence(due, late=now - due > late_after)
+        return Occurrence(None, missed_from=due, missed=1)
+    newest, older = newest_due(schedule, now, grace)
+    if now - newest <= grace:
+        return Occurrence(
+            newest,
+            late=now - newest > late_after,
+            missed_from=due if older else None,
+            missed=older,
+        )
+    return Occurrence(None, missed_from=due, missed=older + 1, next_run=next_after(schedule, now))
+
+
+def newest_due(schedule: Schedule, now: datetime, grace: timedelta) -> tuple[datetime, int]:
+    """(newest occurrence at or before now, how many older ones it supersedes)."""
+    latest, older = schedule.next_run_at, 0
+    while older < MAX_SCAN:
+        following = next_after(schedule, latest)
+        if following is None or following > now:
+            return latest, older
+        latest, older = following, older + 1
+    # A fast rule after a long outage: jump into the grace window instead of walking it all.
+    jump = next_after(schedule, now - grace)
+    if jump is None or jump > now:
+        return latest, older
+    latest = jump
+    for _ in range(MAX_SCAN):
+        following = next_after(schedule, latest)
+        if following is None or following > now:
+            break
+        latest = following
+    return latest, older
+
+
+def local_label(when: datetime, timezone: str) -> str:
+    """'Tue 25 Nov 09:00' in the schedule's zone."""
+    return when.astimezone(ZoneInfo(timezone)).strftime("%a %d %b %H:%M")
+
+
+def compose(schedule: Schedule, text: str, due: datetime, *, late: bool, resent: bool) -> str:
+    """The delivered text: as written, plus a late or re-sent note when needed."""
+    notes = []
+    if late:
+        notes.append(f"⏰ Late: this was due {local_label(due, schedule.timezone)}.")
+    if resent:
+        notes.append("(Sent again after an interruption — you may already have received it.)")
+    return "\n".join([text, *notes]) if notes else text
+
+
+def missed_report(runs: Sequence[MissedRun], grace: timedelta) -> str:
+    """One message telling a user what was missed and not sent late."""
+    lines = [
+        "While I could not reach you (Panager was not running), these came due and were not "
+        f"sent: more than {_duration(grace)} had passed, or a newer time replaced them:"
+    ]
+    for run in runs:
+        what = "Reminder" if run.kind == "reminder" else "Scheduled task"
+        more = run.count - 1
+        extra = f", and {more}{'+' if run.count >= MAX_SCAN else ''} later time(s)" if more else ""
+        lines.append(
+            f"• {what} “{short(run.message)}” — due {local_label(run.scheduled_for, run.timezone)}"
+            f" ({run.timezone}){extra}"
+        )
+    lines.append("Repeating schedules carry on as usual; /schedules lists them.")
+    return "\n".join(lines)
+
+
+def error_text(exc: Exception) -> str:
+    """A short, user-visible description of a delivery error."""
+    detail = " ".join(str(exc).split())
+    return short(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__, 200)
+
+
+def short(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds % 3600 == 0 and seconds >= 3600:
+        hours = seconds // 3600
+        return f"{hours} hour{'s' if hours != 1 else ''}"
+    if seconds % 60 == 0 and seconds >= 60:
+        return f"{seconds // 60} minutes"
+    return f"{seconds} seconds"

@@ -1,0 +1,562 @@
+"""Schedules in PostgreSQL: create/list/cancel per user, and the claim protocol workers use.
+
+The database is the source of truth; nothing about a schedule lives only in a
+worker's memory. Delivery of one occurrence goes through these steps, each one
+short autocommit statement:
+
+1. `claim_due` — `FOR UPDATE SKIP LOCKED` picks due rows nobody holds and gives
+   them to this worker with a lease (`claimed_by`, `lease_until`). A worker that
+   dies simply lets its lease run out; another worker then claims the row.
+2. `begin_run` — the fence. While still holding the lease, insert the
+   occurrence's `schedule_runs` row (UNIQUE (schedule_id, scheduled_for)) in
+   state `sending`. Only the worker whose insert (or takeover of a `retry` row)
+   succeeds may send, so one occurrence is never sent by two workers.
+3. `complete` / `settle` — record the outcome (delivered, retry, failed,
+   missed) and move the schedule to its next occurrence, releasing the lease.
+
+Every time comparison uses the `now` the caller passes (its injected clock),
+never the database's `now()`, so tests drive time with a fake clock.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from psycopg_pool import AsyncConnectionPool
+
+from panager.clock import Clock
+from panager.services.recurrence import (
+    ScheduleInputError,
+    describe_schedule,
+    parse_zone,
+    plan_schedule,
+)
+from panager.services.users import User
+
+NOTIFY_CHANNEL = "panager_schedules"
+KINDS = ("reminder", "agent")
+MAX_ACTIVE_PER_USER = 1000
+LIST_FINISHED_FOR = timedelta(days=7)  # failed/missed schedules stay listed this long
+_ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/1/i/l/o: easy to read and type
+
+INSERT_SCHEDULE = """
+WITH created AS (
+    INSERT INTO schedules (id, user_id, kind, message, timezone, rrule, anchor_local,
+                           next_run_at, created_at, updated_at)
+    VALUES (%(id)s, %(user_id)s, %(kind)s, %(message)s, %(timezone)s, %(rrule)s,
+            %(anchor_local)s, %(next_run_at)s, %(now)s, %(now)s)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING *
+)
+SELECT created.*,
+       pg_notify('panager_schedules', extract(epoch FROM created.next_run_at)::text) AS notified
+  FROM created
+"""
+COUNT_ACTIVE = "SELECT count(*) AS n FROM schedules WHERE user_id = %s AND status = 'active'"
+GET_SCHEDULE = "SELECT * FROM schedules WHERE id = %(id)s AND user_id = %(user_id)s"
+LIST_SCHEDULES = """
+SELECT * FROM schedules
+ WHERE user_id = %(user_id)s
+   AND (status = 'active' OR (status IN ('failed', 'missed') AND updated_at > %(since)s))
+ ORDER BY status <> 'active', next_run_at NULLS LAST, created_at
+"""
+CANCEL_SCHEDULE = """
+UPDATE schedules
+   SET status = 'cancelled', claimed_by = NULL, lease_until = NULL, updated_at = %(now)s
+ WHERE id = %(id)s AND user_id = %(user_id)s AND status IN ('active', 'failed', 'missed')
+RETURNING *
+"""
+_USER_FILTER = """
+   AND (%(only)s::bigint[] IS NULL OR user_id = ANY(%(only)s::bigint[]))
+   AND NOT (user_id = ANY(%(skip)s::bigint[]))
+"""
+CLAIM_DUE = f"""
+WITH due AS (
+    SELECT id FROM schedules
+     WHERE status = 'active' AND next_run_at <= %(now)s
+       AND (lease_until IS NULL OR lease_until <= %(now)s)
+       {_USER_FILTER}
+     ORDER BY next_run_at
+     LIMIT %(limit)s
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE schedules AS s
+   SET claimed_by = %(worker)s, lease_until = %(lease_until)s
+  FROM due
+ WHERE s.id = due.id
+RETURNING s.*
+"""
+NEXT_DUE = f"""
+SELECT min(next_run_at) AS due FROM schedules
+ WHERE status = 'active' AND lease_until IS NULL {_USER_FILTER}
+"""
+RENEW_LEASE = """
+UPDATE schedules SET lease_until = %(lease_until)s
+ WHERE id = %(id)s AND claimed_by = %(worker)s AND status = 'active'
+RETURNING id
+"""
+# The fence: only the current lease holder may insert the occurrence's run (or take
+# over a `retry` run); a conflicting `sending` or finished run means "not yours".
+BEGIN_RUN = """
+WITH held AS (
+    UPDATE schedules SET lease_until = %(lease_until)s
+     WHERE id = %(schedule_id)s AND claimed_by = %(worker)s AND status = 'active'
+    RETURNING id, user_id
+)
+INSERT INTO schedule_runs AS r (schedule_id, user_id, scheduled_for, status, late, attempts,
+                                claimed_by, output, created_at, updated_at)
+SELECT id, user_id, %(scheduled_for)s, 'sending', %(late)s, 1, %(worker)s, %(output)s,
+       %(now)s, %(now)s
+  FROM held
+ON CONFLICT (schedule_id, scheduled_for) DO UPDATE
+   SET status = 'sending', claimed_by = EXCLUDED.claimed_by, late = EXCLUDED.late,
+       attempts = r.attempts + 1, output = COALESCE(r.output, EXCLUDED.output),
+       updated_at = EXCLUDED.updated_at
+ WHERE r.status = 'retry'
+RETURNING id, output
+"""
+GET_RUN = """
+SELECT r.*, s.claimed_by = %(worker)s AS lease_is_mine
+  FROM schedule_runs r JOIN schedules s ON s.id = r.schedule_id
+ WHERE r.schedule_id = %(schedule_id)s AND r.scheduled_for = %(scheduled_for)s
+"""
+TAKE_OVER_RUN = """
+UPDATE schedule_runs
+   SET claimed_by = %(worker)s, attempts = attempts + 1, late = %(late)s, updated_at = %(now)s
+ WHERE id = %(id)s AND status = 'sending' AND claimed_by IS NOT DISTINCT FROM %(previous)s
+RETURNING id, output
+"""
+_SETTLE = """
+UPDATE schedules
+   SET next_run_at = %(next_run_at)s, status = %(status)s, attempts = %(attempts)s,
+       last_error = %(last_error)s, last_run_at = COALESCE(%(last_run_at)s, last_run_at),
+       claimed_by = NULL, lease_until = %(lease_until)s, updated_at = %(now)s
+ WHERE id = %(schedule_id)s AND claimed_by = %(worker)s AND status = 'active'
+RETURNING id
+"""
+COMPLETE_RUN = f"""
+WITH run AS (
+    UPDATE schedule_runs
+       SET status = 'delivered', delivered_at = %(now)s, error = NULL, output = NULL,
+           updated_at = %(now)s
+     WHERE id = %(run_id)s AND claimed_by = %(worker)s AND status = 'sending'
+    RETURNING id
+)
+{_SETTLE}
+"""
+_UPSERT_RUN = """
+INSERT INTO schedule_runs AS r (schedule_id, user_id, scheduled_for, status, late, attempts,
+                                missed_count, claimed_by, output, error, created_at, updated_at)
+VALUES (%(schedule_id)s, %(user_id)s, %(run_for)s, %(run_status)s, %(late)s, %(attempts)s,
+        %(missed_count)s, %(worker)s, %(output)s, %(error)s, %(now)s, %(now)s)
+ON CONFLICT (schedule_id, scheduled_for) DO UPDATE
+   SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, error = EXCLUDED.error,
+       missed_count = EXCLUDED.missed_count, claimed_by = EXCLUDED.claimed_by,
+       output = COALESCE(EXCLUDED.output, r.output), updated_at = EXCLUDED.updated_at
+ WHERE r.status IN ('sending', 'retry')
+"""
+RECORD_RUN = _UPSERT_RUN
+SETTLE_WITH_RUN = f"WITH run AS ({_UPSERT_RUN} RETURNING id)\n{_SETTLE}"
+SETTLE = _SETTLE
+CLAIM_UNREPORTED = f"""
+WITH todo AS (
+    SELECT id FROM schedule_runs
+     WHERE status = 'missed' AND reported_at IS NULL {_USER_FILTER}
+     ORDER BY user_id, scheduled_for
+     LIMIT %(limit)s
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE schedule_runs AS r SET reported_at = %(now)s
+  FROM todo, schedules s
+ WHERE r.id = todo.id AND s.id = r.schedule_id
+RETURNING r.id, r.user_id, r.scheduled_for, r.missed_count, s.kind, s.message, s.timezone,
+          s.rrule
+"""
+UNMARK_REPORTED = "UPDATE schedule_runs SET reported_at = NULL WHERE id = ANY(%s)"
+GET_USERS = "SELECT * FROM users WHERE id = ANY(%s)"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One reminder or scheduled agent task, as stored."""
+
+    id: str
+    user_id: int
+    kind: str
+    message: str
+    timezone: str
+    rrule: str | None
+    anchor_local: datetime
+    next_run_at: datetime | None
+    status: str
+    attempts: int
+    last_error: str | None
+    last_run_at: datetime | None
+    claimed_by: str | None
+    lease_until: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def zone(self) -> ZoneInfo:
+        """The zone the schedule's wall-clock times are in."""
+        return ZoneInfo(self.timezone)
+
+    @property
+    def recurring(self) -> bool:
+        """True when the schedule has a repeat rule."""
+        return bool(self.rrule)
+
+    def describe(self, now: datetime) -> str:
+        """'Tue 25 Nov 2026 09:00 Asia/Seoul, in 3 days; repeats every Monday'."""
+        if self.next_run_at is None:
+            return f"no further runs ({self.status})"
+        return describe_schedule(self.next_run_at, self.zone, now, self.rrule)
+
+
+@dataclass(frozen=True)
+class RunTicket:
+    """Permission to send one occurrence; `interrupted` when a previous send was cut off."""
+
+    id: int
+    output: str | None
+    interrupted: bool = False
+
+
+@dataclass(frozen=True)
+class MissedRun:
+    """An occurrence (or a run of `count` occurrences) that was not delivered in time."""
+
+    id: int
+    user_id: int
+    scheduled_for: datetime
+    count: int
+    kind: str
+    message: str
+    timezone: str
+    rrule: str | None
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """How to leave a schedule after handling its occurrence (see `ScheduleService.settle`)."""
+
+    next_run_at: datetime | None
+    status: str = "active"
+    attempts: int = 0
+    last_error: str | None = None
+    last_run_at: datetime | None = None
+    retry_at: datetime | None = None  # keeps the row unclaimable until then (backoff)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A `schedule_runs` row to write without the fence (retry, failed, missed)."""
+
+    scheduled_for: datetime
+    status: str
+    late: bool = False
+    attempts: int = 0
+    missed_count: int = 0
+    output: str | None = None
+    error: str | None = None
+
+
+def _schedule(row: dict | None) -> Schedule | None:
+    if row is None:
+        return None
+    return Schedule(**{f.name: row[f.name] for f in fields(Schedule)})
+
+
+def _user(row: dict) -> User:
+    return User(**{f.name: row[f.name] for f in fields(User)})
+
+
+def new_schedule_id() -> str:
+    """A short random id that is easy to read and type (8 chars, ~40 bits)."""
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
+
+
+def _filter(only: list[int] | None, skip: list[int] | tuple[int, ...]) -> dict[str, Any]:
+    return {"only": list(only) if only is not None else None, "skip": list(skip)}
+
+
+class ScheduleService:
+    """Reads and writes schedules; user-facing methods are scoped by user id."""
+
+    def __init__(self, pool: AsyncConnectionPool, clock: Clock, max_message_chars: int = 8000):
+        self.pool = pool
+        self.clock = clock
+        self.max_message_chars = max_message_chars
+
+    async def _one(self, sql: str, params: Any) -> dict | None:
+        async with self.pool.connection() as conn:
+            return await (await conn.execute(sql, params)).fetchone()
+
+    async def _exec(self, sql: str, params: Any) -> None:
+        async with self.pool.connection() as conn:
+            await conn.execute(sql, params)
+
+    async def _all(self, sql: str, params: Any) -> list[dict]:
+        async with self.pool.connection() as conn:
+            return await (await conn.execute(sql, params)).fetchall()
+
+    # -- user-facing -----------------------------------------------------------------------
+
+    async def create(
+        self,
+        user: User,
+        message: str,
+        at: str,
+        *,
+        kind: str = "reminder",
+        repeat: str | None = None,
+        timezone: str | None = None,
+    ) -> Schedule:
+        """Validate and store a schedule; raises ScheduleInputError saying what to fix."""
+        message = self._check_message(message)
+        if kind not in KINDS:
+            raise ScheduleInputError(f"kind must be 'reminder' or 'agent', not {kind!r}.")
+        zone = _user_zone(timezone or user.timezone, at)
+        now = self.clock.now()
+        plan = plan_schedule(at, repeat, zone, now)
+        row = await self._one(COUNT_ACTIVE, (user.id,))
+        if row["n"] >= MAX_ACTIVE_PER_USER:
+            raise ScheduleInputError(
+                f"You already have {MAX_ACTIVE_PER_USER} active schedules; cancel some first."
+            )
+        params = {
+            "user_id": user.id,
+            "kind": kind,
+            "message": message,
+            "timezone": zone.key,
+            "rrule": plan.rule,
+            "anchor_local": plan.anchor_local,
+            "next_run_at": plan.first_utc,
+            "now": now,
+        }
+        while True:  # an id collision is astronomically rare; just draw again
+            created = await self._one(INSERT_SCHEDULE, {**params, "id": new_schedule_id()})
+            if created is not None:
+                return _schedule(created)
+
+    def _check_message(self, message: str) -> str:
+        text = (message or "").strip()
+        if not text:
+            raise ScheduleInputError("The message is empty; say what to remind about or do.")
+        if len(text) > self.max_message_chars:
+            raise ScheduleInputError(
+                f"The message is {len(text):,} characters; the limit is "
+                f"{self.max_message_chars:,}."
+            )
+        return text
+
+    async def get(self, user_id: int, schedule_id: str) -> Schedule | None:
+        """The user's schedule with this id, or None (also for other users' ids)."""
+        params = {"id": _clean_id(schedule_id), "user_id": user_id}
+        return _schedule(await self._one(GET_SCHEDULE, params))
+
+    async def list(self, user_id: int) -> list[Schedule]:
+        """Active schedules, then recently failed or missed ones, soonest first."""
+        since = self.clock.now() - LIST_FINISHED_FOR
+        rows = await self._all(LIST_SCHEDULES, {"user_id": user_id, "since": since})
+        return [_schedule(r) for r in rows]
+
+    async def cancel(self, user_id: int, schedule_id: str) -> Schedule | None:
+        """Cancel (or dismiss a failed/missed) schedule of this user; None if not theirs/open."""
+        params = {"id": _clean_id(schedule_id), "user_id": user_id, "now": self.clock.now()}
+        return _schedule(await self._one(CANCEL_SCHEDULE, params))
+
+    # -- worker protocol -------------------------------------------------------------------
+
+    async def claim_due(
+        self,
+        worker: str,
+        now: datetime,
+        *,
+        lease: timedelta,
+        limit: int = 100,
+        only_users: list[int] | None = None,
+        skip_users: list[int] | tuple[int, ...] = (),
+    ) -> list[Schedule]:
+        """Lease up to `limit` due schedules nobody holds to `worker` (SKIP LOCKED)."""
+        params = {"now": now, "worker": worker, "lease_until": now + lease, "limit": limit}
+        rows = await self._all(CLAIM_DUE, {**params, **_filter(only_users, skip_users)})
+        return [_schedule(r) for r in rows]
+
+    async def next_due(
+        self, *, only_users: list[int] | None = None, skip_users: list[int] | tuple[int, ...] = ()
+    ) -> datetime | None:
+        """The earliest next run among unleased active schedules (for the worker's wait)."""
+        row = await self._one(NEXT_DUE, _filter(only_users, skip_users))
+        return row["due"] if row else None
+
+    async def renew(self, schedule: Schedule, worker: str, lease_until: datetime) -> bool:
+        """Extend the lease while a long delivery (an agent run) is in progress."""
+        params = {"id": schedule.id, "worker": worker, "lease_until": lease_until}
+        return await self._one(RENEW_LEASE, params) is not None
+
+    async def begin_run(
+        self,
+        schedule: Schedule,
+        scheduled_for: datetime,
+        *,
+        worker: str,
+        now: datetime,
+        lease: timedelta,
+        late: bool = False,
+        output: str | None = None,
+    ) -> RunTicket | None:
+        """Take the right to send this occurrence, or None when it is not ours to send."""
+        params = {
+            "schedule_id": schedule.id,
+            "scheduled_for": scheduled_for,
+            "worker": worker,
+            "now": now,
+            "lease_until": now + lease,
+            "late": late,
+            "output": output,
+        }
+        row = await self._one(BEGIN_RUN, params)
+        if row is not None:
+            return RunTicket(row["id"], row["output"])
+        return await self._take_over(params)
+
+    async def _take_over(self, params: dict) -> RunTicket | None:
+        """A `sending` run left by a worker whose lease we now hold was cut off mid-send."""
+        run = await self._one(GET_RUN, params)
+        if run is None or run["status"] != "sending" or not run["lease_is_mine"]:
+            return None
+        if run["claimed_by"] == params["worker"]:
+            return None  # our own send in progress: never start a second one
+        taken = await self._one(
+            TAKE_OVER_RUN, {**params, "id": run["id"], "previous": run["claimed_by"]}
+        )
+        return RunTicket(taken["id"], taken["output"], interrupted=True) if taken else None
+
+    async def run_status(self, schedule: Schedule, scheduled_for: datetime) -> str | None:
+        """Status of the occurrence's run row, or None when there is none."""
+        params = {"schedule_id": schedule.id, "scheduled_for": scheduled_for, "worker": ""}
+        run = await self._one(GET_RUN, params)
+        return run["status"] if run else None
+
+    async def stored_output(self, schedule: Schedule, scheduled_for: datetime) -> str | None:
+        """An agent answer produced by an earlier attempt whose delivery failed."""
+        params = {"schedule_id": schedule.id, "scheduled_for": scheduled_for, "worker": ""}
+        run = await self._one(GET_RUN, params)
+        return run["output"] if run and run["status"] == "retry" else None
+
+    async def complete(
+        self, schedule: Schedule, ticket: RunTicket, settlement: Settlement, *, worker: str,
+        now: datetime,
+    ) -> None:
+        """Mark the run delivered and move the schedule on, in one statement."""
+        params = _settle_params(schedule, settlement, worker, now)
+        await self._one(COMPLETE_RUN, {**params, "run_id": ticket.id})
+
+    async def settle(
+        self,
+        schedule: Schedule,
+        settlement: Settlement,
+        *,
+        worker: str,
+        now: datetime,
+        run: RunRecord | None = None,
+    ) -> bool:
+        """Record a run outcome (retry, failed, missed) and/or move the schedule; release it."""
+        params = _settle_params(schedule, settlement, worker, now)
+        if run is None:
+            return await self._one(SETTLE, params) is not None
+        return await self._one(SETTLE_WITH_RUN, {**params, **_run_params(run)}) is not None
+
+    async def record_run(
+        self, schedule: Schedule, run: RunRecord, *, worker: str, now: datetime
+    ) -> None:
+        """Write a run row (e.g. skipped occurrences as `missed`) without touching the schedule."""
+        base = {"schedule_id": schedule.id, "user_id": schedule.user_id, "worker": worker}
+        await self._exec(RECORD_RUN, {**base, "now": now, **_run_params(run)})
+
+    async def claim_unreported_missed(
+        self,
+        now: datetime,
+        *,
+        only_users: list[int] | None = None,
+        skip_users: list[int] | tuple[int, ...] = (),
+        limit: int = 500,
+    ) -> list[MissedRun]:
+        """Mark unreported missed runs as reported and return them (so one worker reports)."""
+        params = {"now": now, "limit": limit, **_filter(only_users, skip_users)}
+        rows = await self._all(CLAIM_UNREPORTED, params)
+        return [
+            MissedRun(
+                r["id"], r["user_id"], r["scheduled_for"], r["missed_count"], r["kind"],
+                r["message"], r["timezone"], r["rrule"],
+            )
+            for r in rows
+        ]
+
+    async def unmark_reported(self, run_ids: list[int]) -> None:
+        """Undo `claim_unreported_missed` for runs whose report could not be delivered."""
+        if run_ids:
+            await self._exec(UNMARK_REPORTED, (run_ids,))
+
+    async def users(self, user_ids: list[int]) -> dict[int, User]:
+        """Users by id, in one query."""
+        rows = await self._all(GET_USERS, (list(set(user_ids)),))
+        return {r["id"]: _user(r) for r in rows}
+
+
+def _settle_params(schedule: Schedule, s: Settlement, worker: str, now: datetime) -> dict:
+    return {
+        "schedule_id": schedule.id,
+        "user_id": schedule.user_id,
+        "worker": worker,
+        "now": now,
+        "next_run_at": s.next_run_at,
+        "status": s.status,
+        "attempts": s.attempts,
+        "last_error": s.last_error,
+        "last_run_at": s.last_run_at,
+        "lease_until": s.retry_at,
+    }
+
+
+def _run_params(run: RunRecord) -> dict:
+    return {
+        "run_for": run.scheduled_for,
+        "run_status": run.status,
+        "late": run.late,
+        "attempts": run.attempts,
+        "missed_count": run.missed_count,
+        "output": run.output,
+        "error": run.error,
+    }
+
+
+def _clean_id(schedule_id: str) -> str:
+    return (schedule_id or "").strip().strip("`'\"").lower()
+
+
+def _user_zone(name: str, at: str) -> ZoneInfo:
+    """The user's zone; a time with an explicit offset still works when the zone is unknown."""
+    try:
+        return parse_zone(name)
+    except ScheduleInputError:
+        if _has_offset(at):
+            return ZoneInfo("UTC")
+        raise ScheduleInputError(
+            f"Your time zone ({name!r}) is not known, so a time without an offset cannot be "
+            "placed; set it first (set_timezone, e.g. 'Europe/Berlin'), or give an explicit "
+            "offset like '2026-11-25T09:00+09:00'."
+        ) from None
+
+
+def _has_offset(at: str) -> bool:
+    try:
+        return datetime.fromisoformat((at or "").strip()).tzinfo is not None
+    except ValueError:
+        return False

@@ -1,0 +1,58 @@
+"""Shared pieces for the scheduler tests: a recording messenger and app/worker set-up."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from panager.agent.scheduling import make_worker
+
+
+class RecordingMessenger:
+    """Records every delivery; can be told to fail or to refuse (no route)."""
+
+    def __init__(self, *, fail: bool = False, accept: bool = True) -> None:
+        self.sent: list[tuple[int, str]] = []
+        self.fail = fail
+        self.accept = accept
+
+    async def send(self, user, text: str, *, link: dict | None = None) -> bool:
+        """Record (user id, text); raise when failing; False when refusing."""
+        if self.fail:
+            raise ConnectionError("discord is down")
+        if not self.accept:
+            return False
+        self.sent.append((user.id, text))
+        return True
+
+    def texts(self, user_id: int | None = None) -> list[str]:
+        """Texts delivered (to one user, or to everyone)."""
+        return [t for uid, t in self.sent if user_id is None or uid == user_id]
+
+
+async def scheduler_app(make_app, model=None, **overrides):
+    """A started app whose messenger is a RecordingMessenger."""
+    app = await make_app(model=model, **overrides)
+    recorder = RecordingMessenger()
+    app.deps.messenger.add(recorder)
+    return app, recorder
+
+
+def worker(app, **options):
+    """A worker for tests: no LISTEN connection unless asked, all users."""
+    options.setdefault("listen_url", None)
+    return make_worker(app, **options)
+
+
+def utc(*args: int) -> datetime:
+    """An aware UTC datetime."""
+    return datetime(*args, tzinfo=UTC)
+
+
+async def runs(app, schedule_id: str) -> list[dict]:
+    """The schedule_runs rows of one schedule, oldest occurrence first."""
+    async with app.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT * FROM schedule_runs WHERE schedule_id = %s ORDER BY scheduled_for",
+            (schedule_id,),
+        )
+        return await cur.fetchall()
