@@ -127,7 +127,9 @@ def register_extensions() -> None:
         __import__(module, fromlist=["register"]).register(app)
 
 
-EXTENSION_MODULES: list[str] = []
+EXTENSION_MODULES: list[str] = [
+    "panager.cli.memory",
+]
 
 
 def main() -> None:

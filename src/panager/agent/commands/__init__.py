@@ -144,4 +144,5 @@ def _load_modules() -> None:
 
 COMMAND_MODULES: list[str] = [
     "panager.agent.commands.schedule",
+    "panager.agent.commands.memory",
 ]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
+from panager.agent.tools.memory import memory_tools
 from panager.agent.tools.profile import profile_tools
 from panager.agent.tools.schedule import schedule_tools
 from panager.services.users import User
@@ -22,6 +23,7 @@ ToolFactory = Callable[[AgentDeps, User], list[BaseTool]]
 TOOL_FACTORIES: list[ToolFactory] = [
     profile_tools,
     schedule_tools,
+    memory_tools,
 ]
 
 

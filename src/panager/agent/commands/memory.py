@@ -1,0 +1,84 @@
+"""/memory: list, search, forget and clear long-term memories (no model call)."""
+
+from __future__ import annotations
+
+from panager.agent.commands import CommandContext, CommandReply, command
+from panager.services.memory import MemoryHit, MemoryInputError, MemoryUnavailable
+
+LIST_LIMIT = 20
+PREVIEW_CHARS = 120
+SHORT_ID = 8
+USAGE = (
+    "Usage: /memory (list) · /memory search TEXT · /memory forget ID · "
+    "/memory clear (then /memory clear confirm)"
+)
+
+
+def _line(hit: MemoryHit) -> str:
+    text = " ".join(hit.content.split())
+    if len(text) > PREVIEW_CHARS:
+        text = text[: PREVIEW_CHARS - 1] + "…"
+    return f"  {hit.id[:SHORT_ID]}  {hit.created_at:%Y-%m-%d}  ({hit.category}) {text}"
+
+
+@command("memory", "/memory [search|forget|clear]", "list, search or forget your memories")
+async def memory_command(ctx: CommandContext, args: str) -> CommandReply | str:
+    """Dispatch the /memory subcommands."""
+    service = ctx.deps.memory
+    if service is None:
+        return CommandReply("Long-term memory is not enabled on this instance.", ok=False)
+    action, _, rest = args.partition(" ")
+    action, rest = action.lower(), rest.strip()
+    try:
+        if action in ("", "list"):
+            return await _list(ctx, service)
+        if action == "search" and rest:
+            return await _search(ctx, service, rest)
+        if action in ("forget", "delete") and rest:
+            return await _forget(ctx, service, rest)
+        if action == "clear":
+            return await _clear(ctx, service, rest.lower())
+    except (MemoryInputError, MemoryUnavailable) as exc:
+        return CommandReply(str(exc), ok=False)
+    return CommandReply(USAGE, ok=False)
+
+
+async def _list(ctx: CommandContext, service) -> str:
+    total = await service.count(ctx.user.id)
+    if total == 0:
+        return "You have no saved memories yet. Tell me something to remember."
+    hits = await service.list(ctx.user.id, LIST_LIMIT)
+    shown = f"newest {len(hits)} of {total}" if total > len(hits) else f"{total}"
+    lines = [f"Your memories ({shown}):", *(_line(h) for h in hits)]
+    lines.append("Forget one with /memory forget ID; search with /memory search TEXT.")
+    return "\n".join(lines)
+
+
+async def _search(ctx: CommandContext, service, query: str) -> str:
+    hits = await service.search(ctx.user.id, query, 10)
+    if not hits:
+        return f"No memories match {query!r}."
+    return "\n".join([f"Memories matching {query!r}:", *(_line(h) for h in hits)])
+
+
+async def _forget(ctx: CommandContext, service, ref: str) -> CommandReply | str:
+    hit = await service.find(ctx.user.id, ref)
+    if hit is None:
+        return CommandReply(
+            f"No memory with id {ref!r}. /memory lists your memories with their ids.", ok=False
+        )
+    await service.forget(ctx.user.id, hit.id)
+    return f"Forgot: {_line(hit).strip()}"
+
+
+async def _clear(ctx: CommandContext, service, rest: str) -> CommandReply | str:
+    total = await service.count(ctx.user.id)
+    if total == 0:
+        return "You have no saved memories."
+    if rest != "confirm":
+        return (
+            f"This deletes all {total} of your memories and cannot be undone. "
+            "To go ahead, send: /memory clear confirm"
+        )
+    deleted = await service.clear(ctx.user.id)
+    return f"Deleted all {deleted} of your memories. Your conversation is kept."

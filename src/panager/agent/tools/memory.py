@@ -1,0 +1,87 @@
+"""Memory tools: save, search and forget the user's long-term memories (SPEC §2)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from langchain_core.tools import BaseTool, tool
+
+from panager.agent.deps import AgentDeps
+from panager.agent.errors import ToolError
+from panager.services.memory import (
+    MAX_SEARCH_LIMIT,
+    MemoryHit,
+    MemoryInputError,
+    MemoryUnavailable,
+)
+from panager.services.users import User
+
+
+@contextmanager
+def _as_tool_errors():
+    """Service input errors and outages become errors the model can read and act on."""
+    try:
+        yield
+    except (MemoryInputError, MemoryUnavailable) as exc:
+        raise ToolError(str(exc)) from None
+
+
+def _brief(hit: MemoryHit, score: bool = False) -> dict:
+    item = {
+        "id": hit.id,
+        "content": hit.content,
+        "category": hit.category,
+        "saved": f"{hit.created_at:%Y-%m-%d}",
+    }
+    if hit.updated_at.date() != hit.created_at.date():
+        item["updated"] = f"{hit.updated_at:%Y-%m-%d}"
+    if score:
+        item["score"] = round(hit.score, 4)
+    return item
+
+
+def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
+    """The memory tools, bound to `user`; none when the memory service is not installed."""
+    service = deps.memory
+    if service is None:
+        return []
+
+    @tool
+    async def memory_save(content: str, category: str = "general") -> dict:
+        """Save a lasting fact about the user (preference, person, date, plan) to long-term memory.
+
+        Write one self-contained sentence, e.g. "My sister Mina's birthday is March 3".
+        category: a short label such as general, people, preferences, health, work.
+        Saving something very similar to an existing memory updates that memory."""
+        with _as_tool_errors():
+            result = await service.save(user.id, content, category)
+        reply = {"ok": True, "status": "updated" if result.updated else "saved",
+                 "memory": _brief(result.memory)}
+        if result.updated:
+            reply["replaced"] = result.previous
+        return reply
+
+    @tool
+    async def memory_search(query: str, limit: int = 5) -> dict:
+        """Search the user's long-term memories by meaning and by keywords; best match first.
+
+        limit: how many results (1 to 20)."""
+        if limit < 1:
+            raise ToolError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}; got {limit}.")
+        with _as_tool_errors():
+            hits = await service.search(user.id, query, min(limit, MAX_SEARCH_LIMIT))
+        return {"query": query, "results": [_brief(h, score=True) for h in hits]}
+
+    @tool
+    async def memory_forget(memory_id: str) -> dict:
+        """Delete one long-term memory by its id (from memory_search)."""
+        with _as_tool_errors():
+            gone = await service.forget(user.id, memory_id)
+        if gone is None:
+            raise ToolError(
+                f"No memory with id {memory_id!r}. Use memory_search to find the id of the "
+                "memory to forget."
+            )
+        return {"ok": True, "forgotten": _brief(gone)}
+
+    return [memory_save, memory_search, memory_forget]

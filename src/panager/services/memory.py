@@ -1,0 +1,499 @@
+"""Per-user long-term memory on pgvector: save, hybrid search, list, forget, clear.
+
+Retrieval is hybrid. One query finds the nearest vectors (HNSW, cosine), one
+finds full-text matches ('simple' tsvector, so Korean works), and the two
+rankings are fused with reciprocal rank fusion (RRF): a memory found by both
+rises, a memory found by either still appears. Every statement is filtered by
+`user_id`; nothing here can return another user's rows.
+
+The HNSW index is shared by all users, so the nearest-vector query filters
+after the index scan. When that leaves fewer candidates than asked (a user
+with few memories among many), the same query runs as an exact scan over the
+user's own rows instead, which is then cheap — so results never go missing.
+
+Saving a near-duplicate (cosine similarity at or above the threshold, or the
+same text) updates the existing memory instead of adding another. The default
+threshold depends on the embedder, whose similarity scales differ; the
+`memory_dedupe_threshold` config key overrides it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import numpy as np
+import psycopg
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from panager.clock import Clock, SystemClock
+from panager.embeddings import Embedder
+from panager.services.memory_store import EmbedderChanged, choose_embedder, ensure_bound
+
+log = logging.getLogger(__name__)
+
+MAX_CONTENT_CHARS = 4_000
+MAX_CATEGORY_CHARS = 40
+MAX_SEARCH_LIMIT = 20
+CANDIDATES = 20  # per retriever, before fusion
+RRF_K = 60
+EF_SEARCH = 100  # hnsw.ef_search: candidates the index scan keeps (recall vs speed)
+SOURCES = ("tool", "compaction", "import")
+SAVE_LOCK_NAMESPACE = 7_260_004
+QUERY_CACHE_SIZE = 256
+DEDUPE_THRESHOLDS = {  # measured: paraphrases vs. different facts of the same shape
+    "local:multilingual-e5-small-q4": 0.97,
+    "local:all-minilm-l6-v2-int8": 0.93,
+}
+DEFAULT_DEDUPE_THRESHOLD = 0.92
+SearchMode = Literal["hybrid", "vector", "text"]
+
+COLUMNS = "id, content, category, source, created_at, updated_at"
+SEARCH_ANN = f"""
+SELECT {COLUMNS}, 1 - (embedding <=> %(v)s) AS similarity
+FROM memories WHERE user_id = %(user)s
+ORDER BY embedding <=> %(v)s LIMIT %(k)s
+"""
+SEARCH_EXACT = f"""
+WITH mine AS MATERIALIZED (
+    SELECT {COLUMNS}, embedding FROM memories WHERE user_id = %(user)s
+)
+SELECT {COLUMNS}, 1 - (embedding <=> %(v)s) AS similarity
+FROM mine ORDER BY embedding <=> %(v)s LIMIT %(k)s
+"""
+SEARCH_TEXT = f"""
+SELECT {COLUMNS}, ts_rank_cd(content_tsv, q) AS rank
+FROM memories, to_tsquery('simple', %(q)s) AS q
+WHERE user_id = %(user)s AND content_tsv @@ q
+ORDER BY rank DESC, updated_at DESC LIMIT %(k)s
+"""
+SAVE_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
+SET_EF_SEARCH = "SELECT set_config('hnsw.ef_search', %s, true)"
+HAS_ANY = "SELECT EXISTS (SELECT 1 FROM memories WHERE user_id = %s) AS any"
+INSERT = f"""
+INSERT INTO memories (user_id, content, category, source, embedding, created_at, updated_at)
+VALUES (%(user)s, %(content)s, %(category)s, %(source)s, %(v)s, %(now)s, %(now)s)
+RETURNING {COLUMNS}
+"""
+UPDATE = f"""
+UPDATE memories SET content = %(content)s, category = %(category)s, embedding = %(v)s,
+                    updated_at = %(now)s
+WHERE id = %(id)s AND user_id = %(user)s
+RETURNING {COLUMNS}
+"""
+LIST = f"""
+SELECT {COLUMNS} FROM memories WHERE user_id = %s
+ORDER BY created_at DESC, id LIMIT %s OFFSET %s
+"""
+COUNT = "SELECT count(*) AS n FROM memories WHERE user_id = %s"
+GET = f"SELECT {COLUMNS} FROM memories WHERE user_id = %s AND id = %s"
+BY_PREFIX = f"""
+SELECT {COLUMNS} FROM memories WHERE user_id = %s AND id::text LIKE %s ORDER BY id LIMIT 2
+"""
+DELETE = f"DELETE FROM memories WHERE user_id = %s AND id = %s RETURNING {COLUMNS}"
+CLEAR = "DELETE FROM memories WHERE user_id = %s"
+
+
+class MemoryInputError(ValueError):
+    """Bad input from the user or the model; the message says what is valid."""
+
+
+class MemoryUnavailable(RuntimeError):
+    """Memory cannot be used right now (embedder unreachable, store re-embedded)."""
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    """One stored memory, with its retrieval score (0 when not from a search)."""
+
+    id: str
+    content: str
+    category: str
+    created_at: datetime
+    updated_at: datetime
+    score: float = 0.0
+    source: str = "tool"
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    """A saved memory; `updated` when it replaced a near-duplicate (`previous` text)."""
+
+    memory: MemoryHit
+    updated: bool = False
+    previous: str | None = None
+
+
+def _hit(row: dict, score: float = 0.0) -> MemoryHit:
+    return MemoryHit(
+        id=str(row["id"]),
+        content=row["content"],
+        category=row["category"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        score=float(score),
+        source=row["source"],
+    )
+
+
+def clean_content(text: Any) -> str:
+    """Trimmed memory text, or MemoryInputError when empty or too long."""
+    if not isinstance(text, str):
+        raise MemoryInputError("content must be text.")
+    text = text.replace("\x00", "").strip()
+    if not text:
+        raise MemoryInputError("content is empty; give the fact to remember as one sentence.")
+    if len(text) > MAX_CONTENT_CHARS:
+        raise MemoryInputError(
+            f"content is {len(text):,} characters; a memory holds at most "
+            f"{MAX_CONTENT_CHARS:,}. Save the key facts as one or more short memories."
+        )
+    return text
+
+
+def clean_category(category: Any) -> str:
+    """A short lowercase label (letters, digits, '_', '-'); 'general' when blank."""
+    text = str(category or "").strip().lower()
+    text = re.sub(r"[^\w-]+", "_", text).strip("_")[:MAX_CATEGORY_CHARS]
+    return text or "general"
+
+
+def parse_memory_id(value: Any) -> uuid.UUID:
+    """The UUID in `value`, or MemoryInputError saying what an id looks like."""
+    try:
+        return uuid.UUID(str(value).strip())
+    except (ValueError, AttributeError):
+        raise MemoryInputError(
+            f"{str(value)[:60]!r} is not a memory id; ids look like "
+            "'0b7c9a9e-4c1d-4a53-9d55-6f1e2a3b4c5d' (use memory_search to find them)."
+        ) from None
+
+
+def _same_text(a: str, b: str) -> bool:
+    return " ".join(a.casefold().split()) == " ".join(b.casefold().split())
+
+
+class MemoryService:
+    """Long-term memories; every method takes the owner's user id and touches only their rows."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        embedder: Embedder,
+        *,
+        clock: Clock | None = None,
+        dedupe_threshold: float | None = None,
+        ef_search: int = EF_SEARCH,
+    ) -> None:
+        self.pool = pool
+        self.embedder = embedder
+        self.clock = clock or SystemClock()
+        self.dedupe_threshold = dedupe_threshold or DEDUPE_THRESHOLDS.get(
+            embedder.name, DEFAULT_DEDUPE_THRESHOLD
+        )
+        self.ef_search = ef_search
+        self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    @classmethod
+    async def create(cls, pool: AsyncConnectionPool, settings: Any, **kwargs: Any) -> MemoryService:
+        """A service with the configured embedder, checked against the stored vectors."""
+        config = settings.runtime
+        if "memory_dedupe_threshold" in config.model_fields_set:
+            kwargs.setdefault("dedupe_threshold", config.memory_dedupe_threshold)
+        return cls(pool, await choose_embedder(pool, settings), **kwargs)
+
+    # -- embedding ---------------------------------------------------------------------------
+
+    async def _embed(self, texts: list[str]) -> list[np.ndarray]:
+        try:
+            vectors = await self.embedder.embed(texts)
+        except Exception as exc:
+            log.warning("embedding with %s failed: %s", self.embedder.name, type(exc).__name__)
+            raise MemoryUnavailable(
+                f"the embedding model ({self.embedder.name}) could not be reached "
+                f"({type(exc).__name__}); try again later."
+            ) from exc
+        return [np.asarray(v, dtype=np.float32) for v in vectors]
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """The query's vector (recently used queries are cached: one embedding per text)."""
+        cached = self._query_cache.get(text)
+        if cached is not None:
+            self._query_cache.move_to_end(text)
+            return cached
+        vector = (await self._embed([text]))[0]
+        self._query_cache[text] = vector
+        if len(self._query_cache) > QUERY_CACHE_SIZE:
+            self._query_cache.popitem(last=False)
+        return vector
+
+    # -- saving ------------------------------------------------------------------------------
+
+    async def save(
+        self, user_id: int, content: str, category: str = "general", source: str = "tool"
+    ) -> SaveResult:
+        """Store a memory, or update the user's near-duplicate of it."""
+        content, category = clean_content(content), clean_category(category)
+        _check_source(source)
+        vector = (await self._embed([content]))[0]
+        async with self._write(user_id, len(vector)) as conn:
+            return await self._store(conn, user_id, content, category, source, vector)
+
+    async def save_many(
+        self,
+        user_id: int,
+        contents: Sequence[str],
+        source: str = "compaction",
+        category: str = "general",
+    ) -> list[SaveResult]:
+        """Store several memories with one batched embedding call (e.g. facts from compaction).
+
+        Blank entries are skipped and over-long ones cut to MAX_CONTENT_CHARS; duplicates
+        (of stored memories or of each other) update instead of inserting.
+        """
+        _check_source(source)
+        texts = [_fit(t) for t in contents if isinstance(t, str) and t.strip()]
+        if not texts:
+            return []
+        vectors = await self._embed(texts)
+        category = clean_category(category)
+        async with self._write(user_id, len(vectors[0])) as conn:
+            return [
+                await self._store(conn, user_id, text, category, source, vector)
+                for text, vector in zip(texts, vectors, strict=True)
+            ]
+
+    @asynccontextmanager
+    async def _write(self, user_id: int, dim: int | None = None) -> AsyncIterator[AsyncConnection]:
+        """A transaction for one user's writes: a per-user lock (no racing duplicates) and,
+        when saving `dim`-d vectors, a check that the store uses this embedder."""
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(SAVE_LOCK, (SAVE_LOCK_NAMESPACE, user_id & 0x7FFFFFFF))
+            if dim is not None:
+                try:
+                    await ensure_bound(conn, self.embedder.name, dim)
+                except EmbedderChanged as exc:
+                    raise MemoryUnavailable(str(exc)) from exc
+            yield conn
+
+    async def _store(
+        self, conn: AsyncConnection, user_id: int, content: str, category: str, source: str,
+        vector: np.ndarray,
+    ) -> SaveResult:
+        params = {"user": user_id, "content": content, "category": category, "source": source,
+                  "v": vector, "now": self.clock.now()}
+        nearest = await self._nearest(conn, user_id, vector, 1)
+        if nearest and (
+            nearest[0]["similarity"] >= self.dedupe_threshold
+            or _same_text(nearest[0]["content"], content)
+        ):
+            old = nearest[0]
+            row = await (await conn.execute(UPDATE, {**params, "id": old["id"]})).fetchone()
+            return SaveResult(_hit(row, old["similarity"]), updated=True, previous=old["content"])
+        row = await (await conn.execute(INSERT, params)).fetchone()
+        return SaveResult(_hit(row))
+
+    # -- searching ---------------------------------------------------------------------------
+
+    async def search(
+        self,
+        user_id: int,
+        query: str,
+        limit: int = 5,
+        *,
+        mode: SearchMode = "hybrid",
+        vector: np.ndarray | None = None,
+    ) -> list[MemoryHit]:
+        """The user's memories most relevant to `query`, best first."""
+        query = (query or "").strip()
+        if not query:
+            raise MemoryInputError("query is empty; say what to look for.")
+        limit = max(1, min(int(limit), MAX_SEARCH_LIMIT))
+        if not await self._has_any(user_id):
+            return []  # also keeps an unbound store's column size out of the way
+        if mode != "text" and vector is None:
+            vector = await self.embed_query(query)
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                return await self._search(conn, user_id, query, limit, mode, vector)
+        except psycopg.errors.DataException as exc:
+            log.warning("memory search failed: %s", exc)
+            raise MemoryUnavailable(
+                "the stored memories use another embedding model (re-embedded since this "
+                "process started); restart Panager."
+            ) from exc
+
+    async def _has_any(self, user_id: int) -> bool:
+        async with self.pool.connection() as conn:
+            return (await (await conn.execute(HAS_ANY, (user_id,))).fetchone())["any"]
+
+    async def _search(self, conn, user_id, query, limit, mode, vector) -> list[MemoryHit]:
+        k = max(CANDIDATES, limit)
+        vec_rows = await self._nearest(conn, user_id, vector, k) if mode != "text" else []
+        if mode == "vector":
+            return [_hit(r, r["similarity"]) for r in vec_rows[:limit]]
+        terms = fts_query(query)
+        text_rows = []
+        if terms:
+            params = {"user": user_id, "q": terms, "k": k}
+            text_rows = await (await conn.execute(SEARCH_TEXT, params)).fetchall()
+        if mode == "text":
+            return [_hit(r, r["rank"]) for r in text_rows[:limit]]
+        return rrf_fuse([vec_rows, text_rows], limit)
+
+    async def _nearest(
+        self, conn: AsyncConnection, user_id: int, vector: np.ndarray, k: int
+    ) -> list[dict]:
+        """The user's k nearest memories: HNSW, or an exact scan when filtering starved it."""
+        await conn.execute(SET_EF_SEARCH, (str(max(self.ef_search, k)),))
+        params = {"user": user_id, "v": vector, "k": k}
+        rows = await (await conn.execute(SEARCH_ANN, params)).fetchall()
+        if len(rows) < k:
+            rows = await (await conn.execute(SEARCH_EXACT, params)).fetchall()
+        return rows
+
+    async def recall(self, user_id: int, query: str, limit: int = 5) -> list[MemoryHit]:
+        """Memories to inject for this message (one embedding call; none if the user has none)."""
+        if limit <= 0 or not (query or "").strip():
+            return []
+        return await self.search(user_id, query[:MAX_CONTENT_CHARS], limit)
+
+    # -- listing and forgetting --------------------------------------------------------------
+
+    async def list(self, user_id: int, limit: int = 20, offset: int = 0) -> list[MemoryHit]:
+        """The user's memories, newest first."""
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(LIST, (user_id, limit, offset))).fetchall()
+        return [_hit(r) for r in rows]
+
+    async def count(self, user_id: int) -> int:
+        """How many memories the user has."""
+        async with self.pool.connection() as conn:
+            return (await (await conn.execute(COUNT, (user_id,))).fetchone())["n"]
+
+    async def get(self, user_id: int, memory_id: str) -> MemoryHit | None:
+        """The user's memory with this id (None for unknown ids and other users' ids)."""
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(GET, (user_id, parse_memory_id(memory_id)))).fetchone()
+        return _hit(row) if row else None
+
+    async def find(self, user_id: int, ref: str) -> MemoryHit | None:
+        """A memory by full id or by a unique prefix of at least 6 characters (as /memory shows)."""
+        ref = (ref or "").strip().lower()
+        if re.fullmatch(r"[0-9a-f]{6,35}", ref):
+            async with self.pool.connection() as conn:
+                rows = await (await conn.execute(BY_PREFIX, (user_id, ref + "%"))).fetchall()
+            if len(rows) > 1:
+                raise MemoryInputError(f"{ref!r} matches several memories; give more characters.")
+            return _hit(rows[0]) if rows else None
+        return await self.get(user_id, ref)
+
+    async def forget(self, user_id: int, memory_id: str) -> MemoryHit | None:
+        """Delete the user's memory; None when no such memory is theirs."""
+        async with self._write(user_id) as conn:
+            row = await (
+                await conn.execute(DELETE, (user_id, parse_memory_id(memory_id)))
+            ).fetchone()
+        return _hit(row) if row else None
+
+    async def clear(self, user_id: int) -> int:
+        """Delete all of the user's memories; returns how many."""
+        async with self._write(user_id) as conn:
+            return (await conn.execute(CLEAR, (user_id,))).rowcount
+
+
+def _check_source(source: str) -> None:
+    if source not in SOURCES:
+        raise MemoryInputError(f"source must be one of {', '.join(SOURCES)}; got {source!r}.")
+
+
+def _fit(text: str) -> str:
+    text = text.replace("\x00", "").strip()
+    if len(text) <= MAX_CONTENT_CHARS:
+        return text
+    cut = text[: MAX_CONTENT_CHARS - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut[-200:] else cut) + "…"
+
+
+def rrf_fuse(rankings: Sequence[Sequence[dict]], limit: int, k: int = RRF_K) -> list[MemoryHit]:
+    """Reciprocal rank fusion: score = Σ 1/(k + rank) over the rankings a memory appears in."""
+    scores: dict[Any, float] = {}
+    rows: dict[Any, dict] = {}
+    for ranking in rankings:
+        for rank, row in enumerate(ranking, start=1):
+            scores[row["id"]] = scores.get(row["id"], 0.0) + 1.0 / (k + rank)
+            rows.setdefault(row["id"], row)
+    best = sorted(scores, key=lambda key: (-scores[key], str(key)))[:limit]
+    return [_hit(rows[key], scores[key]) for key in best]
+
+
+# -- full-text query -----------------------------------------------------------------------
+
+_STOPWORD_TEXT = """
+    a an the i me my mine myself you your we our us they them their he him his she her it
+    its is are was were be been being am do does did doing have has had what when where who
+    whom which why how to of in on at for with about from by as into and or but not no so if
+    then than that this these those there here can could should would will shall may might
+    must any some all please tell remember know again also just get got let lets s t
+    나 내 제 저 너 뭐 뭐야 뭐지 언제 어디 누구 어떻게 무엇 무슨 왜 좀 그 이 저기 거 것"""
+_PARTICLE_TEXT = (
+    "은 는 이 가 을 를 의 에 로 와 과 도 만 랑 께 요 야 이랑 에서 에게 한테 으로 까지 부터 처럼 "
+    "보다 이나 이야 이에요 예요 에서는 으로는 에게서 한테서 이라고 라고"
+)
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+KO_PARTICLES = sorted(_PARTICLE_TEXT.split(), key=len, reverse=True)
+HANGUL = re.compile(r"[\uac00-\ud7a3]")
+MAX_TERMS = 24
+
+
+def _term(token: str) -> str | None:
+    """One tsquery term for a query word: particles/plurals stripped, prefix-matched."""
+    if token in STOPWORDS:
+        return None
+    if HANGUL.search(token):
+        for particle in KO_PARTICLES:
+            if token.endswith(particle) and len(token) - len(particle) >= 1:
+                token = token[: -len(particle)]
+                break
+        if token in STOPWORDS:
+            return None
+        return f"'{token}':*" if len(token) >= 2 else f"'{token}'"
+    if len(token) < 2:
+        return None
+    if len(token) > 4 and token.endswith("s") and not token.endswith("ss"):
+        token = token[:-1]
+    return f"'{token}':*" if len(token) >= 3 and not token.isdigit() else f"'{token}'"
+
+
+def fts_query(text: str) -> str | None:
+    """A to_tsquery('simple', …) expression OR-ing the query's meaningful words, or None.
+
+    Words are \\w+ runs (no tsquery operators can get in); English stop words are dropped,
+    Korean particles stripped, and prefixes match so '생일' finds '생일은'.
+    """
+    terms: list[str] = []
+    for token in re.findall(r"\w+", text.casefold()):
+        term = _term(token.strip("_"))
+        if term and term.strip("':*_") and term not in terms:
+            terms.append(term)
+    return " | ".join(terms[:MAX_TERMS]) or None
+
+
+async def install(app: Any) -> None:
+    """Create the memory service, expose it to tools and inject recall into every turn."""
+    service = await MemoryService.create(app.pool, app.settings, clock=app.clock)
+    app.deps.memory = service
+    limit = app.settings.runtime.memory_inject_limit
+
+    async def recall(user: Any, query: str) -> list[MemoryHit]:
+        return await service.recall(user.id, query, limit)
+
+    app.graph_nodes.recall = recall

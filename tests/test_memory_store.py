@@ -1,0 +1,174 @@
+"""The memory schema and its embedder: migration, binding the vector size, refusing a changed
+embedder, re-embedding (service and CLI)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import pytest
+
+from panager.cli.memory import reembed_command, status_command
+from panager.config import Settings
+from panager.db import migrate
+from panager.db.pool import open_pool
+from panager.services.memory import MemoryService
+from panager.services.memory_store import EmbedderMismatch, reembed, requested_model, store_status
+from tests.fakes.openai_server import FakeOpenAI
+
+INDEXES = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memories'"
+COLUMN = """
+SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute
+WHERE attrelid = 'memories'::regclass AND attname = %s
+"""
+
+
+@pytest.fixture
+async def pool(db_url):
+    pool = await open_pool(db_url, max_size=4)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+async def fake_openai():
+    async with FakeOpenAI() as server:
+        yield server
+
+
+def settings(tmp_path, **values) -> Settings:
+    return Settings(_env_file=None, home=tmp_path, **values)
+
+
+async def column_type(pool, name: str = "embedding") -> str:
+    async with pool.connection() as conn:
+        return (await (await conn.execute(COLUMN, (name,))).fetchone())["type"]
+
+
+async def test_migration_creates_vector_and_text_indexes_and_downgrades(fresh_db):
+    url = fresh_db()
+    db = await open_pool(url, max_size=2)
+    try:
+        await migrate.upgrade(url, db, "0002")
+        async with db.connection() as conn:
+            indexes = {r["indexname"]: r["indexdef"] for r in await (await conn.execute(INDEXES)).fetchall()}
+            generated = await (await conn.execute(
+                "SELECT generation_expression FROM information_schema.columns "
+                "WHERE table_name = 'memories' AND column_name = 'content_tsv'"
+            )).fetchone()
+        assert "hnsw (embedding vector_cosine_ops)" in indexes["memories_embedding_hnsw"]
+        assert "gin (content_tsv)" in indexes["memories_content_tsv_gin"]
+        assert "(user_id, created_at DESC)" in indexes["memories_user_created_idx"]
+        assert "'simple'" in generated["generation_expression"]
+        assert await column_type(db) == "vector(384)"
+        await migrate.downgrade(url, db, "0001")
+        async with db.connection() as conn:
+            left = await (await conn.execute(
+                "SELECT to_regclass('memories') AS m, to_regclass('memory_meta') AS meta"
+            )).fetchone()
+        assert left == {"m": None, "meta": None}
+    finally:
+        await db.close()
+
+
+def test_default_embedder_is_offline_without_an_endpoint(tmp_path):
+    assert requested_model(settings(tmp_path)) == "local"
+    assert requested_model(settings(tmp_path, openai_api_key="k")) == "text-embedding-3-small"
+    assert requested_model(settings(tmp_path, openai_base_url="http://x/v1")) == "text-embedding-3-small"
+    assert requested_model(settings(tmp_path, embedding_model="nomic-embed-text")) == "nomic-embed-text"
+
+
+async def test_first_save_binds_size_and_a_changed_embedder_is_refused(pool, tmp_path, fake_openai):
+    """The store follows the first embedder (retyping the empty column), then refuses another
+    one until `reembed`, which converts every memory and retypes the column again."""
+    remote = settings(tmp_path, openai_base_url=fake_openai.base_url, openai_api_key="t",
+                      embedding_model="text-embedding-3-small")
+    service = await MemoryService.create(pool, remote)
+    async with pool.connection() as conn:
+        await conn.execute("INSERT INTO users (id, username) VALUES (1, 'me'), (2, 'you')")
+    await service.save(1, "I live in Busan.")
+    await service.save(2, "I live in Daejeon.")
+    assert await column_type(pool) == "vector(64)"  # the fake endpoint's size
+    meta, count, users = await store_status(pool)
+    assert (meta.embedder, meta.dim, count, users) == ("openai:text-embedding-3-small", 64, 2, 2)
+
+    local = settings(tmp_path, embedding_model="local")
+    with pytest.raises(EmbedderMismatch, match="panager memory reembed"):
+        await MemoryService.create(pool, local)
+    # without an endpoint and without an explicit model the message says what to set
+    with pytest.raises(EmbedderMismatch, match="OPENAI_API_KEY"):
+        await MemoryService.create(pool, settings(tmp_path))
+
+    report = await reembed(pool, (await _embedder(local)))
+    assert (report.count, report.old, report.dim) == (2, "openai:text-embedding-3-small", 384)
+    assert await column_type(pool) == "vector(384)"
+    moved = await MemoryService.create(pool, local)
+    assert [h.content for h in await moved.search(1, "which city is my home?", 5)] == ["I live in Busan."]
+    async with pool.connection() as conn:
+        names = [r["indexname"] for r in await (await conn.execute(INDEXES)).fetchall()]
+    assert "memories_embedding_hnsw" in names
+    # an offline store stays offline when an API key appears later (no explicit model)
+    keyed = await MemoryService.create(pool, settings(tmp_path, openai_api_key="k"))
+    assert keyed.embedder.name == "local:multilingual-e5-small-q4"
+
+
+async def test_an_empty_store_switches_embedder_freely(pool, tmp_path, fake_openai):
+    local = await MemoryService.create(pool, settings(tmp_path, embedding_model="local"))
+    async with pool.connection() as conn:
+        await conn.execute("INSERT INTO users (id, username) VALUES (1, 'me')")
+    await local.save(1, "I live in Busan.")
+    await local.clear(1)
+    remote = settings(tmp_path, openai_base_url=fake_openai.base_url, openai_api_key="t",
+                      embedding_model="text-embedding-3-small")
+    service = await MemoryService.create(pool, remote)
+    await service.save(1, "I live in Incheon.")
+    meta, _, _ = await store_status(pool)
+    assert meta.embedder == "openai:text-embedding-3-small"
+    # the stale service (other process, old embedder) cannot write into the new space
+    from panager.services.memory import MemoryUnavailable
+
+    with pytest.raises(MemoryUnavailable, match="restart"):
+        await local.save(1, "I like tea.")
+
+
+async def _embedder(s: Settings):
+    from panager.services.memory_store import build_embedder
+
+    return build_embedder(requested_model(s), s)
+
+
+async def test_cli_status_and_reembed(db_url, tmp_path, fake_openai, capsys):
+    pool = await open_pool(db_url, max_size=2)
+    try:
+        local = await MemoryService.create(pool, settings(tmp_path, embedding_model="local"))
+        async with pool.connection() as conn:
+            await conn.execute("INSERT INTO users (id, username) VALUES (1, 'me')")
+        await local.save_many(1, ["I live in Busan.", "My cat is Nabi."], source="import")
+    finally:
+        await pool.close()
+    remote = settings(tmp_path, openai_base_url=fake_openai.base_url, openai_api_key="t",
+                      embedding_model="text-embedding-3-small", database_url=db_url)
+    await status_command(remote)
+    out = capsys.readouterr().out
+    assert "memories: 2 of 1 user(s)" in out and "local:multilingual-e5-small-q4" in out
+    assert "panager memory reembed" in out
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PANAGER_"))}
+    env.update({"DATABASE_URL": db_url, "PANAGER_HOME": str(tmp_path),
+                "OPENAI_BASE_URL": fake_openai.base_url, "OPENAI_API_KEY": "t",
+                "PANAGER_EMBEDDING_MODEL": "text-embedding-3-small"})
+    code, out, err = await _cli(["ask", "hello"], env)
+    assert code == 2 and "panager memory reembed" in err and "Traceback" not in err
+    await reembed_command(remote, None)
+    out = capsys.readouterr().out
+    assert "re-embedded 2 memories with openai:text-embedding-3-small (64 dimensions" in out
+    assert len(fake_openai.embedding_requests) == 1  # one batch
+
+
+async def _cli(args: list[str], env: dict) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "panager.cli.main", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, out.decode(), err.decode()
