@@ -99,25 +99,30 @@ UPDATE schedules SET lease_until = %(lease_until)s
  WHERE id = %(id)s AND claimed_by = %(worker)s AND status = 'active'
 RETURNING id
 """
-# The fence: only the current lease holder may insert the occurrence's run (or take
-# over a `retry` run); a conflicting `sending` or finished run means "not yours".
-BEGIN_RUN = """
-WITH held AS (
-    UPDATE schedules SET lease_until = %(lease_until)s
-     WHERE id = %(schedule_id)s AND claimed_by = %(worker)s AND status = 'active'
-    RETURNING id, user_id
+# The fence: only the current lease holder may insert an occurrence's run (or take over a
+# `retry` run); a conflicting `sending` or finished run means "not yours". Batched: one
+# statement (one commit) for every occurrence a worker is about to send.
+BEGIN_RUNS = """
+WITH req AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(fors)s::timestamptz[], %(lates)s::boolean[],
+                         %(outputs)s::text[]) AS req (schedule_id, scheduled_for, late, output)
+), held AS (
+    UPDATE schedules AS s SET lease_until = %(lease_until)s
+      FROM req
+     WHERE s.id = req.schedule_id AND s.claimed_by = %(worker)s AND s.status = 'active'
+    RETURNING s.id, s.user_id
 )
 INSERT INTO schedule_runs AS r (schedule_id, user_id, scheduled_for, status, late, attempts,
                                 claimed_by, output, created_at, updated_at)
-SELECT id, user_id, %(scheduled_for)s, 'sending', %(late)s, 1, %(worker)s, %(output)s,
-       %(now)s, %(now)s
-  FROM held
+SELECT held.id, held.user_id, req.scheduled_for, 'sending', req.late, 1, %(worker)s,
+       req.output, %(now)s, %(now)s
+  FROM held JOIN req ON req.schedule_id = held.id
 ON CONFLICT (schedule_id, scheduled_for) DO UPDATE
    SET status = 'sending', claimed_by = EXCLUDED.claimed_by, late = EXCLUDED.late,
        attempts = r.attempts + 1, output = COALESCE(r.output, EXCLUDED.output),
        updated_at = EXCLUDED.updated_at
  WHERE r.status = 'retry'
-RETURNING id, output
+RETURNING id, schedule_id, output
 """
 GET_RUN = """
 SELECT r.*, s.claimed_by = %(worker)s AS lease_is_mine
@@ -138,15 +143,23 @@ UPDATE schedules
  WHERE id = %(schedule_id)s AND claimed_by = %(worker)s AND status = 'active'
 RETURNING id
 """
-COMPLETE_RUN = f"""
-WITH run AS (
-    UPDATE schedule_runs
+# Delivered: mark the runs and move their schedules on, many in one statement.
+COMPLETE_RUNS = """
+WITH req AS (
+    SELECT * FROM unnest(%(run_ids)s::bigint[], %(ids)s::text[], %(nexts)s::timestamptz[],
+                         %(statuses)s::text[]) AS req (run_id, schedule_id, next_run_at, status)
+), run AS (
+    UPDATE schedule_runs AS r
        SET status = 'delivered', delivered_at = %(now)s, error = NULL, output = NULL,
            updated_at = %(now)s
-     WHERE id = %(run_id)s AND claimed_by = %(worker)s AND status = 'sending'
-    RETURNING id
+      FROM req
+     WHERE r.id = req.run_id AND r.claimed_by = %(worker)s AND r.status = 'sending'
 )
-{_SETTLE}
+UPDATE schedules AS s
+   SET next_run_at = req.next_run_at, status = req.status, attempts = 0, last_error = NULL,
+       last_run_at = %(now)s, claimed_by = NULL, lease_until = NULL, updated_at = %(now)s
+  FROM req
+ WHERE s.id = req.schedule_id AND s.claimed_by = %(worker)s AND s.status = 'active'
 """
 _UPSERT_RUN = """
 INSERT INTO schedule_runs AS r (schedule_id, user_id, scheduled_for, status, late, attempts,
@@ -225,6 +238,16 @@ class RunTicket:
     id: int
     output: str | None
     interrupted: bool = False
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """An occurrence a worker is about to send (`late` and an agent's `output` are stored)."""
+
+    schedule: Schedule
+    scheduled_for: datetime
+    late: bool = False
+    output: str | None = None
 
 
 @dataclass(frozen=True)
@@ -384,9 +407,30 @@ class ScheduleService:
         skip_users: list[int] | tuple[int, ...] = (),
     ) -> list[Schedule]:
         """Lease up to `limit` due schedules nobody holds to `worker` (SKIP LOCKED)."""
+        claimed, _ = await self.claim_due_with_users(
+            worker, now, lease=lease, limit=limit, only_users=only_users, skip_users=skip_users
+        )
+        return claimed
+
+    async def claim_due_with_users(
+        self,
+        worker: str,
+        now: datetime,
+        *,
+        lease: timedelta,
+        limit: int = 100,
+        only_users: list[int] | None = None,
+        skip_users: list[int] | tuple[int, ...] = (),
+    ) -> tuple[list[Schedule], dict[int, User]]:
+        """`claim_due` plus the owners of the claimed schedules, on one connection."""
         params = {"now": now, "worker": worker, "lease_until": now + lease, "limit": limit}
-        rows = await self._all(CLAIM_DUE, {**params, **_filter(only_users, skip_users)})
-        return [_schedule(r) for r in rows]
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(CLAIM_DUE, {**params, **_filter(only_users, skip_users)})
+            claimed = [_schedule(r) for r in await cur.fetchall()]
+            if not claimed:
+                return [], {}
+            cur = await conn.execute(GET_USERS, (list({s.user_id for s in claimed}),))
+            return claimed, {r["id"]: _user(r) for r in await cur.fetchall()}
 
     async def next_due(
         self, *, only_users: list[int] | None = None, skip_users: list[int] | tuple[int, ...] = ()
@@ -400,6 +444,31 @@ class ScheduleService:
         params = {"id": schedule.id, "worker": worker, "lease_until": lease_until}
         return await self._one(RENEW_LEASE, params) is not None
 
+    async def begin_runs(
+        self, requests: list[RunRequest], *, worker: str, now: datetime, lease: timedelta
+    ) -> list[RunTicket | None]:
+        """Take the right to send each occurrence (one statement); None where it is not ours.
+
+        A None may still be a run cut off mid-send by a dead worker: see `take_over`."""
+        if not requests:
+            return []
+        params = {
+            "ids": [r.schedule.id for r in requests],
+            "fors": [r.scheduled_for for r in requests],
+            "lates": [r.late for r in requests],
+            "outputs": [r.output for r in requests],
+            "worker": worker,
+            "now": now,
+            "lease_until": now + lease,
+        }
+        rows = {row["schedule_id"]: row for row in await self._all(BEGIN_RUNS, params)}
+        return [
+            RunTicket(rows[r.schedule.id]["id"], rows[r.schedule.id]["output"])
+            if r.schedule.id in rows
+            else None
+            for r in requests
+        ]
+
     async def begin_run(
         self,
         schedule: Schedule,
@@ -411,27 +480,26 @@ class ScheduleService:
         late: bool = False,
         output: str | None = None,
     ) -> RunTicket | None:
-        """Take the right to send this occurrence, or None when it is not ours to send."""
+        """`begin_runs` for one occurrence, including the takeover of a cut-off send."""
+        request = RunRequest(schedule, scheduled_for, late, output)
+        [ticket] = await self.begin_runs([request], worker=worker, now=now, lease=lease)
+        return ticket or await self.take_over(request, worker=worker, now=now)
+
+    async def take_over(
+        self, request: RunRequest, *, worker: str, now: datetime
+    ) -> RunTicket | None:
+        """A `sending` run left by a worker whose lease we now hold was cut off mid-send."""
         params = {
-            "schedule_id": schedule.id,
-            "scheduled_for": scheduled_for,
+            "schedule_id": request.schedule.id,
+            "scheduled_for": request.scheduled_for,
             "worker": worker,
             "now": now,
-            "lease_until": now + lease,
-            "late": late,
-            "output": output,
+            "late": request.late,
         }
-        row = await self._one(BEGIN_RUN, params)
-        if row is not None:
-            return RunTicket(row["id"], row["output"])
-        return await self._take_over(params)
-
-    async def _take_over(self, params: dict) -> RunTicket | None:
-        """A `sending` run left by a worker whose lease we now hold was cut off mid-send."""
         run = await self._one(GET_RUN, params)
         if run is None or run["status"] != "sending" or not run["lease_is_mine"]:
             return None
-        if run["claimed_by"] == params["worker"]:
+        if run["claimed_by"] == worker:
             return None  # our own send in progress: never start a second one
         taken = await self._one(
             TAKE_OVER_RUN, {**params, "id": run["id"], "previous": run["claimed_by"]}
@@ -450,13 +518,21 @@ class ScheduleService:
         run = await self._one(GET_RUN, params)
         return run["output"] if run and run["status"] == "retry" else None
 
-    async def complete(
-        self, schedule: Schedule, ticket: RunTicket, settlement: Settlement, *, worker: str,
-        now: datetime,
+    async def complete_runs(
+        self, items: list[tuple[Schedule, RunTicket, Settlement]], *, worker: str, now: datetime
     ) -> None:
-        """Mark the run delivered and move the schedule on, in one statement."""
-        params = _settle_params(schedule, settlement, worker, now)
-        await self._one(COMPLETE_RUN, {**params, "run_id": ticket.id})
+        """Mark runs delivered and move their schedules on, all in one statement."""
+        if not items:
+            return
+        params = {
+            "run_ids": [ticket.id for _, ticket, _ in items],
+            "ids": [schedule.id for schedule, _, _ in items],
+            "nexts": [s.next_run_at for _, _, s in items],
+            "statuses": [s.status for _, _, s in items],
+            "worker": worker,
+            "now": now,
+        }
+        await self._exec(COMPLETE_RUNS, params)
 
     async def settle(
         self,

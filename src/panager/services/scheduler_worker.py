@@ -34,6 +34,7 @@ from typing import Protocol
 import psycopg
 
 from panager.clock import Clock
+from panager.services.coalesce import Coalescer
 from panager.services.schedule_occurrences import (
     Occurrence,
     compose,
@@ -48,6 +49,8 @@ from panager.services.scheduler import (
     NOTIFY_CHANNEL,
     MissedRun,
     RunRecord,
+    RunRequest,
+    RunTicket,
     Schedule,
     ScheduleService,
     Settlement,
@@ -130,6 +133,9 @@ class SchedulerWorker:
         self._wake = asyncio.Event()
         self._saturated = False
         self._missed_pending = False
+        # One statement per batch for the fence and for completions (see services/coalesce.py).
+        self._begin = Coalescer(self._begin_batch)
+        self._complete = Coalescer(self._complete_batch)
 
     # -- loops -------------------------------------------------------------------------------
 
@@ -168,13 +174,11 @@ class SchedulerWorker:
         """Claim what is due now (up to the free concurrency) and start delivering it."""
         claimed_total = 0
         while (free := self.concurrency - len(self._tasks)) > 0:
-            claimed = await self.service.claim_due(
+            claimed, users = await self.service.claim_due_with_users(
                 self.id, self.clock.now(), lease=self.lease, limit=free, **self.users_filter
             )
-            if claimed:
-                users = await self.service.users([s.user_id for s in claimed])
-                for schedule in claimed:
-                    self._spawn(schedule, users.get(schedule.user_id))
+            for schedule in claimed:
+                self._spawn(schedule, users.get(schedule.user_id))
             claimed_total += len(claimed)
             if len(claimed) < free:
                 self._saturated = False
@@ -189,7 +193,8 @@ class SchedulerWorker:
 
     def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
-        if self._saturated:
+        # Refill in bulk once half the slots are free: fewer, larger claims.
+        if self._saturated and len(self._tasks) <= self.concurrency // 2:
             self._wake.set()
 
     async def _process_logged(self, schedule: Schedule, user: User | None) -> None:
@@ -299,10 +304,10 @@ class SchedulerWorker:
             output = await self.service.stored_output(schedule, occ.deliver)
             if output is None:
                 output = await self._run_agent(schedule, user)
-        ticket = await self.service.begin_run(
-            schedule, occ.deliver, worker=self.id, now=self.clock.now(), lease=self.lease,
-            late=occ.late, output=output,
-        )
+        request = RunRequest(schedule, occ.deliver, occ.late, output)
+        ticket = await self._begin.submit(request)
+        if ticket is None:
+            ticket = await self.service.take_over(request, worker=self.id, now=self.clock.now())
         if ticket is None:
             return await self._not_ours(schedule, occ.deliver)
         text = ticket.output or output or schedule.message
@@ -310,11 +315,17 @@ class SchedulerWorker:
         timeout = self.lease.total_seconds() / 2  # a send never outlives the lease
         if not await asyncio.wait_for(self.delivery.send(user, text), timeout):
             return await self._no_route(schedule, occ)
-        settlement = self._after(schedule, occ.deliver)
-        await self.service.complete(
-            schedule, ticket, settlement, worker=self.id, now=self.clock.now()
-        )
+        await self._complete.submit((schedule, ticket, self._after(schedule, occ.deliver)))
         return "delivered"
+
+    async def _begin_batch(self, requests: list[RunRequest]) -> list[RunTicket | None]:
+        return await self.service.begin_runs(
+            requests, worker=self.id, now=self.clock.now(), lease=self.lease
+        )
+
+    async def _complete_batch(self, items: list) -> list[None]:
+        await self.service.complete_runs(items, worker=self.id, now=self.clock.now())
+        return [None] * len(items)
 
     async def _run_agent(self, schedule: Schedule, user: User) -> str:
         async with self._keep_lease(schedule):
