@@ -1,0 +1,423 @@
+"""Google accounts: linking, sealed tokens, pending messages, and authorised API calls.
+
+Linking is the OAuth web flow of `google_oauth.OAuthFlow`; this service adds
+what happens around it: the granted scopes are checked, the account's address
+is read, and the tokens are stored sealed (Fernet, keyed from
+PANAGER_SECRET_KEY). Nothing is stored for a forged, expired, replayed or
+denied callback.
+
+Calls: the Google clients are synchronous and httplib2 is not thread-safe, so
+every call builds its own services inside `asyncio.to_thread`. google-auth
+refreshes an expired access token on the way; the refreshed token is written
+back sealed. A refresh refused with `invalid_grant` marks the account
+disconnected and raises `GoogleAuthRequired`, which the graph turns into a
+reconnect link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from google.auth.exceptions import RefreshError, TransportError
+from google.oauth2.credentials import Credentials
+from googleapiclient.errors import HttpError
+from psycopg_pool import AsyncConnectionPool
+
+from panager.agent.errors import AuthRequired, ToolError
+from panager.clock import Clock
+from panager.config import Settings
+from panager.services.google_oauth import (
+    CALENDAR_SCOPE,
+    CALLBACK_PATH,
+    SCOPE_NAMES,
+    SCOPES,
+    STATE_TTL,
+    TASKS_SCOPE,
+    GoogleEndpoints,
+    LinkOutcome,
+    OAuthFlow,
+    Tokens,
+)
+from panager.services.sealing import InvalidToken, Sealer
+
+__all__ = [
+    "CALENDAR_SCOPE",
+    "CALLBACK_PATH",
+    "NOT_CONFIGURED",
+    "SCOPE_NAMES",
+    "STATE_TTL",
+    "TASKS_SCOPE",
+    "GoogleAccount",
+    "GoogleAuthRequired",
+    "GoogleEndpoints",
+    "GoogleService",
+    "LinkOutcome",
+]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PENDING_MAX_AGE = timedelta(hours=1)
+NOT_CONFIGURED = (
+    "Google Calendar and Tasks are not configured on this Panager instance: the admin must "
+    "set GOOGLE_CLIENT_ID and GOOGLE_CLIENT_SECRET (see docs/google.md)."
+)
+RECONNECT_MESSAGE = (
+    "Google no longer accepts my access to your account (it was revoked or expired), "
+    "so you need to connect it again."
+)
+# Libraries that print tokens at DEBUG level; they must never reach a log.
+_SECRET_LOGGERS = (
+    "requests_oauthlib",
+    "oauthlib",
+    "google.auth",
+    "google.oauth2",
+    "google_auth_httplib2",
+)
+
+
+class GoogleAuthRequired(AuthRequired):
+    """The user has no usable Google link; the turn ends with a link to connect it."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__("Google", "", message)
+
+
+@dataclass(frozen=True)
+class GoogleAccount:
+    """A user's linked Google account (tokens stay sealed in the database)."""
+
+    user_id: int
+    email: str | None
+    scopes: tuple[str, ...]
+    status: str
+    connected_at: datetime
+
+    @property
+    def connected(self) -> bool:
+        """True while Google accepts our tokens."""
+        return self.status == "connected"
+
+
+UPSERT_ACCOUNT = """
+INSERT INTO google_accounts (user_id, email, token_ciphertext, scopes, status,
+                             connected_at, disconnected_at, updated_at)
+VALUES (%(user_id)s, %(email)s, %(sealed)s, %(scopes)s, 'connected', %(now)s, NULL, %(now)s)
+ON CONFLICT (user_id) DO UPDATE
+   SET email = COALESCE(EXCLUDED.email, google_accounts.email),
+       token_ciphertext = EXCLUDED.token_ciphertext, scopes = EXCLUDED.scopes,
+       status = 'connected', connected_at = EXCLUDED.connected_at,
+       disconnected_at = NULL, updated_at = EXCLUDED.updated_at
+"""
+GET_ACCOUNT = "SELECT * FROM google_accounts WHERE user_id = %s"
+SAVE_REFRESHED = """
+UPDATE google_accounts SET token_ciphertext = %s, refreshed_at = %s, updated_at = %s
+ WHERE user_id = %s AND status = 'connected'
+"""
+MARK_DISCONNECTED = """
+UPDATE google_accounts SET status = 'disconnected', disconnected_at = %s, updated_at = %s
+ WHERE user_id = %s AND status = 'connected'
+"""
+DELETE_ACCOUNT = "DELETE FROM google_accounts WHERE user_id = %s"
+DELETE_OPEN_STATES = "DELETE FROM oauth_states WHERE user_id = %s AND used_at IS NULL"
+INSERT_PENDING = "INSERT INTO pending_messages (user_id, text, created_at) VALUES (%s, %s, %s)"
+CLAIM_PENDING = """
+UPDATE pending_messages SET replayed_at = %s
+ WHERE user_id = %s AND replayed_at IS NULL
+RETURNING id, text, created_at
+"""
+DELETE_PENDING = "DELETE FROM pending_messages WHERE user_id = %s AND replayed_at IS NULL"
+
+
+def quiet_secret_loggers() -> None:
+    """Keep libraries that log token bodies at DEBUG from ever doing so."""
+    for name in _SECRET_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET or logger.level < logging.WARNING:
+            logger.setLevel(logging.WARNING)
+
+
+def _account(row: dict | None) -> GoogleAccount | None:
+    if row is None:
+        return None
+    return GoogleAccount(
+        row["user_id"], row["email"], tuple(row["scopes"]), row["status"], row["connected_at"]
+    )
+
+
+class GoogleService:
+    """Links users' Google accounts and runs Calendar/Tasks calls with their tokens."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        settings: Settings,
+        clock: Clock,
+        endpoints: GoogleEndpoints | None = None,
+    ) -> None:
+        if not settings.google_configured or not settings.secret_key:
+            raise ValueError("GoogleService needs the Google client and PANAGER_SECRET_KEY")
+        self.pool = pool
+        self.clock = clock
+        self.client_id = settings.google_client_id or ""
+        self._client_secret = settings.google_client_secret or ""
+        self._sealer = Sealer(settings.secret_key)
+        self.oauth = OAuthFlow(
+            pool,
+            clock,
+            self._sealer,
+            self.client_id,
+            self._client_secret,
+            settings.public_url.rstrip("/") + CALLBACK_PATH,
+            endpoints or GoogleEndpoints(),
+        )
+        quiet_secret_loggers()
+
+    @property
+    def endpoints(self) -> GoogleEndpoints:
+        """Google's URLs (shared with the OAuth flow)."""
+        return self.oauth.endpoints
+
+    @endpoints.setter
+    def endpoints(self, value: GoogleEndpoints) -> None:
+        self.oauth.endpoints = value
+
+    # -- linking --------------------------------------------------------------------------
+
+    async def create_link(self, user_id: int) -> str:
+        """A fresh consent URL bound to `user_id`, valid for STATE_TTL and usable once."""
+        return await self.oauth.create_link(user_id)
+
+    async def complete_link(
+        self, *, state: str | None, code: str | None, error: str | None = None
+    ) -> LinkOutcome:
+        """Finish the OAuth callback: validate `state`, exchange `code`, store the tokens."""
+        claimed = await self.oauth.claim_state(state)
+        if isinstance(claimed, LinkOutcome):
+            return claimed
+        user_id, verifier = claimed
+        if error or not code:
+            return LinkOutcome(False, "denied", user_id)
+        try:
+            tokens = await asyncio.to_thread(self.oauth.exchange, code, verifier)
+        except Exception as exc:  # the reason is logged without the code or any token
+            log.warning("Google code exchange failed for user %s (%s)", user_id, type(exc).__name__)
+            return LinkOutcome(False, "exchange_failed", user_id)
+        scopes = tuple(s for s in SCOPES if s in tokens.granted)
+        if not scopes:
+            await self._revoke(tokens.refresh_token or tokens.access_token)
+            return LinkOutcome(False, "no_scopes", user_id)
+        if not tokens.refresh_token:
+            return LinkOutcome(
+                False, "no_refresh_token", user_id, retry_link=await self.create_link(user_id)
+            )
+        email = await asyncio.to_thread(self._primary_email, tokens, scopes)
+        await self._store(user_id, tokens, scopes, email)
+        log.info("Google account linked for user %s", user_id)
+        return LinkOutcome(True, "linked", user_id, email, scopes)
+
+    def _primary_email(self, tokens: Tokens, scopes: tuple[str, ...]) -> str | None:
+        """The account's address (the primary calendar's id); None when unavailable."""
+        from panager.services.google_api import GoogleClients
+
+        if CALENDAR_SCOPE not in scopes:
+            return None
+        clients = GoogleClients(self._credentials(tokens), self.endpoints)
+        try:
+            entry = clients.calendar.calendarList().get(calendarId="primary").execute()
+            return entry.get("id")
+        except Exception as exc:
+            log.info("could not read the linked account's address (%s)", type(exc).__name__)
+            return None
+        finally:
+            clients.close()
+
+    async def _store(
+        self, user_id: int, tokens: Tokens, scopes: tuple[str, ...], email: str | None
+    ) -> None:
+        params = {
+            "user_id": user_id,
+            "email": email,
+            "sealed": self._sealer.seal(tokens.dumps()),
+            "scopes": list(scopes),
+            "now": self.clock.now(),
+        }
+        async with self.pool.connection() as conn:
+            await conn.execute(UPSERT_ACCOUNT, params)
+
+    # -- accounts -------------------------------------------------------------------------
+
+    async def account(self, user_id: int) -> GoogleAccount | None:
+        """The user's linked account, or None."""
+        async with self.pool.connection() as conn:
+            return _account(await (await conn.execute(GET_ACCOUNT, (user_id,))).fetchone())
+
+    async def disconnect(self, user_id: int) -> bool:
+        """Revoke the grant at Google and delete the tokens; False when nothing was linked."""
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(GET_ACCOUNT, (user_id,))).fetchone()
+            if row is None:
+                return False
+            tokens = self._open_tokens(user_id, row["token_ciphertext"])
+            async with conn.transaction():
+                await conn.execute(DELETE_ACCOUNT, (user_id,))
+                await conn.execute(DELETE_PENDING, (user_id,))
+                await conn.execute(DELETE_OPEN_STATES, (user_id,))
+        if tokens is not None:
+            await self._revoke(tokens.refresh_token or tokens.access_token)
+        log.info("Google account disconnected for user %s", user_id)
+        return True
+
+    async def _revoke(self, token: str | None) -> None:
+        """Ask Google to revoke the grant; failures are logged (without the token) and ignored."""
+        if not token:
+            return
+        import aiohttp
+
+        try:
+            timeout = aiohttp.ClientTimeout(total=10)
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as session,
+                session.post(self.endpoints.revoke_uri, data={"token": token}) as response,
+            ):
+                if response.status >= 400:
+                    log.info("Google revoke answered HTTP %s", response.status)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("could not reach Google to revoke a grant (%s)", type(exc).__name__)
+
+    def _open_tokens(self, user_id: int, sealed: str) -> Tokens | None:
+        try:
+            return Tokens.loads(self._sealer.open(sealed))
+        except (InvalidToken, ValueError, KeyError):
+            log.warning(
+                "stored Google tokens of user %s cannot be decrypted (PANAGER_SECRET_KEY "
+                "changed?); the user must link again",
+                user_id,
+            )
+            return None
+
+    # -- pending messages -----------------------------------------------------------------
+
+    async def add_pending(self, user_id: int, text: str) -> None:
+        """Keep a message to answer once the user has linked Google."""
+        async with self.pool.connection() as conn:
+            await conn.execute(INSERT_PENDING, (user_id, text, self.clock.now()))
+
+    async def claim_pending(self, user_id: int) -> list[str]:
+        """Take the user's pending messages (oldest first, recent ones only); each once."""
+        now = self.clock.now()
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(CLAIM_PENDING, (now, user_id))).fetchall()
+        rows.sort(key=lambda r: (r["created_at"], r["id"]))
+        texts: list[str] = []
+        for row in rows:
+            if now - row["created_at"] <= PENDING_MAX_AGE and row["text"] not in texts:
+                texts.append(row["text"])
+        return texts
+
+    # -- API calls ------------------------------------------------------------------------
+
+    async def call(self, user_id: int, scope: str, operation: Callable[[Any], T]) -> T:
+        """Run `operation(GoogleClients)` in a thread with the user's own credentials."""
+        tokens = await self._usable_tokens(user_id, scope)
+        credentials = self._credentials(tokens)
+        try:
+            return await asyncio.to_thread(self._run, credentials, operation)
+        except RefreshError as exc:
+            if "invalid_grant" in str(exc):
+                await self._mark_disconnected(user_id)
+                raise GoogleAuthRequired(RECONNECT_MESSAGE) from None
+            raise ToolError("Google refused to refresh access; try again in a moment.") from None
+        except HttpError as exc:
+            await self._raise_for_http(user_id, exc)
+            raise
+        except (TransportError, OSError) as exc:
+            raise ToolError(
+                f"Google could not be reached ({type(exc).__name__}); try again in a moment."
+            ) from None
+        finally:
+            if credentials.token != tokens.access_token:
+                await self._save_refreshed(user_id, credentials)
+
+    async def _usable_tokens(self, user_id: int, scope: str) -> Tokens:
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(GET_ACCOUNT, (user_id,))).fetchone()
+        if row is None:
+            raise GoogleAuthRequired()
+        if row["status"] != "connected":
+            raise GoogleAuthRequired(RECONNECT_MESSAGE)
+        tokens = self._open_tokens(user_id, row["token_ciphertext"])
+        if tokens is None:
+            raise GoogleAuthRequired()
+        if scope not in row["scopes"]:
+            name = SCOPE_NAMES.get(scope, scope)
+            raise ToolError(
+                f"The user's Google link does not include {name} access. They can run "
+                f"/connect google and allow {name} to use this."
+            )
+        return tokens
+
+    def _credentials(self, tokens: Tokens) -> Credentials:
+        return Credentials(
+            token=tokens.access_token,
+            refresh_token=tokens.refresh_token,
+            token_uri=self.endpoints.token_uri,
+            client_id=self.client_id,
+            client_secret=self._client_secret,
+            expiry=tokens.expiry,
+        )
+
+    def _run(self, credentials: Credentials, operation: Callable[[Any], T]) -> T:
+        from panager.services.google_api import GoogleClients
+
+        clients = GoogleClients(credentials, self.endpoints)
+        try:
+            return operation(clients)
+        finally:
+            clients.close()
+
+    async def _raise_for_http(self, user_id: int, exc: HttpError) -> None:
+        status = exc.resp.status
+        if status == 401:
+            await self._mark_disconnected(user_id)
+            raise GoogleAuthRequired(RECONNECT_MESSAGE) from None
+        reason = _http_reason(exc)
+        if status == 403:
+            raise ToolError(
+                f"Google refused this ({reason}). If access is missing, the user can run "
+                "/connect google again and allow Calendar and Tasks."
+            ) from None
+        if status == 429 or status >= 500:
+            raise ToolError(f"Google is busy (HTTP {status}); try again in a moment.") from None
+        raise ToolError(f"Google rejected the request (HTTP {status}: {reason}).") from None
+
+    async def _save_refreshed(self, user_id: int, credentials: Credentials) -> None:
+        """Persist a token google-auth refreshed during a call (sealed, like all tokens)."""
+        tokens = Tokens(credentials.token, credentials.refresh_token, credentials.expiry)
+        now = self.clock.now()
+        try:
+            async with self.pool.connection() as conn:
+                await conn.execute(
+                    SAVE_REFRESHED, (self._sealer.seal(tokens.dumps()), now, now, user_id)
+                )
+        except Exception as exc:
+            log.warning("could not save a refreshed Google token (%s)", type(exc).__name__)
+
+    async def _mark_disconnected(self, user_id: int) -> None:
+        now = self.clock.now()
+        async with self.pool.connection() as conn:
+            await conn.execute(MARK_DISCONNECTED, (now, now, user_id))
+        log.info("Google refused the grant of user %s; marked disconnected", user_id)
+
+
+def _http_reason(exc: HttpError) -> str:
+    try:
+        reason = exc._get_reason()  # the message Google put in the error body
+    except Exception:
+        reason = ""
+    return (reason or "no details").strip()[:200]

@@ -1,0 +1,225 @@
+"""The OAuth 2 web flow for Google: consent links and the callback's code exchange.
+
+A link's `state` is a random nonce plus an HMAC over (nonce, user, expiry).
+Only the nonce's SHA-256 is stored, with the user, the expiry and the PKCE
+verifier (encrypted), in `oauth_states` — so any process can finish the flow,
+and neither a database reader nor a log reader can rebuild a usable state.
+The callback checks, in order: a state row exists and the signature matches
+(else "forged"), it was not used ("replayed"), it has not expired
+("expired"); then it marks the state used in the same statement that checks
+it, so two concurrent callbacks cannot both pass.
+
+Links always ask for offline access with forced consent, so Google returns a
+refresh token every time. google-auth-oauthlib's `Flow` makes the PKCE pair.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from psycopg_pool import AsyncConnectionPool
+
+from panager.clock import Clock
+from panager.services.sealing import InvalidToken, Sealer
+
+log = logging.getLogger(__name__)
+
+CALENDAR_SCOPE = "https://www.googleapis.com/auth/calendar"
+TASKS_SCOPE = "https://www.googleapis.com/auth/tasks"
+SCOPES = (CALENDAR_SCOPE, TASKS_SCOPE)
+SCOPE_NAMES = {CALENDAR_SCOPE: "Calendar", TASKS_SCOPE: "Tasks"}
+STATE_TTL = timedelta(minutes=10)
+CALLBACK_PATH = "/oauth/google/callback"
+
+INSERT_STATE = """
+INSERT INTO oauth_states (state_hash, user_id, code_verifier, created_at, expires_at)
+VALUES (%s, %s, %s, %s, %s)
+"""
+PRUNE_STATES = """
+DELETE FROM oauth_states
+ WHERE user_id = %s AND (used_at IS NOT NULL OR expires_at < %s)
+"""
+GET_STATE = "SELECT * FROM oauth_states WHERE state_hash = %s"
+USE_STATE = """
+UPDATE oauth_states SET used_at = %s
+ WHERE state_hash = %s AND user_id = %s AND used_at IS NULL
+RETURNING user_id
+"""
+
+
+@dataclass(frozen=True)
+class GoogleEndpoints:
+    """Where Google lives; tests point these at a local fake."""
+
+    auth_uri: str = "https://accounts.google.com/o/oauth2/auth"
+    token_uri: str = "https://oauth2.googleapis.com/token"
+    revoke_uri: str = "https://oauth2.googleapis.com/revoke"
+    calendar_api: str | None = None  # None: the client library's default endpoint
+    tasks_api: str | None = None
+
+
+@dataclass(frozen=True)
+class LinkOutcome:
+    """What a callback achieved; `reason` picks the page the user sees."""
+
+    ok: bool
+    reason: str  # linked | missing_state | forged | expired | replayed | denied |
+    #              exchange_failed | no_scopes | no_refresh_token
+    user_id: int | None = None
+    email: str | None = None
+    scopes: tuple[str, ...] = ()
+    retry_link: str | None = None
+
+
+@dataclass
+class Tokens:
+    """OAuth tokens of one account; only ever stored sealed."""
+
+    access_token: str | None
+    refresh_token: str | None
+    expiry: datetime | None  # naive UTC, as google-auth wants it
+    granted: frozenset[str] = frozenset()
+
+    def dumps(self) -> str:
+        """JSON for sealing (the granted scopes are stored in the clear elsewhere)."""
+        expiry = self.expiry.isoformat() if self.expiry else None
+        return json.dumps({"a": self.access_token, "r": self.refresh_token, "e": expiry})
+
+    @classmethod
+    def loads(cls, text: str) -> Tokens:
+        """The inverse of dumps."""
+        data = json.loads(text)
+        expiry = datetime.fromisoformat(data["e"]) if data.get("e") else None
+        return cls(data.get("a"), data.get("r"), expiry)
+
+    @classmethod
+    def from_response(cls, token: dict) -> Tokens:
+        """From oauthlib's parsed token response."""
+        granted = token.get("scope") or []
+        granted = granted.split() if isinstance(granted, str) else granted
+        expires_at = token.get("expires_at")
+        expiry = (
+            datetime.fromtimestamp(float(expires_at), UTC).replace(tzinfo=None)
+            if expires_at
+            else None
+        )
+        return cls(
+            token.get("access_token"), token.get("refresh_token"), expiry, frozenset(granted)
+        )
+
+
+def _state_hash(nonce: str) -> str:
+    return hashlib.sha256(nonce.encode("utf-8")).hexdigest()
+
+
+def _state_message(nonce: str, user_id: int, expires_at: datetime) -> str:
+    return f"google|{nonce}|{user_id}|{int(expires_at.timestamp())}"
+
+
+class OAuthFlow:
+    """Creates consent links and validates callbacks; stores nothing but `oauth_states`."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        clock: Clock,
+        sealer: Sealer,
+        client_id: str,
+        client_secret: str,
+        redirect_uri: str,
+        endpoints: GoogleEndpoints,
+    ) -> None:
+        self.pool = pool
+        self.clock = clock
+        self.sealer = sealer
+        self.client_id = client_id
+        self._client_secret = client_secret
+        self.redirect_uri = redirect_uri
+        self.endpoints = endpoints
+
+    def client_config(self) -> dict:
+        """The `{"web": ...}` client-secrets mapping google-auth-oauthlib expects."""
+        return {
+            "web": {
+                "client_id": self.client_id,
+                "client_secret": self._client_secret,
+                "auth_uri": self.endpoints.auth_uri,
+                "token_uri": self.endpoints.token_uri,
+                "redirect_uris": [self.redirect_uri],
+            }
+        }
+
+    def _flow(self, verifier: str | None = None):
+        from google_auth_oauthlib.flow import Flow
+
+        return Flow.from_client_config(
+            self.client_config(),
+            scopes=list(SCOPES),
+            redirect_uri=self.redirect_uri,
+            code_verifier=verifier,
+            autogenerate_code_verifier=verifier is None,
+        )
+
+    async def create_link(self, user_id: int) -> str:
+        """A fresh consent URL bound to `user_id`, valid for STATE_TTL and usable once."""
+        now = self.clock.now()
+        expires_at = (now + STATE_TTL).replace(microsecond=0)
+        nonce = secrets.token_urlsafe(24)
+        state = f"{nonce}.{self.sealer.sign(_state_message(nonce, user_id, expires_at))}"
+        flow = self._flow()
+        try:
+            url, _ = flow.authorization_url(access_type="offline", prompt="consent", state=state)
+        finally:
+            flow.oauth2session.close()
+        sealed_verifier = self.sealer.seal(flow.code_verifier or "")
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(PRUNE_STATES, (user_id, now - timedelta(days=1)))
+            await conn.execute(
+                INSERT_STATE, (_state_hash(nonce), user_id, sealed_verifier, now, expires_at)
+            )
+        return url
+
+    async def claim_state(self, state: str | None) -> tuple[int, str] | LinkOutcome:
+        """(user id, PKCE verifier) of a valid, now used, state — or why it is refused."""
+        nonce, _, signature = (state or "").partition(".")
+        if not nonce or not signature:
+            return LinkOutcome(False, "missing_state" if not state else "forged")
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(GET_STATE, (_state_hash(nonce),))).fetchone()
+            if row is None or not self.sealer.verify(
+                _state_message(nonce, row["user_id"], row["expires_at"]), signature
+            ):
+                return LinkOutcome(False, "forged")
+            user_id = row["user_id"]
+            if row["used_at"] is not None:
+                return LinkOutcome(False, "replayed", user_id)
+            now = self.clock.now()
+            if now > row["expires_at"]:
+                return LinkOutcome(False, "expired", user_id)
+            used = await (
+                await conn.execute(USE_STATE, (now, _state_hash(nonce), user_id))
+            ).fetchone()
+        if used is None:  # another request used it a moment ago
+            return LinkOutcome(False, "replayed", user_id)
+        try:
+            return user_id, self.sealer.open(row["code_verifier"])
+        except InvalidToken:
+            return LinkOutcome(False, "forged", user_id)
+
+    def exchange(self, code: str, verifier: str) -> Tokens:
+        """Swap the authorization code for tokens (blocking: run it in a thread)."""
+        flow = self._flow(verifier)
+        try:
+            token = flow.fetch_token(code=code, timeout=30)
+        except Warning as narrowed:  # oauthlib raises when fewer scopes were granted
+            token = getattr(narrowed, "token", None)
+            if token is None:
+                raise
+        finally:
+            flow.oauth2session.close()
+        return Tokens.from_response(dict(token))
