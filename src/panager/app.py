@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 INSTALLERS: list[str] = [
     "panager.agent.scheduling:install",
     "panager.services.memory:install",
+    "panager.agent.google_link:install",
 ]
 
 

@@ -145,4 +145,5 @@ def _load_modules() -> None:
 COMMAND_MODULES: list[str] = [
     "panager.agent.commands.schedule",
     "panager.agent.commands.memory",
+    "panager.agent.commands.google",
 ]

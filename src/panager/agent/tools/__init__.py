@@ -13,6 +13,7 @@ from collections.abc import Callable
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
+from panager.agent.tools.google import google_tools
 from panager.agent.tools.memory import memory_tools
 from panager.agent.tools.profile import profile_tools
 from panager.agent.tools.schedule import schedule_tools
@@ -24,6 +25,7 @@ TOOL_FACTORIES: list[ToolFactory] = [
     profile_tools,
     schedule_tools,
     memory_tools,
+    google_tools,
 ]
 
 

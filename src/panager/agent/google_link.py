@@ -1,0 +1,163 @@
+"""The Google feature's wiring: the service, the link hook, and the replay after linking.
+
+When a Google tool finds no usable link, the tools node calls the hook
+installed here: it stores the user's message in `pending_messages` and returns
+a fresh consent link. After a successful callback (in whichever process
+serves it) `replay_pending` prepares the thread and runs the graph again with
+no new input — the user's message is already in the thread — then delivers
+the answer through the messenger.
+
+Preparing the thread: the failed Google results of the linking turn are
+rewritten to say "linked now, call again" and the trailing link reply is
+removed, so the model continues the original request with the full context
+and results of other tools intact. If the conversation has moved on since (or
+several requests are pending), a short note naming them is added instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage, ToolMessage
+
+from panager.agent.errors import AuthRequired
+from panager.agent.state import TurnContext
+from panager.agent.tools.google import GOOGLE_TOOL_NAMES
+from panager.config import ConfigError
+from panager.services.google import GoogleAuthRequired, GoogleService
+
+if TYPE_CHECKING:
+    from panager.app import App
+    from panager.services.users import User
+
+log = logging.getLogger(__name__)
+
+RETRY_RESULT = json.dumps(
+    {"error": "Google was not linked when this ran. The user has linked it now: call again."}
+)
+REPLAY_NOTE = (
+    "[Google account linked just now — this note is from Panager, not a message from the "
+    "user] Please finish the request(s) that needed Google: {requests}"
+)
+LINKED_TEXT = "✅ Google Calendar and Tasks are connected{who}."
+REPLAY_PREFIX = "✅ Google is connected. "
+
+
+async def install(app: App) -> None:
+    """Create the Google service when configured and hook the graph's link handling."""
+    settings = app.settings
+    if not settings.google_configured:
+        return  # deps.google stays None: the tools explain that Google is not configured
+    if not settings.secret_key:
+        raise ConfigError(
+            "PANAGER_SECRET_KEY is not set: it is required once Google is configured "
+            "(generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    service = GoogleService(app.pool, settings, app.clock)
+    app.deps.google = service
+    nodes = app.graph_nodes
+    nodes.on_auth_required = auth_hook(service, nodes.on_auth_required)
+
+
+def auth_hook(service: GoogleService, fallback: Any = None):
+    """The graph's `on_auth_required`: keep the message for replay, hand out a link."""
+
+    async def on_auth_required(ctx: TurnContext, auth: AuthRequired) -> str | None:
+        if not isinstance(auth, GoogleAuthRequired):
+            return await fallback(ctx, auth) if fallback is not None else None
+        if ctx.user_text and not ctx.is_system_trigger:
+            try:
+                await service.add_pending(ctx.user.id, ctx.user_text)
+            except Exception:
+                log.exception("could not store the pending message of user %s", ctx.user.id)
+        return await service.create_link(ctx.user.id)
+
+    return on_auth_required
+
+
+async def replay_pending(app: App, user_id: int) -> bool:
+    """After linking: answer the user's pending messages and deliver the answer."""
+    service: GoogleService = app.deps.google
+    user = await app.deps.users.get(user_id)
+    if user is None:
+        return False
+    texts = await service.claim_pending(user_id)
+    if not texts:
+        account = await service.account(user_id)
+        who = f" ({account.email})" if account and account.email else ""
+        return await _deliver(app, user, LINKED_TEXT.format(who=who))
+    await prepare_thread(app, user, texts)
+    result = await app.assistant.run_turn(user, texts[-1], replay=True)
+    return await _deliver(app, user, REPLAY_PREFIX + result.text, result.link)
+
+
+async def _deliver(app: App, user: User, text: str, link: dict | None = None) -> bool:
+    delivered = await app.deps.messenger.send(user, text, link=link)
+    if not delivered:
+        log.warning("no front end in this process could deliver to user %s", user.id)
+    return delivered
+
+
+async def prepare_thread(app: App, user: User, texts: Sequence[str]) -> None:
+    """Rewrite the linking turn so a replay with no new input finishes the request."""
+    assistant = app.assistant
+    config = assistant.config_for(user)
+    snapshot = await assistant.graph.aget_state(config)
+    messages = list((snapshot.values or {}).get("messages", []))
+    auth_uri = app.deps.google.endpoints.auth_uri
+    updates: list[Any] = [_retry(m) for m in _failed_google_results(messages, auth_uri)]
+    last = messages[-1] if messages else None
+    trailing_link = _is_google_link(last, auth_uri)
+    if trailing_link:
+        updates.append(RemoveMessage(id=last.id))
+    if not trailing_link or len(texts) > 1:
+        quoted = "; ".join(json.dumps(t, ensure_ascii=False) for t in texts)
+        updates.append(
+            HumanMessage(
+                REPLAY_NOTE.format(requests=quoted),
+                name="panager",
+                additional_kwargs={"panager_replay": True},
+                id=str(uuid.uuid4()),
+            )
+        )
+    await assistant.graph.aupdate_state(config, {"messages": updates}, as_node="tools")
+
+
+def _is_google_link(message: AnyMessage | None, auth_uri: str) -> bool:
+    if not isinstance(message, AIMessage):
+        return False
+    link = message.additional_kwargs.get("panager_link") or {}
+    return str(link.get("url", "")).startswith(auth_uri)
+
+
+def _failed_google_results(messages: Sequence[AnyMessage], auth_uri: str) -> list[ToolMessage]:
+    """Error results of Google tools in the tool rounds that ended with a Google link."""
+    found: list[ToolMessage] = []
+    for index, message in enumerate(messages):
+        if not _is_google_link(message, auth_uri):
+            continue
+        back = index - 1
+        while back >= 0 and isinstance(messages[back], ToolMessage):
+            result = messages[back]
+            if (
+                result.status == "error"
+                and result.name in GOOGLE_TOOL_NAMES
+                and result.content != RETRY_RESULT
+            ):
+                found.append(result)
+            back -= 1
+    return found
+
+
+def _retry(result: ToolMessage) -> ToolMessage:
+    return ToolMessage(
+        content=RETRY_RESULT,
+        tool_call_id=result.tool_call_id,
+        name=result.name,
+        status="error",
+        id=result.id,
+    )

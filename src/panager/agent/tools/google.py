@@ -1,0 +1,291 @@
+"""Google Calendar and Tasks tools (SPEC §2), bound to one user by closure.
+
+Tools validate and translate arguments (times without an offset are in the
+user's zone; a bare date means an all-day event or a due date), then hand a
+synchronous operation from `services.google_api` to `GoogleService.call`,
+which runs it with this user's tokens only. When the user has not linked
+Google, the service raises `GoogleAuthRequired` and the graph answers with a
+link instead; when the instance has no Google client, the tools say so.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from functools import partial
+from typing import Any
+
+from langchain_core.tools import BaseTool, tool
+
+from panager.agent.deps import AgentDeps
+from panager.agent.errors import ToolError
+from panager.services import google_api as api
+from panager.services.google import CALENDAR_SCOPE, NOT_CONFIGURED, TASKS_SCOPE
+from panager.services.users import User
+
+GOOGLE_TOOL_NAMES = frozenset(
+    {
+        "task_list",
+        "task_create",
+        "task_update",
+        "task_delete",
+        "calendar_list_events",
+        "calendar_create_event",
+        "calendar_update_event",
+        "calendar_delete_event",
+    }
+)
+DEFAULT_WINDOW = timedelta(days=7)
+MAX_TITLE = 1_000
+MAX_TEXT = 8_000
+
+
+def parse_time(value: str, zone: Any, what: str) -> date | datetime:
+    """A date, or an aware datetime (no offset: the user's zone), from ISO 8601 text."""
+    text = (value or "").strip()
+    try:
+        if len(text) == 10:
+            return date.fromisoformat(text)
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ToolError(
+            f"Could not read {what} {value!r}. Use ISO 8601: '2026-11-25T09:00' (local time in "
+            f"{zone.key}), '2026-11-25T09:00+09:00' (explicit offset) or '2026-11-25' (a date)."
+        ) from None
+    return moment.replace(tzinfo=zone) if moment.tzinfo is None else moment
+
+
+def _day(value: date | datetime, zone: Any) -> date:
+    return value.astimezone(zone).date() if isinstance(value, datetime) else value
+
+
+def _range_start(value: date | datetime, zone: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value
+    return datetime.combine(value, datetime.min.time(), zone)
+
+
+def _text(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None:
+    if value is not None and len(value) > limit:
+        raise ToolError(f"{what} is {len(value):,} characters; keep it under {limit:,}.")
+    return value
+
+
+def _title(value: str) -> str:
+    title = (value or "").strip()
+    if not title:
+        raise ToolError("title must not be empty.")
+    return _text(title, "title", MAX_TITLE) or title
+
+
+def _calendar_id(value: str | None) -> str:
+    return (value or "primary").strip() or "primary"
+
+
+def list_window(start: str | None, end: str | None, zone: Any, now: datetime) -> tuple:
+    """(from, to) instants for a listing; a bare end date includes that whole day."""
+    lo = _range_start(parse_time(start, zone, "start"), zone) if start else now
+    if not end:
+        return lo, lo + DEFAULT_WINDOW
+    parsed = parse_time(end, zone, "end")
+    hi = parsed if isinstance(parsed, datetime) else _range_start(parsed + timedelta(days=1), zone)
+    if hi <= lo:
+        raise ToolError("end must be after start.")
+    return lo, hi
+
+
+def _optional_fields(description: str | None, location: str | None) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    if description is not None:
+        fields["description"] = _text(description, "description")
+    if location is not None:
+        fields["location"] = _text(location, "location", MAX_TITLE)
+    return fields
+
+
+def event_body(
+    title: str, start: str, end: str, description: str | None, location: str | None, zone: Any
+) -> dict[str, Any]:
+    """The Calendar insert body for a new event (validated)."""
+    first, last = parse_time(start, zone, "start"), parse_time(end, zone, "end")
+    api.check_order(first, last)
+    body = {
+        "summary": _title(title),
+        "start": api.event_time(first, zone),
+        "end": api.event_time(last, zone, end=True),
+    }
+    body.update({k: v for k, v in _optional_fields(description, location).items() if v})
+    return body
+
+
+def event_patch(
+    title: str | None,
+    start: str | None,
+    end: str | None,
+    description: str | None,
+    location: str | None,
+    zone: Any,
+) -> tuple[dict[str, Any], tuple]:
+    """(fields to patch, (new start, new end)) for calendar_update_event."""
+    fields = _optional_fields(description, location)
+    if title is not None:
+        fields["summary"] = _title(title)
+    first = parse_time(start, zone, "start") if start else None
+    last = parse_time(end, zone, "end") if end else None
+    if not fields and first is None and last is None:
+        raise ToolError("Nothing to change: give title, start, end, description or location.")
+    return fields, (first, last)
+
+
+def _due(due: str, zone: Any) -> str | None:
+    return api.task_due(_day(parse_time(due, zone, "due"), zone)) if due else None
+
+
+def task_body(title: str, due: str | None, notes: str | None, zone: Any) -> dict[str, Any]:
+    """The Tasks insert body for a new task (validated)."""
+    body: dict[str, Any] = {"title": _title(title)}
+    if due:
+        body["due"] = _due(due, zone)
+    if notes:
+        body["notes"] = _text(notes, "notes")
+    return body
+
+
+def task_patch(
+    title: str | None, notes: str | None, due: str | None, completed: bool | None, zone: Any
+) -> dict[str, Any]:
+    """The Tasks patch body for task_update; an empty due clears the due date."""
+    body: dict[str, Any] = {}
+    if title is not None:
+        body["title"] = _title(title)
+    if notes is not None:
+        body["notes"] = _text(notes, "notes")
+    if due is not None:
+        body["due"] = _due(due, zone)
+    if completed is not None:
+        body["status"] = "completed" if completed else "needsAction"
+        if not completed:
+            body["completed"] = None
+    if not body:
+        raise ToolError("Nothing to change: give title, notes, due or completed.")
+    return body
+
+
+def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
+    """The eight Google tools for `user`."""
+    zone = user.zone
+
+    async def run(scope: str, operation: Any, *args: Any, **kwargs: Any) -> dict:
+        if deps.google is None:
+            raise ToolError(NOT_CONFIGURED)
+        return await deps.google.call(user.id, scope, partial(operation, *args, **kwargs))
+
+    @tool
+    async def calendar_list_events(start: str | None = None, end: str | None = None) -> dict:
+        """List events across all of the user's Google calendars, recurring events expanded.
+
+        start/end are ISO 8601 (no offset = the user's zone; a bare date covers that whole
+        day); the default is the next 7 days. Results carry event ids and calendar_id."""
+        lo, hi = list_window(start, end, zone, deps.clock.now())
+        return await run(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
+
+    @tool
+    async def calendar_create_event(
+        title: str,
+        start: str,
+        end: str,
+        description: str | None = None,
+        location: str | None = None,
+        calendar_id: str = "primary",
+    ) -> dict:
+        """Create a Google Calendar event.
+
+        start/end are ISO 8601 date-times (no offset = the user's zone), or both dates for an
+        all-day event (end = last day, inclusive). Creating the same event twice is harmless."""
+        body = event_body(title, start, end, description, location, zone)
+        cal = _calendar_id(calendar_id)
+        event_id = api.event_id_for(user.id, cal, body["summary"], body["start"], body["end"])
+        return await run(
+            CALENDAR_SCOPE,
+            api.create_event,
+            calendar_id=cal,
+            body=body,
+            event_id=event_id,
+            zone=zone,
+        )
+
+    @tool
+    async def calendar_update_event(
+        event_id: str,
+        calendar_id: str = "primary",
+        title: str | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        description: str | None = None,
+        location: str | None = None,
+    ) -> dict:
+        """Change an event: give its event_id (and calendar_id) plus only the fields to change.
+
+        Moving only the start keeps the event's duration. Times as in calendar_create_event."""
+        fields, times = event_patch(title, start, end, description, location, zone)
+        return await run(
+            CALENDAR_SCOPE,
+            api.update_event,
+            calendar_id=_calendar_id(calendar_id),
+            event_id=event_id.strip(),
+            fields=fields,
+            times=times,
+            zone=zone,
+        )
+
+    @tool
+    async def calendar_delete_event(event_id: str, calendar_id: str = "primary") -> dict:
+        """Delete an event by its event_id (and calendar_id, from calendar_list_events)."""
+        return await run(
+            CALENDAR_SCOPE,
+            api.delete_event,
+            calendar_id=_calendar_id(calendar_id),
+            event_id=event_id.strip(),
+        )
+
+    @tool
+    async def task_list(show_completed: bool = False) -> dict:
+        """List the user's Google Tasks (default list) with their ids; open tasks only unless
+        show_completed is true."""
+        return await run(TASKS_SCOPE, api.list_tasks, show_completed=show_completed, zone=zone)
+
+    @tool
+    async def task_create(title: str, due: str | None = None, notes: str | None = None) -> dict:
+        """Add a Google Task. due is an ISO 8601 date (Google Tasks keeps only the date)."""
+        body = task_body(title, due, notes, zone)
+        return await run(TASKS_SCOPE, api.create_task, body=body, zone=zone)
+
+    @tool
+    async def task_update(
+        task_id: str,
+        title: str | None = None,
+        notes: str | None = None,
+        due: str | None = None,
+        completed: bool | None = None,
+    ) -> dict:
+        """Change a Google Task by task_id: title, notes, due date (empty clears it), or
+        completed true/false."""
+        body = task_patch(title, notes, due, completed, zone)
+        return await run(
+            TASKS_SCOPE, api.update_task, task_id=task_id.strip(), body=body, zone=zone
+        )
+
+    @tool
+    async def task_delete(task_id: str) -> dict:
+        """Delete a Google Task by its task_id (from task_list)."""
+        return await run(TASKS_SCOPE, api.delete_task, task_id=task_id.strip())
+
+    return [
+        task_list,
+        task_create,
+        task_update,
+        task_delete,
+        calendar_list_events,
+        calendar_create_event,
+        calendar_update_event,
+        calendar_delete_event,
+    ]
