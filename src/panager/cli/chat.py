@@ -23,6 +23,7 @@ from panager.agent.scheduling import start_terminal_worker
 from panager.app import App
 from panager.config import Settings
 from panager.services.users import User
+from panager.web.server import start_for_terminal
 
 EXIT_WORDS = {"exit", "quit", "/q", "/quit", "/exit"}
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -285,7 +286,7 @@ async def start_background(app: App) -> None:
         await starter(app)
 
 
-BACKGROUND_STARTERS: list = [start_terminal_worker]
+BACKGROUND_STARTERS: list = [start_terminal_worker, start_for_terminal]
 
 
 async def ask_once(settings: Settings, text: str) -> bool:

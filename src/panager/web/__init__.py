@@ -1,0 +1,1 @@
+"""HTTP front end: OAuth callback, health check, metrics."""
