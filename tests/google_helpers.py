@@ -1,0 +1,103 @@
+"""Shared set-up for the Google tests: an app wired to FakeGoogle, its web server, a recorder."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from panager.agent.tools import build_tools
+from panager.services.google import CALLBACK_PATH, GoogleEndpoints
+from panager.web.server import WebServer, start_web
+from tests.fakes.google_server import FakeGoogle
+
+SECRET = "test-secret-key-for-google-tests"
+ALICE, BOB = "alice@example.com", "bob@example.com"
+
+
+class RecordingMessenger:
+    """Collects what the app delivers on its own (the replayed answers)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, str, dict | None]] = []
+        self.arrived = asyncio.Event()
+
+    async def send(self, user, text: str, *, link: dict | None = None) -> bool:
+        self.sent.append((user.id, text, link))
+        self.arrived.set()
+        return True
+
+    async def wait(self, count: int = 1, timeout: float = 15.0) -> list[tuple]:
+        async def enough() -> None:
+            while len(self.sent) < count:
+                self.arrived.clear()
+                await self.arrived.wait()
+
+        await asyncio.wait_for(enough(), timeout)
+        return self.sent
+
+
+@dataclass
+class GoogleHarness:
+    """One app (one "process") with Google pointed at the fake and its web server running."""
+
+    app: object
+    fake: FakeGoogle
+    server: WebServer
+    recorder: RecordingMessenger
+    extra: dict = field(default_factory=dict)
+
+    async def get(self, path_and_query: str) -> tuple[int, str, dict]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(self.server.url + path_and_query, allow_redirects=False) as response,
+        ):
+            return response.status, await response.text(), dict(response.headers)
+
+    async def follow(self, redirect: str) -> tuple[int, str]:
+        """The browser coming back from Google to our callback (whatever host it names)."""
+        status, body, _ = await self.get(f"{CALLBACK_PATH}?{urlsplit(redirect).query}")
+        return status, body
+
+    async def link(self, user, account: str = ALICE, **authorize) -> tuple[int, str]:
+        """Run the whole consent flow for `user` (as /connect google would)."""
+        url = await self.app.deps.google.create_link(user.id)
+        return await self.follow(await self.fake.authorize(url, account=account, **authorize))
+
+    def tools(self, user) -> dict:
+        return {t.name: t for t in build_tools(self.app.deps, user)}
+
+    async def sql(self, query: str, *params) -> list[dict]:
+        async with self.app.pool.connection() as conn:
+            return await (await conn.execute(query, params)).fetchall()
+
+
+def endpoints_of(fake: FakeGoogle) -> GoogleEndpoints:
+    return GoogleEndpoints(
+        auth_uri=fake.auth_uri,
+        token_uri=fake.token_uri,
+        revoke_uri=fake.revoke_uri,
+        calendar_api=fake.calendar_endpoint,
+        tasks_api=fake.tasks_endpoint,
+    )
+
+
+def google_settings(fake: FakeGoogle) -> dict:
+    return {
+        "google_client_id": fake.client_id,
+        "google_client_secret": fake.client_secret,
+        "secret_key": SECRET,
+        "public_url": "https://panager.example",
+        "http_port": 0,
+    }
+
+
+async def start_harness(make_app, fake: FakeGoogle, model=None, **overrides) -> GoogleHarness:
+    app = await make_app(model=model, **{**google_settings(fake), **overrides})
+    app.deps.google.endpoints = endpoints_of(fake)
+    recorder = RecordingMessenger()
+    app.deps.messenger.add(recorder)
+    server = await start_web(app)
+    return GoogleHarness(app, fake, server, recorder)
