@@ -14,9 +14,9 @@ from panager.services.memory import (
     MAX_CONTENT_CHARS,
     MemoryInputError,
     MemoryService,
-    fts_query,
     rrf_fuse,
 )
+from panager.services.memory_text import fts_query
 
 PAIRS = [
     json.loads(line)
@@ -188,9 +188,10 @@ async def test_recall_costs_no_embedding_for_users_without_memories(memory, alic
 
 
 def test_fts_query_terms():
-    assert fts_query("What is my Wi-Fi password?") == "'wi' | 'fi' | 'password':*"
-    assert fts_query("내 여동생 생일은 언제야?") == "'여동생':* | '생일':*"
-    assert fts_query("birthdays of my sisters") == "'birthday':* | 'sister':*"
+    assert fts_query("What is my Wi-Fi password?") == "'wi' & 'fi' & 'password':*"
+    assert fts_query("내 여동생 생일은 언제야?") == "'여동생':* & '생일':*"
+    assert fts_query("renewal of my allergies") == "'renew':* & 'allerg':*"
+    assert fts_query("아이 이름") == "'아이':* & '이름':*"
     assert fts_query("?! the") is None
 
 

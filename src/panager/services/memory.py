@@ -36,7 +36,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from panager.clock import Clock, SystemClock
 from panager.embeddings import Embedder
-from panager.services.memory_store import EmbedderChanged, choose_embedder, ensure_bound
+from panager.services.memory_store import (
+    EmbedderChanged,
+    choose_embedder,
+    ensure_bound,
+    read_meta,
+)
+from panager.services.memory_text import fts_query
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +206,7 @@ class MemoryService:
             embedder.name, DEFAULT_DEDUPE_THRESHOLD
         )
         self.ef_search = ef_search
+        self._bound = False  # the store is known to hold this embedder's vectors
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
     @classmethod
@@ -208,7 +215,16 @@ class MemoryService:
         config = settings.runtime
         if "memory_dedupe_threshold" in config.model_fields_set:
             kwargs.setdefault("dedupe_threshold", config.memory_dedupe_threshold)
-        return cls(pool, await choose_embedder(pool, settings), **kwargs)
+        service = cls(pool, await choose_embedder(pool, settings), **kwargs)
+        await service.check_bound()
+        return service
+
+    async def check_bound(self) -> bool:
+        """Whether the store records this service's embedder (then searches skip a check)."""
+        async with self.pool.connection() as conn:
+            meta = await read_meta(conn)
+        self._bound = meta is not None and meta.embedder == self.embedder.name
+        return self._bound
 
     # -- embedding ---------------------------------------------------------------------------
 
@@ -245,7 +261,9 @@ class MemoryService:
         _check_source(source)
         vector = (await self._embed([content]))[0]
         async with self._write(user_id, len(vector)) as conn:
-            return await self._store(conn, user_id, content, category, source, vector)
+            result = await self._store(conn, user_id, content, category, source, vector)
+        self._bound = True
+        return result
 
     async def save_many(
         self,
@@ -266,10 +284,12 @@ class MemoryService:
         vectors = await self._embed(texts)
         category = clean_category(category)
         async with self._write(user_id, len(vectors[0])) as conn:
-            return [
+            results = [
                 await self._store(conn, user_id, text, category, source, vector)
                 for text, vector in zip(texts, vectors, strict=True)
             ]
+        self._bound = True
+        return results
 
     @asynccontextmanager
     async def _write(self, user_id: int, dim: int | None = None) -> AsyncIterator[AsyncConnection]:
@@ -317,13 +337,12 @@ class MemoryService:
         if not query:
             raise MemoryInputError("query is empty; say what to look for.")
         limit = max(1, min(int(limit), MAX_SEARCH_LIMIT))
-        if not await self._has_any(user_id):
-            return []  # also keeps an unbound store's column size out of the way
+        if not self._bound and not await self._has_any(user_id):
+            return []  # nothing stored yet: the column may not have this embedder's size
         if mode != "text" and vector is None:
             vector = await self.embed_query(query)
         try:
-            async with self.pool.connection() as conn, conn.transaction():
-                return await self._search(conn, user_id, query, limit, mode, vector)
+            return await self._search(user_id, query, limit, mode, vector)
         except psycopg.errors.DataException as exc:
             log.warning("memory search failed: %s", exc)
             raise MemoryUnavailable(
@@ -335,16 +354,25 @@ class MemoryService:
         async with self.pool.connection() as conn:
             return (await (await conn.execute(HAS_ANY, (user_id,))).fetchone())["any"]
 
-    async def _search(self, conn, user_id, query, limit, mode, vector) -> list[MemoryHit]:
+    async def _search(self, user_id, query, limit, mode, vector) -> list[MemoryHit]:
+        """Both legs go out in one pipeline (one round trip); results are fused with RRF."""
         k = max(CANDIDATES, limit)
-        vec_rows = await self._nearest(conn, user_id, vector, k) if mode != "text" else []
+        terms = fts_query(query) if mode != "vector" else None
+        params = {"user": user_id, "v": vector, "k": k, "q": terms}
+        vec_cur = text_cur = None
+        async with self.pool.connection() as conn:
+            async with conn.pipeline(), conn.transaction():
+                if mode != "text":
+                    await conn.execute(SET_EF_SEARCH, (str(max(self.ef_search, k)),))
+                    vec_cur = await conn.execute(SEARCH_ANN, params)
+                if terms:
+                    text_cur = await conn.execute(SEARCH_TEXT, params)
+            vec_rows = await vec_cur.fetchall() if vec_cur else []
+            if vec_cur and len(vec_rows) < k:  # the shared index was starved by the user filter
+                vec_rows = await (await conn.execute(SEARCH_EXACT, params)).fetchall()
+            text_rows = await text_cur.fetchall() if text_cur else []
         if mode == "vector":
             return [_hit(r, r["similarity"]) for r in vec_rows[:limit]]
-        terms = fts_query(query)
-        text_rows = []
-        if terms:
-            params = {"user": user_id, "q": terms, "k": k}
-            text_rows = await (await conn.execute(SEARCH_TEXT, params)).fetchall()
         if mode == "text":
             return [_hit(r, r["rank"]) for r in text_rows[:limit]]
         return rrf_fuse([vec_rows, text_rows], limit)
@@ -362,7 +390,7 @@ class MemoryService:
 
     async def recall(self, user_id: int, query: str, limit: int = 5) -> list[MemoryHit]:
         """Memories to inject for this message (one embedding call; none if the user has none)."""
-        if limit <= 0 or not (query or "").strip():
+        if limit <= 0 or not (query or "").strip() or not await self._has_any(user_id):
             return []
         return await self.search(user_id, query[:MAX_CONTENT_CHARS], limit)
 
@@ -433,58 +461,6 @@ def rrf_fuse(rankings: Sequence[Sequence[dict]], limit: int, k: int = RRF_K) -> 
             rows.setdefault(row["id"], row)
     best = sorted(scores, key=lambda key: (-scores[key], str(key)))[:limit]
     return [_hit(rows[key], scores[key]) for key in best]
-
-
-# -- full-text query -----------------------------------------------------------------------
-
-_STOPWORD_TEXT = """
-    a an the i me my mine myself you your we our us they them their he him his she her it
-    its is are was were be been being am do does did doing have has had what when where who
-    whom which why how to of in on at for with about from by as into and or but not no so if
-    then than that this these those there here can could should would will shall may might
-    must any some all please tell remember know again also just get got let lets s t
-    나 내 제 저 너 뭐 뭐야 뭐지 언제 어디 누구 어떻게 무엇 무슨 왜 좀 그 이 저기 거 것"""
-_PARTICLE_TEXT = (
-    "은 는 이 가 을 를 의 에 로 와 과 도 만 랑 께 요 야 이랑 에서 에게 한테 으로 까지 부터 처럼 "
-    "보다 이나 이야 이에요 예요 에서는 으로는 에게서 한테서 이라고 라고"
-)
-STOPWORDS = frozenset(_STOPWORD_TEXT.split())
-KO_PARTICLES = sorted(_PARTICLE_TEXT.split(), key=len, reverse=True)
-HANGUL = re.compile(r"[\uac00-\ud7a3]")
-MAX_TERMS = 24
-
-
-def _term(token: str) -> str | None:
-    """One tsquery term for a query word: particles/plurals stripped, prefix-matched."""
-    if token in STOPWORDS:
-        return None
-    if HANGUL.search(token):
-        for particle in KO_PARTICLES:
-            if token.endswith(particle) and len(token) - len(particle) >= 1:
-                token = token[: -len(particle)]
-                break
-        if token in STOPWORDS:
-            return None
-        return f"'{token}':*" if len(token) >= 2 else f"'{token}'"
-    if len(token) < 2:
-        return None
-    if len(token) > 4 and token.endswith("s") and not token.endswith("ss"):
-        token = token[:-1]
-    return f"'{token}':*" if len(token) >= 3 and not token.isdigit() else f"'{token}'"
-
-
-def fts_query(text: str) -> str | None:
-    """A to_tsquery('simple', …) expression OR-ing the query's meaningful words, or None.
-
-    Words are \\w+ runs (no tsquery operators can get in); English stop words are dropped,
-    Korean particles stripped, and prefixes match so '생일' finds '생일은'.
-    """
-    terms: list[str] = []
-    for token in re.findall(r"\w+", text.casefold()):
-        term = _term(token.strip("_"))
-        if term and term.strip("':*_") and term not in terms:
-            terms.append(term)
-    return " | ".join(terms[:MAX_TERMS]) or None
 
 
 async def install(app: Any) -> None:

@@ -1,0 +1,86 @@
+"""The full-text leg of memory search: turning a question into a tsquery.
+
+The `memories.content_tsv` column uses PostgreSQL's 'simple' configuration (no
+stemming, no stop words), which treats Korean and English alike. The query side
+makes up for the missing language smarts with a few cheap rules:
+
+- English stop words and question words are dropped ("what is my …");
+- Korean particles are stripped from the end of a word ("생일은" → "생일");
+- common English suffixes are cut ("renewal" → "renew") and every word of three
+  or more letters matches as a prefix, so "renew" finds "renews" and "생일"
+  finds "생일은";
+- the remaining words are AND-ed.
+
+AND makes this leg precise rather than broad: it fires when the memory contains
+every meaningful word of the query — a code, a name, "wi-fi password" — which is
+where embeddings are weakest. Paraphrased questions rarely match all words, and
+then the vector leg alone decides (measured: OR-ing the words let generic terms
+such as "work" or "우리" promote wrong memories and cost 0.14 recall@1 on the
+paraphrase set; see BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import re
+
+_STOPWORD_TEXT = """
+    a an the i me my mine myself you your we our us they them their he him his she her it
+    its is are was were be been being am do does did doing have has had what when where who
+    whom which why how to of in on at for with about from by as into and or but not no so if
+    then than that this these those there here can could should would will shall may might
+    must any some all please tell remember know again also just get got let lets s t
+    나 내 제 저 너 뭐 뭐야 뭐지 언제 어디 누구 어떻게 무엇 무슨 왜 좀 그 이 저기 거 것"""
+_PARTICLE_TEXT = (
+    "은 는 이 가 을 를 의 에 로 와 과 도 만 랑 께 요 야 이랑 에서 에게 한테 으로 까지 부터 처럼 "
+    "보다 이나 이야 이에요 예요 에서는 으로는 에게서 한테서 이라고 라고"
+)
+_SUFFIX_TEXT = "ations ation ments ment ings ing ies ied ed es al s"
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+KO_PARTICLES = tuple(sorted(_PARTICLE_TEXT.split(), key=len, reverse=True))
+EN_SUFFIXES = tuple(_SUFFIX_TEXT.split())
+HANGUL = re.compile(r"[\uac00-\ud7a3]")
+# Tokens as PostgreSQL's default parser sees them: emails and dotted names (hosts, versions,
+# decimals) stay whole, everything else splits into \w+ runs.
+TOKEN = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\w+(?:\.\w+)+|\w+")
+MAX_TERMS = 12
+MIN_STEM = 4
+
+
+def _strip_suffix(token: str, suffixes: tuple[str, ...], keep: int) -> str:
+    for suffix in suffixes:
+        if token.endswith(suffix) and len(token) - len(suffix) >= keep:
+            return token[: -len(suffix)]
+    return token
+
+
+def _term(token: str) -> str | None:
+    """One quoted tsquery term for a query word, or None for words that carry no meaning."""
+    if token in STOPWORDS:
+        return None
+    if HANGUL.search(token):
+        token = _strip_suffix(token, KO_PARTICLES, 2)
+        if token in STOPWORDS:
+            return None
+        return f"'{token}':*" if len(token) >= 2 else f"'{token}'"
+    if token.isdigit():  # "QZX-4417" is parsed as 'qzx' and the signed integer '-4417'
+        return f"('{token}' | '-{token}')"
+    if "." in token or "@" in token:
+        return f"'{token}':*"
+    if len(token) < 2:
+        return None
+    token = _strip_suffix(token, EN_SUFFIXES, MIN_STEM)
+    return f"'{token}':*" if len(token) >= 3 else f"'{token}'"
+
+
+def fts_query(text: str) -> str | None:
+    """A to_tsquery('simple', …) expression AND-ing the query's meaningful words, or None.
+
+    Every term is quoted and made of word characters (plus . @ + - inside emails and dotted
+    names), so no tsquery operator from the user can get in.
+    """
+    terms: list[str] = []
+    for token in TOKEN.findall(text.casefold()):
+        term = _term(token.strip("_"))
+        if term and term.strip("':*_") and term not in terms:
+            terms.append(term)
+    return " & ".join(terms[:MAX_TERMS]) or None
