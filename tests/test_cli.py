@@ -80,7 +80,8 @@ async def test_chat_tool_round_trip_and_multiline(db_url, tmp_path, openai):
     assert first[-1] == {"role": "user", "content": "I moved to \nSeoul"}
     tool_result = [m for m in openai.requests[1]["messages"] if m["role"] == "tool"]
     assert '"timezone":"Asia/Seoul"' in tool_result[0]["content"]
-    code, out, _ = await run_cli(["chat"], env, "/timezone\n")
+    code, out, err = await run_cli(["chat"], env, "/timezone\n")
+    assert code == 0, err
     assert "Your time zone is Asia/Seoul" in out
 
 
@@ -88,8 +89,8 @@ async def test_chat_paste_mode_and_commands_use_no_model(db_url, tmp_path, opena
     env = cli_env(db_url, tmp_path, openai.base_url)
     openai.script("got it")
     stdin = "/help\n/nonsense\n/timezone Mars/Base\n/paste\nline one\n  line two\\\n/submit\nquit\n"
-    code, out, _ = await run_cli(["chat"], env, stdin)
-    assert code == 0
+    code, out, err = await run_cli(["chat"], env, stdin)
+    assert code == 0, err
     assert "/timezone" in out and "Unknown command /nonsense" in out and "Unknown time zone" in out
     assert len(openai.requests) == 1
     assert openai.requests[0]["messages"][-1]["content"] == "line one\n  line two\\"
