@@ -73,7 +73,11 @@ async def test_unlinked_question_is_answered_automatically_after_linking(make_ap
         ALICE, summary="Dentist", start="2026-11-23T09:00:00Z", end="2026-11-23T10:00:00Z"
     )
     model = ScriptedChatModel(
-        script=[call("calendar_list_events"), call("calendar_list_events"), answer_from_tool]
+        script=[
+            calls(call("set_timezone", {"timezone": "Asia/Seoul"}), call("calendar_list_events")),
+            call("calendar_list_events"),
+            answer_from_tool,
+        ]
     )
     h = await start_harness(make_app, fake, model)
     user = await h.app.local_user()
@@ -101,6 +105,15 @@ async def test_unlinked_question_is_answered_automatically_after_linking(make_ap
         m.additional_kwargs.get("panager_link") for m in messages if isinstance(m, AIMessage)
     )
     assert len(model.requests) == 3
+    # the other tool call of the linking turn kept its result and was not run again
+    results = [m for m in messages if isinstance(m, ToolMessage)]
+    assert [(m.name, m.status) for m in results] == [
+        ("set_timezone", "success"),
+        ("calendar_list_events", "error"),  # now says: linked, call again
+        ("calendar_list_events", "success"),
+    ]
+    assert "call again" in results[1].content
+    assert (await h.app.deps.users.get(user.id)).timezone == "Asia/Seoul"
 
     account = (await h.sql("SELECT * FROM google_accounts WHERE user_id = %s", user.id))[0]
     assert account["status"] == "connected" and account["email"] == ALICE

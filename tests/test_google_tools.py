@@ -128,6 +128,15 @@ async def test_event_create_list_update_delete(linked, fake):
         "already"
         in (await tools["calendar_delete_event"].ainvoke({"event_id": event["id"]}))["note"]
     )
+    # the same create after a delete brings the (derived-id) event back as asked
+    revived = await tools["calendar_create_event"].ainvoke(
+        {"title": "Dentist", "start": "2026-11-23T09:00", "end": "2026-11-23T10:00"}
+    )
+    assert revived["created"] and revived["event"]["id"] == event["id"]
+    assert revived["event"]["title"] == "Dentist"
+    assert revived["event"]["start"] == "2026-11-23T09:00+09:00"
+    assert fake.calendars[ALICE]["primary"]["events"][event["id"]]["status"] == "confirmed"
+    await tools["calendar_delete_event"].ainvoke({"event_id": event["id"]})
     with pytest.raises(ToolError, match="calendar_list_events"):
         await tools["calendar_update_event"].ainvoke({"event_id": "nosuchevent", "title": "x"})
     assert ("GET", "/calendar/v3/users/me/calendarList") in calls_since(fake, start)
