@@ -298,6 +298,8 @@ async def ask_once(settings: Settings, text: str) -> bool:
             ctx = CommandContext(user=user, assistant=app.assistant, front_end="terminal")
             reply = await dispatch(ctx, text)
             print(reply.text)
+            if reply.link:
+                print(f"{reply.link.get('label', 'Link')}: {reply.link['url']}")
             return reply.ok
         result = await app.assistant.run_turn(user, text)
         print(result.text)
