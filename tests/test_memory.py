@@ -200,3 +200,29 @@ def test_rrf_fuses_rankings():
                 "created_at": None, "updated_at": None} for i in "abc")
     fused = rrf_fuse([[a, b], [c, b]], 3)
     assert [h.id for h in fused] == ["b", "a", "c"]
+
+
+async def test_shared_index_never_starves_a_small_user(memory, alice, bob, monkeypatch):
+    """Through the HNSW plan, a user with 3 memories among 300 of another user's still gets
+    all of theirs (the starved index scan is redone exactly)."""
+    import numpy as np
+
+    from panager.services import memory as memory_module
+
+    mine = await memory.save_many(alice.id, ["I collect vinyl records.", "My bike is a Brompton.",
+                                             "I live near the river."])
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(300, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    async with memory.pool.connection() as conn, conn.cursor().copy(
+        "COPY memories (user_id, content, embedding) FROM STDIN (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(["int8", "text", "vector"])
+        for i, vector in enumerate(vectors):
+            await copy.write_row((bob.id, f"bob note {i}", vector))
+    monkeypatch.setattr(memory_module, "EXACT_MAX", 2)  # alice now counts as a large user
+    memory._sizes.clear()
+    hits = await memory.search(alice.id, "what music do I collect?", 5, mode="vector")
+    assert memory.exact_fallbacks == 1
+    assert sorted(h.id for h in hits) == sorted(r.memory.id for r in mine)
+    assert hits[0].content == "I collect vinyl records."

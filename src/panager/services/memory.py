@@ -1,15 +1,19 @@
 """Per-user long-term memory on pgvector: save, hybrid search, list, forget, clear.
 
 Retrieval is hybrid. One query finds the nearest vectors (HNSW, cosine), one
-finds full-text matches ('simple' tsvector, so Korean works), and the two
-rankings are fused with reciprocal rank fusion (RRF): a memory found by both
-rises, a memory found by either still appears. Every statement is filtered by
-`user_id`; nothing here can return another user's rows.
+finds memories containing every meaningful word of the query ('simple'
+tsvector, so Korean works; see memory_text), and the two rankings are fused
+with reciprocal rank fusion (RRF): a memory found by both rises, a memory found
+by either still appears. Both queries go out in one pipelined round trip.
+Every statement is filtered by `user_id`; nothing here can return another
+user's rows.
 
-The HNSW index is shared by all users, so the nearest-vector query filters
-after the index scan. When that leaves fewer candidates than asked (a user
-with few memories among many), the same query runs as an exact scan over the
-user's own rows instead, which is then cheap — so results never go missing.
+A user with up to EXACT_MAX memories is searched by an exact scan of their
+own rows: at that size it is as fast as the index and never misses. Larger
+users go through the HNSW index. The index is shared by all users, so pgvector
+filters by user after the index scan; when that leaves fewer candidates than
+asked (a large user among even larger ones), the query is repeated as an exact
+scan, so results never go missing because of other users' rows.
 
 Saving a near-duplicate (cosine similarity at or above the threshold, or the
 same text) updates the existing memory instead of adding another. The default
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
-import uuid
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -42,17 +46,26 @@ from panager.services.memory_store import (
     ensure_bound,
     read_meta,
 )
-from panager.services.memory_text import fts_query
+from panager.services.memory_text import (
+    MAX_CONTENT_CHARS,
+    MemoryInputError,
+    check_source,
+    clean_category,
+    clean_content,
+    fit_content,
+    fts_query,
+    parse_memory_id,
+    same_text,
+)
 
 log = logging.getLogger(__name__)
 
-MAX_CONTENT_CHARS = 4_000
-MAX_CATEGORY_CHARS = 40
 MAX_SEARCH_LIMIT = 20
 CANDIDATES = 20  # per retriever, before fusion
 RRF_K = 60
 EF_SEARCH = 100  # hnsw.ef_search: candidates the index scan keeps (recall vs speed)
-SOURCES = ("tool", "compaction", "import")
+EXACT_MAX = 5_000  # users with at most this many memories are scanned exactly (fast enough)
+SIZE_TTL = 60.0  # seconds a user's memory count is trusted for choosing the plan
 SAVE_LOCK_NAMESPACE = 7_260_004
 QUERY_CACHE_SIZE = 256
 DEDUPE_THRESHOLDS = {  # measured: paraphrases vs. different facts of the same shape
@@ -61,6 +74,7 @@ DEDUPE_THRESHOLDS = {  # measured: paraphrases vs. different facts of the same s
 }
 DEFAULT_DEDUPE_THRESHOLD = 0.92
 SearchMode = Literal["hybrid", "vector", "text"]
+Strategy = Literal["auto", "exact", "hnsw"]
 
 COLUMNS = "id, content, category, source, created_at, updated_at"
 SEARCH_ANN = f"""
@@ -83,6 +97,9 @@ ORDER BY rank DESC, updated_at DESC LIMIT %(k)s
 """
 SAVE_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 SET_EF_SEARCH = "SELECT set_config('hnsw.ef_search', %s, true)"
+BOUNDED_COUNT = (
+    "SELECT count(*) AS n FROM (SELECT 1 FROM memories WHERE user_id = %s LIMIT %s) AS mine"
+)
 HAS_ANY = "SELECT EXISTS (SELECT 1 FROM memories WHERE user_id = %s) AS any"
 INSERT = f"""
 INSERT INTO memories (user_id, content, category, source, embedding, created_at, updated_at)
@@ -106,10 +123,6 @@ SELECT {COLUMNS} FROM memories WHERE user_id = %s AND id::text LIKE %s ORDER BY 
 """
 DELETE = f"DELETE FROM memories WHERE user_id = %s AND id = %s RETURNING {COLUMNS}"
 CLEAR = "DELETE FROM memories WHERE user_id = %s"
-
-
-class MemoryInputError(ValueError):
-    """Bad input from the user or the model; the message says what is valid."""
 
 
 class MemoryUnavailable(RuntimeError):
@@ -150,43 +163,6 @@ def _hit(row: dict, score: float = 0.0) -> MemoryHit:
     )
 
 
-def clean_content(text: Any) -> str:
-    """Trimmed memory text, or MemoryInputError when empty or too long."""
-    if not isinstance(text, str):
-        raise MemoryInputError("content must be text.")
-    text = text.replace("\x00", "").strip()
-    if not text:
-        raise MemoryInputError("content is empty; give the fact to remember as one sentence.")
-    if len(text) > MAX_CONTENT_CHARS:
-        raise MemoryInputError(
-            f"content is {len(text):,} characters; a memory holds at most "
-            f"{MAX_CONTENT_CHARS:,}. Save the key facts as one or more short memories."
-        )
-    return text
-
-
-def clean_category(category: Any) -> str:
-    """A short lowercase label (letters, digits, '_', '-'); 'general' when blank."""
-    text = str(category or "").strip().lower()
-    text = re.sub(r"[^\w-]+", "_", text).strip("_")[:MAX_CATEGORY_CHARS]
-    return text or "general"
-
-
-def parse_memory_id(value: Any) -> uuid.UUID:
-    """The UUID in `value`, or MemoryInputError saying what an id looks like."""
-    try:
-        return uuid.UUID(str(value).strip())
-    except (ValueError, AttributeError):
-        raise MemoryInputError(
-            f"{str(value)[:60]!r} is not a memory id; ids look like "
-            "'0b7c9a9e-4c1d-4a53-9d55-6f1e2a3b4c5d' (use memory_search to find them)."
-        ) from None
-
-
-def _same_text(a: str, b: str) -> bool:
-    return " ".join(a.casefold().split()) == " ".join(b.casefold().split())
-
-
 class MemoryService:
     """Long-term memories; every method takes the owner's user id and touches only their rows."""
 
@@ -198,6 +174,7 @@ class MemoryService:
         clock: Clock | None = None,
         dedupe_threshold: float | None = None,
         ef_search: int = EF_SEARCH,
+        strategy: Strategy = "auto",
     ) -> None:
         self.pool = pool
         self.embedder = embedder
@@ -206,6 +183,9 @@ class MemoryService:
             embedder.name, DEFAULT_DEDUPE_THRESHOLD
         )
         self.ef_search = ef_search
+        self.strategy = strategy  # "auto": exact scan for small users, HNSW for large ones
+        self.exact_fallbacks = 0  # HNSW scans starved by the user filter (then scanned exactly)
+        self._sizes: dict[int, tuple[int, float]] = {}
         self._bound = False  # the store is known to hold this embedder's vectors
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
@@ -258,7 +238,7 @@ class MemoryService:
     ) -> SaveResult:
         """Store a memory, or update the user's near-duplicate of it."""
         content, category = clean_content(content), clean_category(category)
-        _check_source(source)
+        check_source(source)
         vector = (await self._embed([content]))[0]
         async with self._write(user_id, len(vector)) as conn:
             result = await self._store(conn, user_id, content, category, source, vector)
@@ -277,8 +257,8 @@ class MemoryService:
         Blank entries are skipped and over-long ones cut to MAX_CONTENT_CHARS; duplicates
         (of stored memories or of each other) update instead of inserting.
         """
-        _check_source(source)
-        texts = [_fit(t) for t in contents if isinstance(t, str) and t.strip()]
+        check_source(source)
+        texts = [fit_content(t) for t in contents if isinstance(t, str) and t.strip()]
         if not texts:
             return []
         vectors = await self._embed(texts)
@@ -313,7 +293,7 @@ class MemoryService:
         nearest = await self._nearest(conn, user_id, vector, 1)
         if nearest and (
             nearest[0]["similarity"] >= self.dedupe_threshold
-            or _same_text(nearest[0]["content"], content)
+            or same_text(nearest[0]["content"], content)
         ):
             old = nearest[0]
             row = await (await conn.execute(UPDATE, {**params, "id": old["id"]})).fetchone()
@@ -361,15 +341,17 @@ class MemoryService:
         params = {"user": user_id, "v": vector, "k": k, "q": terms}
         vec_cur = text_cur = None
         async with self.pool.connection() as conn:
+            use_index = mode != "text" and await self._use_index(conn, user_id)
             async with conn.pipeline(), conn.transaction():
-                if mode != "text":
+                if use_index:
                     await conn.execute(SET_EF_SEARCH, (str(max(self.ef_search, k)),))
-                    vec_cur = await conn.execute(SEARCH_ANN, params)
+                if mode != "text":
+                    vec_cur = await conn.execute(SEARCH_ANN if use_index else SEARCH_EXACT, params)
                 if terms:
                     text_cur = await conn.execute(SEARCH_TEXT, params)
             vec_rows = await vec_cur.fetchall() if vec_cur else []
-            if vec_cur and len(vec_rows) < k:  # the shared index was starved by the user filter
-                vec_rows = await (await conn.execute(SEARCH_EXACT, params)).fetchall()
+            if use_index and len(vec_rows) < k:
+                vec_rows = await self._starved(conn, params)
             text_rows = await text_cur.fetchall() if text_cur else []
         if mode == "vector":
             return [_hit(r, r["similarity"]) for r in vec_rows[:limit]]
@@ -377,16 +359,37 @@ class MemoryService:
             return [_hit(r, r["rank"]) for r in text_rows[:limit]]
         return rrf_fuse([vec_rows, text_rows], limit)
 
+    async def _use_index(self, conn: AsyncConnection, user_id: int) -> bool:
+        """HNSW for users with many memories; an exact scan (faster and exact) for the rest.
+
+        The count is cached per process for SIZE_TTL: a stale count only picks the slower
+        plan for a while, never wrong results.
+        """
+        if self.strategy != "auto":
+            return self.strategy == "hnsw"
+        now = time.monotonic()
+        size, at = self._sizes.get(user_id, (0, -SIZE_TTL))
+        if now - at >= SIZE_TTL:
+            row = await (await conn.execute(BOUNDED_COUNT, (user_id, EXACT_MAX + 1))).fetchone()
+            size = row["n"]
+            self._sizes[user_id] = (size, now)
+        return size > EXACT_MAX
+
+    async def _starved(self, conn: AsyncConnection, params: dict) -> list[dict]:
+        """The shared index returned too few of this user's rows: scan theirs exactly."""
+        self.exact_fallbacks += 1
+        return await (await conn.execute(SEARCH_EXACT, params)).fetchall()
+
     async def _nearest(
         self, conn: AsyncConnection, user_id: int, vector: np.ndarray, k: int
     ) -> list[dict]:
-        """The user's k nearest memories: HNSW, or an exact scan when filtering starved it."""
-        await conn.execute(SET_EF_SEARCH, (str(max(self.ef_search, k)),))
+        """The user's k nearest memories (inside a transaction): exact or HNSW, as in search."""
         params = {"user": user_id, "v": vector, "k": k}
+        if not await self._use_index(conn, user_id):
+            return await (await conn.execute(SEARCH_EXACT, params)).fetchall()
+        await conn.execute(SET_EF_SEARCH, (str(max(self.ef_search, k)),))
         rows = await (await conn.execute(SEARCH_ANN, params)).fetchall()
-        if len(rows) < k:
-            rows = await (await conn.execute(SEARCH_EXACT, params)).fetchall()
-        return rows
+        return rows if len(rows) >= k else await self._starved(conn, params)
 
     async def recall(self, user_id: int, query: str, limit: int = 5) -> list[MemoryHit]:
         """Memories to inject for this message (one embedding call; none if the user has none)."""
@@ -436,19 +439,6 @@ class MemoryService:
         """Delete all of the user's memories; returns how many."""
         async with self._write(user_id) as conn:
             return (await conn.execute(CLEAR, (user_id,))).rowcount
-
-
-def _check_source(source: str) -> None:
-    if source not in SOURCES:
-        raise MemoryInputError(f"source must be one of {', '.join(SOURCES)}; got {source!r}.")
-
-
-def _fit(text: str) -> str:
-    text = text.replace("\x00", "").strip()
-    if len(text) <= MAX_CONTENT_CHARS:
-        return text
-    cut = text[: MAX_CONTENT_CHARS - 1]
-    return (cut.rsplit(" ", 1)[0] if " " in cut[-200:] else cut) + "…"
 
 
 def rrf_fuse(rankings: Sequence[Sequence[dict]], limit: int, k: int = RRF_K) -> list[MemoryHit]:

@@ -1,4 +1,11 @@
-"""The full-text leg of memory search: turning a question into a tsquery.
+"""Memory text: validating what gets stored, and turning a question into a tsquery.
+
+Stored content is trimmed text of at most MAX_CONTENT_CHARS (4,000) characters:
+enough for a paragraph, small enough to inject several memories into a prompt.
+(The offline model embeds only the first 512 tokens of a text, so the meaning of
+a long memory is judged by its beginning; full text covers all of it.)
+
+## The full-text leg of memory search
 
 The `memories.content_tsv` column uses PostgreSQL's 'simple' configuration (no
 stemming, no stop words), which treats Korean and English alike. The query side
@@ -22,6 +29,72 @@ paraphrase set; see BENCHMARKS.md).
 from __future__ import annotations
 
 import re
+import uuid
+from typing import Any
+
+MAX_CONTENT_CHARS = 4_000
+MAX_CATEGORY_CHARS = 40
+SOURCES = ("tool", "compaction", "import")
+
+
+class MemoryInputError(ValueError):
+    """Bad input from the user or the model; the message says what is valid."""
+
+
+def clean_content(text: Any) -> str:
+    """Trimmed memory text, or MemoryInputError when empty or too long."""
+    if not isinstance(text, str):
+        raise MemoryInputError("content must be text.")
+    text = text.replace("\x00", "").strip()
+    if not text:
+        raise MemoryInputError("content is empty; give the fact to remember as one sentence.")
+    if len(text) > MAX_CONTENT_CHARS:
+        raise MemoryInputError(
+            f"content is {len(text):,} characters; a memory holds at most "
+            f"{MAX_CONTENT_CHARS:,}. Save the key facts as one or more short memories."
+        )
+    return text
+
+
+def clean_category(category: Any) -> str:
+    """A short lowercase label (letters, digits, '_', '-'); 'general' when blank."""
+    text = str(category or "").strip().lower()
+    text = re.sub(r"[^\w-]+", "_", text).strip("_")[:MAX_CATEGORY_CHARS]
+    return text or "general"
+
+
+def parse_memory_id(value: Any) -> uuid.UUID:
+    """The UUID in `value`, or MemoryInputError saying what an id looks like."""
+    try:
+        return uuid.UUID(str(value).strip())
+    except (ValueError, AttributeError):
+        raise MemoryInputError(
+            f"{str(value)[:60]!r} is not a memory id; ids look like "
+            "'0b7c9a9e-4c1d-4a53-9d55-6f1e2a3b4c5d' (use memory_search to find them)."
+        ) from None
+
+
+def same_text(a: str, b: str) -> bool:
+    """Equal up to case and whitespace."""
+    return " ".join(a.casefold().split()) == " ".join(b.casefold().split())
+
+
+def check_source(source: str) -> None:
+    """MemoryInputError unless `source` is one the table accepts."""
+    if source not in SOURCES:
+        raise MemoryInputError(f"source must be one of {', '.join(SOURCES)}; got {source!r}.")
+
+
+def fit_content(text: str) -> str:
+    """`text` trimmed and, when over-long, cut at a word near the limit (for batch saves)."""
+    text = text.replace("\x00", "").strip()
+    if len(text) <= MAX_CONTENT_CHARS:
+        return text
+    cut = text[: MAX_CONTENT_CHARS - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut[-200:] else cut) + "…"
+
+
+# -- full-text query ----------------------------------------------------------------------
 
 _STOPWORD_TEXT = """
     a an the i me my mine myself you your we our us they them their he him his she her it
