@@ -72,7 +72,7 @@ async def worker_main(url: str) -> dict:
     clock = SystemClock()
     delivery = RecordingDelivery()
     worker = SchedulerWorker(
-        ScheduleService(pool, clock), delivery, clock=clock, listen_url=url, concurrency=64
+        ScheduleService(pool, clock), delivery, clock=clock, listen_url=url
     )
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

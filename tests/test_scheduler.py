@@ -316,3 +316,24 @@ async def test_migration_creates_and_drops_scheduler_tables(fresh_db):
             assert await cur.fetchone() == {"t": None, "r": None}
     finally:
         await pool.close()
+
+
+async def test_coalescer_batches_concurrent_calls_and_propagates_errors():
+    from panager.services.coalesce import Coalescer
+
+    batches: list[list[int]] = []
+
+    async def double(items: list[int]) -> list[int]:
+        batches.append(items)
+        await asyncio.sleep(0.01)
+        if 13 in items:
+            raise ValueError("unlucky")
+        return [i * 2 for i in items]
+
+    co = Coalescer(double)
+    assert await co.submit(1) == 2  # alone: a batch of one, no waiting
+    results = await asyncio.gather(*(co.submit(i) for i in range(10)))
+    assert results == [i * 2 for i in range(10)] and batches[1] == list(range(10))
+    bad = await asyncio.gather(co.submit(13), co.submit(14), return_exceptions=True)
+    assert all(isinstance(r, ValueError) for r in bad)
+    assert await co.submit(5) == 10  # a failed batch does not poison the next

@@ -99,8 +99,8 @@ def compose(schedule: Schedule, text: str, due: datetime, *, late: bool, resent:
 def missed_report(runs: Sequence[MissedRun], grace: timedelta) -> str:
     """One message telling a user what was missed and not sent late."""
     lines = [
-        "While I could not reach you (Panager was not running), these came due and were not "
-        f"sent: more than {_duration(grace)} had passed, or a newer time replaced them:"
+        "While Panager was not running, these came due and were not sent (more than "
+        f"{_duration(grace)} late, or replaced by a newer time that was sent):"
     ]
     for run in runs:
         what = "Reminder" if run.kind == "reminder" else "Scheduled task"

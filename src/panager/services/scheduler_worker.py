@@ -110,7 +110,7 @@ class SchedulerWorker:
         grace_seconds: float = 3600,
         poll_seconds: float = 5.0,
         lease_seconds: float = 60,
-        concurrency: int = 32,
+        concurrency: int = 64,
         listen_url: str | None = None,
         only_users: Sequence[int] | None = None,
         skip_users: Sequence[int] = (),
@@ -265,6 +265,7 @@ class SchedulerWorker:
         occurrence = plan_occurrence(schedule, self.clock.now(), self.grace)
         if occurrence.missed:
             self._missed_pending = True
+            self._wake.set()  # report it soon, not at the next due time
         if occurrence.deliver is None:
             return await self._skip(schedule, occurrence)
         if occurrence.missed:
