@@ -38,6 +38,7 @@ INSTALLERS: list[str] = [
     "panager.agent.scheduling:install",
     "panager.services.memory:install",
     "panager.agent.google_link:install",
+    "panager.agent.runtime:install",
 ]
 
 

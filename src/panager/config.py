@@ -195,6 +195,9 @@ class RuntimeConfig(BaseModel):
     skills: bool = True
     daily_token_budget: int | None = None
     checkpoint_pruning: bool = True
+    # When a turn's checkpoints are written: "exit" (once, at the end of the turn — also on
+    # errors and cancellation), "async" (after every step, in the background) or "sync".
+    checkpoint_durability: Literal["exit", "async", "sync"] = "exit"
     model_retries: int = Field(default=3, ge=0, le=10)
     model_timeout_seconds: float = Field(default=120.0, gt=0)
 

@@ -18,10 +18,12 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.tools import BaseTool
 
-from panager.agent.errors import ModelUnavailable
+from panager.agent.errors import ContextOverflow, ModelUnavailable
 from panager.config import Settings
 
 log = logging.getLogger(__name__)
+
+__all__ = ["ContextOverflow", "ModelUnavailable", "invoke_with_retries", "make_chat_model"]
 
 NO_MODEL_MESSAGE = (
     "No model is configured. Set OPENAI_API_KEY (and optionally PANAGER_MODEL), or "
@@ -39,10 +41,6 @@ CONTEXT_ERROR_MARKERS = (
     "prompt is too long",
     "request too large",
 )
-
-
-class ContextOverflow(Exception):
-    """The model API refused the request as too long for its context window."""
 
 
 def make_chat_model(settings: Settings, model_name: str | None = None) -> BaseChatModel | None:

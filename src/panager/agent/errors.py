@@ -27,3 +27,7 @@ class ModelUnavailable(Exception):
     def __init__(self, user_message: str) -> None:
         super().__init__(user_message)
         self.user_message = user_message
+
+
+class ContextOverflow(Exception):
+    """The model API refused the request as too long for its context window."""

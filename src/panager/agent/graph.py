@@ -24,7 +24,7 @@ from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
 from panager.agent.effects import Effect, ModelCall
-from panager.agent.errors import AuthRequired, ToolError
+from panager.agent.errors import AuthRequired, ContextOverflow, ModelUnavailable, ToolError
 from panager.agent.history import trim_history, truncate_text
 from panager.agent.prompts import build_system_prompt
 from panager.agent.state import AgentState, Recall, TurnContext
@@ -36,8 +36,14 @@ FINAL_ANSWER_NOTE = (
     "You have reached the limit of tool calls for this message. Do not call tools; give the "
     "user your best answer now from what you have, and say what is left undone."
 )
+OVERFLOW_MESSAGE = (
+    "This conversation is too long for the model even after compacting it. Your message is "
+    "kept; send /compact or /clear and try again."
+)
 ModelInvoker = Callable[[BaseChatModel, Sequence[BaseTool], list[AnyMessage]], Awaitable[AIMessage]]
 AuthHandler = Callable[[TurnContext, AuthRequired], Awaitable[str | None]]
+# Called when the API refuses the prompt as too long: shrink `call` (attempt 1, 2, …).
+OverflowHandler = Callable[[ModelCall, int], Awaitable[None]]
 
 
 async def plain_invoke(
@@ -97,6 +103,8 @@ class Graph:
         max_tool_result_chars: int = 20_000,
         context_window: int | None = None,
         skills_text: Callable[[TurnContext, dict], Sequence[str]] | None = None,
+        on_overflow: OverflowHandler | None = None,
+        overflow_retries: int = 2,
     ) -> None:
         self.model = model
         self.effects = list(effects)
@@ -109,6 +117,8 @@ class Graph:
         self.max_tool_result_chars = max_tool_result_chars
         self.context_window = context_window
         self.skills_text = skills_text
+        self.on_overflow = on_overflow
+        self.overflow_retries = overflow_retries
 
     # -- agent node -------------------------------------------------------------------------
 
@@ -120,32 +130,51 @@ class Graph:
         for effect in self.effects:
             await effect.before_model(call)
             if call.stop_reply:
-                return self._stop(call, iteration)
-        model = ctx.model or self.model
-        last_round = iteration >= self.max_iterations
-        system = await self._system_prompt(state, ctx, call)
-        if last_round:
-            system += "\n\n" + FINAL_ANSWER_NOTE
-        history = trim_history(
-            call.model_input, self.history_max_tokens, max_tool_chars=self.max_tool_result_chars
-        )
+                return await self._stop(call, ctx, iteration)
         await self._emit(ctx, "turn_start", iteration=iteration)
-        response = await self.invoke(
-            model, [] if last_round else ctx.tools, [SystemMessage(system), *history]
-        )
-        if last_round and response.tool_calls:
-            response = AIMessage(
-                content=response.text or "I stopped here: too many steps for one message."
-            )
-        call.phase, call.response = "after", response
+        call.phase, call.response = "after", await self._call_model(state, ctx, call)
         for effect in self.effects:
             await effect.after_model(call)
+        response = call.response
         await self._emit_message_end(ctx, response, iteration)
         return {
             "messages": [*call.state_updates, response],
             "model_calls": iteration,
             **call.state_patch,
         }
+
+    async def _call_model(self, state: AgentState, ctx: TurnContext, call: ModelCall) -> AIMessage:
+        """One model call; a context-length refusal shrinks the call (on_overflow) and retries."""
+        last_round = call.iteration >= self.max_iterations
+        attempt = 0
+        while True:
+            messages = await self._model_messages(state, ctx, call, last_round)
+            try:
+                response = await self.invoke(call.model, [] if last_round else ctx.tools, messages)
+            except ContextOverflow:
+                attempt += 1
+                if self.on_overflow is None or attempt > self.overflow_retries:
+                    raise ModelUnavailable(OVERFLOW_MESSAGE) from None
+                log.info("context overflow for user %s; compacting (%d)", ctx.user.id, attempt)
+                await self.on_overflow(call, attempt)
+                continue
+            if last_round and response.tool_calls:
+                response = AIMessage(
+                    content=response.text or "I stopped here: too many steps for one message."
+                )
+            return response
+
+    async def _model_messages(
+        self, state: AgentState, ctx: TurnContext, call: ModelCall, last_round: bool
+    ) -> list[AnyMessage]:
+        """System prompt (with effects' notes) + the trimmed history."""
+        system = await self._system_prompt(state, ctx, call)
+        notes = [*call.system_notes, *([FINAL_ANSWER_NOTE] if last_round else [])]
+        system = "\n\n".join([system, *notes])
+        history = trim_history(
+            call.model_input, self.history_max_tokens, max_tool_chars=self.max_tool_result_chars
+        )
+        return [SystemMessage(system), *history]
 
     def _model_call(self, state: AgentState, ctx: TurnContext, iteration: int) -> ModelCall:
         messages = list(state["messages"])
@@ -169,10 +198,13 @@ class Graph:
             estimated_tokens=count_tokens_approximately(messages),
             last_input_tokens=last_input,
             context_window=self.context_window,
+            model=model,
         )
 
-    def _stop(self, call: ModelCall, iteration: int) -> dict:
+    async def _stop(self, call: ModelCall, ctx: TurnContext, iteration: int) -> dict:
         reply = AIMessage(content=call.stop_reply or "")
+        await self._emit(ctx, "turn_start", iteration=iteration)
+        await self._emit_message_end(ctx, reply, iteration)
         return {
             "messages": [*call.state_updates, reply],
             "model_calls": iteration,
@@ -181,14 +213,12 @@ class Graph:
 
     async def _system_prompt(self, state: AgentState, ctx: TurnContext, call: ModelCall) -> str:
         latest = _latest_human_text(call.model_input)
-        memories: Sequence[Any] = ()
-        if self.recall is not None and latest and call.iteration == 1:
-            try:
+        memories: Sequence[Any] = ctx.extra.get("recalled", ())
+        if self.recall is not None and latest and "recalled" not in ctx.extra:
+            try:  # once per turn (first model call); later calls and retries reuse it
                 memories = await self.recall(ctx.user, latest)
             except Exception:
                 log.exception("memory recall failed; answering without memories")
-        elif self.recall is not None and latest:
-            memories = ctx.extra.get("recalled", ())
         ctx.extra["recalled"] = memories
         skills = self.skills_text(ctx, dict(state)) if self.skills_text else ()
         return build_system_prompt(
@@ -198,7 +228,7 @@ class Graph:
             latest_text=latest,
             memories=memories,
             skills=skills,
-            summary=call.state_patch.get("summary", state.get("summary")),
+            summary=call.summary,
             system_trigger=ctx.system_instruction,
             is_system_trigger=ctx.is_system_trigger,
         )
@@ -215,7 +245,9 @@ class Graph:
             "message_end",
             iteration=iteration,
             model=_model_name(ctx.model or self.model),
+            id=response.id,
             tool_calls=[c["name"] for c in response.tool_calls],
+            calls=[{k: c[k] for k in ("id", "name", "args")} for c in response.tool_calls],
             usage=dict(response.usage_metadata or {}),
             text=response.text,
         )
@@ -236,6 +268,11 @@ class Graph:
         auth = next((a for _, a in outcomes if a is not None), None)
         if auth is not None:
             messages.append(await self._auth_reply(ctx, auth))
+            link_reply = messages[-1]
+            await self._emit(
+                ctx, "message_end", iteration=state.get("model_calls", 0), id=link_reply.id,
+                tool_calls=[], calls=[], usage={}, text=link_reply.text,
+            )
         await self._emit(ctx, "turn_end", iteration=state.get("model_calls", 0))
         return {"messages": messages}
 

@@ -78,6 +78,10 @@ class Assistant:
         self.model_for = model_for  # callable(user) -> BaseChatModel | None (per-user override)
         self.emitter = emitter or EventEmitter()
         self.turn_locks = TurnLocks(deps.pool.conninfo if deps.pool is not None else None)
+        self.invoke_options = {"durability": deps.config.checkpoint_durability}
+        # Users whose thread this process left without unanswered tool calls: no repair
+        # read needed. (A stale entry is harmless: the model input is repaired anyway.)
+        self._clean_threads: set[int] = set()
 
     def config_for(self, user: User) -> dict:
         """LangGraph config for the user's thread."""
@@ -138,13 +142,26 @@ class Assistant:
             user_text=None if is_system_trigger else text,
         )
         config = self.config_for(user)
-        await self.repair_thread(user)
-        await emitter("agent_start", user.id, system_trigger=is_system_trigger)
+        if user.id not in self._clean_threads:
+            await self.repair_thread(user)
+        inputs = self._inputs(text, is_system_trigger, replay)
+        new = inputs["messages"][0] if inputs["messages"] else None
+        await emitter(
+            "agent_start",
+            user.id,
+            system_trigger=is_system_trigger,
+            text=new.content if new else None,
+            message_id=new.id if new else None,
+        )
+        self._clean_threads.discard(user.id)  # until this turn ends normally
         try:
-            inputs = self._inputs(text, is_system_trigger, replay)
-            state = await self.graph.ainvoke(inputs, config=config, context=ctx)
+            state = await self.graph.ainvoke(
+                inputs, config=config, context=ctx, **self.invoke_options
+            )
+            self._clean_threads.add(user.id)
             return _result(state)
         except ModelUnavailable as exc:
+            self._clean_threads.add(user.id)  # the model failed between steps: no dangling call
             return TurnResult(exc.user_message, ok=False)
         except Exception:
             log.exception("turn failed for user %s", user.id)

@@ -2,18 +2,23 @@
 
 An effect sees a `ModelCall` (phase, iteration, state messages, model input,
 user, token estimates) and may change the model input, queue state updates
-(e.g. `RemoveMessage`s that shrink the checkpointed thread), or stop the turn
-with a reply (budget exhausted, loop detected).
+(e.g. `RemoveMessage`s that shrink the checkpointed thread), add a note to the
+system prompt, replace the response, or stop the turn with a reply (budget
+exhausted, loop detected). The built-ins live in this package; `build_effects`
+(registry.py) turns the YAML `effects:` list into instances.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.messages import AIMessage, AnyMessage, RemoveMessage
 
 if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
     from panager.agent.state import TurnContext
 
 
@@ -35,11 +40,34 @@ class ModelCall:
     state_updates: list[Any] = field(default_factory=list)  # extra messages/RemoveMessages
     state_patch: dict[str, Any] = field(default_factory=dict)  # e.g. {"summary": ...}
     stop_reply: str | None = None  # set to end the turn with this text, no model call
+    system_notes: list[str] = field(default_factory=list)  # appended to the system prompt
+    model: BaseChatModel | None = None  # the model this call goes to (e.g. for summaries)
 
     @property
     def user(self):
         """The user this call is for."""
         return self.turn.user
+
+    @property
+    def summary(self) -> str | None:
+        """The running summary as of this call (including a patch queued by an effect)."""
+        return self.state_patch.get("summary", self.state.get("summary"))
+
+    def replace(self, messages: Sequence[AnyMessage]) -> None:
+        """Swap in new versions of messages (same ids), in the state and in the model input."""
+        by_id = {m.id: m for m in messages if m.id}
+        if not by_id:
+            return
+        self.state_updates.extend(by_id.values())
+        self.messages = [by_id.get(m.id, m) for m in self.messages]
+        self.model_input = [by_id.get(m.id, m) for m in self.model_input]
+
+    def remove(self, ids: Iterable[str]) -> None:
+        """Delete messages from the checkpointed thread (and from this call's input)."""
+        gone = {i for i in ids if i}
+        self.state_updates.extend(RemoveMessage(id=i) for i in gone)
+        self.messages = [m for m in self.messages if m.id not in gone]
+        self.model_input = [m for m in self.model_input if m.id not in gone]
 
 
 class Effect(Protocol):

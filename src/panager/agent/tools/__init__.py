@@ -15,6 +15,7 @@ from langchain_core.tools import BaseTool
 from panager.agent.deps import AgentDeps
 from panager.agent.tools.google import google_tools
 from panager.agent.tools.memory import memory_tools
+from panager.agent.tools.messaging import messaging_tools
 from panager.agent.tools.profile import profile_tools
 from panager.agent.tools.schedule import schedule_tools
 from panager.services.users import User
@@ -26,6 +27,7 @@ TOOL_FACTORIES: list[ToolFactory] = [
     schedule_tools,
     memory_tools,
     google_tools,
+    messaging_tools,
 ]
 
 

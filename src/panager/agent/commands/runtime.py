@@ -1,0 +1,127 @@
+"""Runtime commands: /usage, /model, /debug, /compact."""
+
+from __future__ import annotations
+
+import re
+
+from langchain_core.messages import RemoveMessage
+from langchain_core.messages.utils import count_tokens_approximately
+
+from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.effects.windows import context_window_for
+from panager.agent.runtime import runtime_of
+from panager.agent.threads import thread_values, update_thread
+from panager.services.usage import ModelUsage, UsageReport
+
+MODEL_NAME_RE = re.compile(r"^[\w.:/@+-]{1,100}$")
+RESET_WORDS = {"default", "reset", "none"}
+
+
+def _usage_lines(title: str, rows: list[ModelUsage]) -> list[str]:
+    total = UsageReport.total(rows)
+    lines = [f"{title}: {total:,} tokens"]
+    lines += [
+        f"  {r.model}: {r.prompt:,} prompt + {r.completion:,} completion ({r.calls:,} calls)"
+        for r in rows
+    ]
+    return lines
+
+
+@command("usage", "/usage", "tokens used today, this month and in total, per model")
+async def usage_command(ctx: CommandContext, args: str) -> CommandReply | str:
+    """Show the user's token usage per model."""
+    usage = ctx.deps.usage
+    if usage is None:
+        return CommandReply("Usage tracking is not available in this instance.", ok=False)
+    report = await usage.report(ctx.user)
+    lines = _usage_lines(f"Today ({usage.local_day(ctx.user):%Y-%m-%d})", report.today)
+    lines += _usage_lines("This month", report.month)
+    lines += _usage_lines("All time", report.all_time)
+    budget = ctx.deps.config.daily_token_budget
+    if budget:
+        used = UsageReport.total(report.today)
+        lines.append(f"Daily budget: {used:,} of {budget:,} tokens ({100 * used // budget}%).")
+    return "\n".join(lines)
+
+
+def _current_model(ctx: CommandContext) -> str:
+    return ctx.user.model or ctx.deps.settings.model
+
+
+@command("model", "/model [name|default]", "show or choose your chat model")
+async def model_command(ctx: CommandContext, args: str) -> CommandReply | str:
+    """Show the user's model, or set a per-user override (`default` clears it)."""
+    if not args:
+        name = _current_model(ctx)
+        origin = "your choice" if ctx.user.model else "the instance default"
+        window = context_window_for(name)
+        size = f"; context window {window:,} tokens" if window else ""
+        return f"Model: {name} ({origin}{size}). Change it with /model NAME."
+    if args.lower() in RESET_WORDS:
+        await ctx.deps.users.set_model(ctx.user.id, None)
+        return f"Back to the instance default model, {ctx.deps.settings.model}."
+    if not MODEL_NAME_RE.match(args):
+        return CommandReply(
+            "That does not look like a model name (letters, digits and . : / @ + - _ only).",
+            ok=False,
+        )
+    await ctx.deps.users.set_model(ctx.user.id, args)
+    return f"Model set to {args} for your conversations. If it does not exist, /model default."
+
+
+@command("debug", "/debug", "snapshot of the conversation state")
+async def debug_command(ctx: CommandContext, args: str) -> str:
+    """Message count, token estimate, summary, loaded skills, usage and recent actions."""
+    values = await thread_values(ctx.assistant, ctx.user)
+    messages = values.get("messages", [])
+    summary = values.get("summary") or ""
+    runtime = runtime_of(ctx.deps)
+    lines = [
+        f"model: {_current_model(ctx)}",
+        f"messages: {len(messages)} (≈ {count_tokens_approximately(messages):,} tokens)",
+        "summary: " + (f"{len(summary):,} chars — {summary[:300]}" if summary else "none"),
+        "loaded skills: " + (", ".join(values.get("loaded_skills") or []) or "none"),
+    ]
+    if runtime is not None:
+        window = runtime.context_window
+        lines.append(f"context window: {window:,} tokens" if window else "context window: unknown")
+        lines.append("effects: " + (", ".join(e.name for e in runtime.effects) or "none"))
+    if ctx.deps.usage is not None:
+        today = (await ctx.deps.usage.report(ctx.user)).today
+        per_model = ", ".join(f"{r.model} {r.total:,}" for r in today) or "none"
+        lines.append(f"usage today: {UsageReport.total(today):,} tokens ({per_model})")
+    actions = runtime.activity.recent(ctx.user.id) if runtime is not None else []
+    lines.append("recent actions:" if actions else "recent actions: none")
+    zone = ctx.user.zone
+    lines += [f"  {a.at.astimezone(zone):%H:%M:%S} {a.text}" for a in actions[-10:]]
+    return "\n".join(lines)
+
+
+@command("compact", "/compact", "summarise older messages now to free context")
+async def compact_command(ctx: CommandContext, args: str) -> CommandReply | str:
+    """Run compaction on demand: summarise and remove all but the recent messages."""
+    runtime = runtime_of(ctx.deps)
+    if runtime is None:
+        return CommandReply("Compaction is not available in this instance.", ok=False)
+    values = await thread_values(ctx.assistant, ctx.user)
+    messages = values.get("messages", [])
+    assistant = ctx.assistant
+    model = assistant.model_for(ctx.user) if assistant.model_for else None
+    model = model or getattr(assistant.graph.nodes_impl, "model", None)
+    name = _current_model(ctx)
+    compactor = runtime.compactor
+    result = await compactor.compact(
+        ctx.user, model, name, messages, values.get("summary"),
+        keep_tokens=compactor.on_demand_keep(name), budget=compactor.usable_window(name),
+    )
+    if result is None:
+        return "Nothing to compact yet: the conversation is short."
+    removals = [RemoveMessage(id=m.id) for m in result.removed]
+    await update_thread(assistant, ctx.user, {"messages": removals, "summary": result.summary})
+    kept = len(messages) - len(result.removed)
+    how = "deterministic digest (the summariser failed)" if result.fallback else "summary"
+    saved = f"; saved {len(result.memories)} memories" if result.memories else ""
+    return (
+        f"Compacted: removed {len(result.removed)} older messages, kept {kept}; "
+        f"{how} of {len(result.summary):,} chars{saved}."
+    )

@@ -1,0 +1,75 @@
+"""`token_budget`: a per-user daily token cap.
+
+Before every model call the user's tokens for their local day are read from
+`token_usage`; at or over the cap the turn ends with a clear refusal and no
+model call (slash commands still work, they never use the model). The first
+answer that takes the user past `warn_at` of the cap carries a one-line notice.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from panager.agent.effects import ModelCall
+
+log = logging.getLogger(__name__)
+
+REFUSAL = (
+    "You have used today's token budget ({used:,} of {cap:,} tokens), so I can't answer "
+    "with the model until it resets at midnight your time. Slash commands still work."
+)
+WARNING = "\n\n(Heads-up: you have used {pct}% of today's token budget — {used:,} of {cap:,}.)"
+
+
+class TokenBudget:
+    """Refuse model calls once a user's tokens today reach `daily_tokens`."""
+
+    name = "token_budget"
+    params = ("daily_tokens", "warn_at")
+
+    def __init__(
+        self, daily_tokens: int | None = None, warn_at: float = 0.8, *, deps: Any = None
+    ) -> None:
+        if daily_tokens is None:
+            raise ValueError("set daily_tokens (or daily_token_budget in the config)")
+        if daily_tokens <= 0:
+            raise ValueError("daily_tokens must be a positive number of tokens")
+        if not 0 < warn_at <= 1:
+            raise ValueError("warn_at must be in (0, 1]")
+        self.daily_tokens = daily_tokens
+        self.warn_at = warn_at
+        self.deps = deps
+        self._warned: set[tuple[int, Any]] = set()  # (user id, local day)
+
+    async def _used(self, call: ModelCall) -> int | None:
+        usage = getattr(self.deps, "usage", None)
+        if usage is None:
+            return None
+        try:
+            return await usage.today_total(call.user)
+        except Exception:
+            log.exception("could not read today's usage; not enforcing the budget")
+            return None
+
+    async def before_model(self, call: ModelCall) -> None:
+        """At or over the cap: stop the turn with the refusal (no model call)."""
+        used = await self._used(call)
+        if used is not None and used >= self.daily_tokens:
+            call.stop_reply = REFUSAL.format(used=used, cap=self.daily_tokens)
+
+    async def after_model(self, call: ModelCall) -> None:
+        """Past the warning level on a final answer: append the notice, once a day."""
+        response = call.response
+        if response is None or response.tool_calls:
+            return
+        used = await self._used(call)
+        if used is None or used < self.warn_at * self.daily_tokens:
+            return
+        key = (call.user.id, self.deps.usage.local_day(call.user))
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        pct = min(100, round(100 * used / self.daily_tokens))
+        note = WARNING.format(pct=pct, used=used, cap=self.daily_tokens)
+        call.response = response.model_copy(update={"content": response.text + note})

@@ -1,0 +1,241 @@
+"""Conversations as JSONL files: the live recording, `/save`, `/load`, `/sessions`.
+
+Format (one JSON object a line, UTF-8):
+
+    {"type": "session", "version": 1, "user_id": 42, "created_at": "…", "summary": "…"}
+    {"type": "message", "id": "…", "parent_id": null, "timestamp": "…", "role": "user",
+     "content": "…"}
+    {"type": "message", "id": "…", "parent_id": "…", "timestamp": "…", "role": "assistant",
+     "content": "", "tool_calls": [{"id": "call_1", "name": "task_list", "args": {}}]}
+    {"type": "message", "id": "…", "parent_id": "…", "timestamp": "…", "role": "tool",
+     "content": "…", "tool_call_id": "call_1", "name": "task_list", "status": "success"}
+
+The first line is the header; every other line is one message whose
+`parent_id` is the previous message's id. `$PANAGER_HOME/sessions/<user>.jsonl`
+is the live recording (appended by `SessionRecorder`); saved conversations are
+`$PANAGER_HOME/sessions/<user>/<name>.jsonl`, so one user never sees another's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+
+VERSION = 1
+MAX_SESSION_BYTES = 5_000_000
+MAX_NAME = 64
+ROLES = {"user": HumanMessage, "assistant": AIMessage, "tool": ToolMessage}
+
+
+class SessionFormatError(ValueError):
+    """A session file that cannot be loaded; `line` is 1-based (0: the file as a whole)."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        where = f"line {line}: " if line else ""
+        super().__init__(f"{where}{reason}")
+        self.line = line
+        self.reason = reason
+
+
+@dataclass
+class Session:
+    """A parsed session file."""
+
+    header: dict[str, Any]
+    messages: list[AnyMessage] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str | None:
+        """The running summary saved with the conversation, if any."""
+        value = self.header.get("summary")
+        return value if isinstance(value, str) and value else None
+
+
+def sanitize_name(name: str) -> str:
+    """A safe file stem: letters, digits, '.', '_' and '-' only; no leading dots; ≤ 64 chars."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name.strip())
+    cleaned = re.sub(r"-{2,}", "-", cleaned).strip(".-_")
+    return cleaned[:MAX_NAME].rstrip(".-_")
+
+
+def header_record(user_id: int, created_at: datetime, summary: str | None = None) -> dict:
+    """The first line of a session file."""
+    header: dict[str, Any] = {
+        "type": "session",
+        "version": VERSION,
+        "user_id": user_id,
+        "created_at": created_at.isoformat(),
+    }
+    if summary:
+        header["summary"] = summary
+    return header
+
+
+def message_record(
+    msg: AnyMessage, *, id: str, parent_id: str | None, timestamp: datetime
+) -> dict | None:
+    """One message line; None for kinds that are not stored (system, removals)."""
+    base = {"type": "message", "id": id, "parent_id": parent_id, "timestamp": timestamp.isoformat()}
+    content = msg.content if isinstance(msg.content, str) else msg.text
+    if isinstance(msg, HumanMessage):
+        record = {**base, "role": "user", "content": content}
+        if msg.name:
+            record["name"] = msg.name
+        return record
+    if isinstance(msg, AIMessage):
+        calls = [{"id": c["id"], "name": c["name"], "args": c["args"]} for c in msg.tool_calls]
+        record = {**base, "role": "assistant", "content": content}
+        return {**record, "tool_calls": calls} if calls else record
+    if isinstance(msg, ToolMessage):
+        return {
+            **base,
+            "role": "tool",
+            "content": content,
+            "tool_call_id": msg.tool_call_id,
+            "name": msg.name,
+            "status": msg.status,
+        }
+    return None
+
+
+def dump_session(
+    user_id: int, messages: Sequence[AnyMessage], summary: str | None, now: datetime
+) -> str:
+    """A whole conversation as JSONL text (header + one line per message)."""
+    lines = [json.dumps(header_record(user_id, now, summary), ensure_ascii=False)]
+    parent = None
+    for msg in messages:
+        msg_id = msg.id or uuid.uuid4().hex
+        record = message_record(msg, id=msg_id, parent_id=parent, timestamp=now)
+        if record is not None:
+            lines.append(json.dumps(record, ensure_ascii=False, default=str))
+            parent = msg_id
+    return "\n".join(lines) + "\n"
+
+
+def parse_session(text: str) -> Session:
+    """Parse JSONL text; any problem raises SessionFormatError naming the line."""
+    lines = text.splitlines()
+    if not lines or not lines[0].strip():
+        raise SessionFormatError(1, "the file is empty; expected a session header")
+    header = _json_line(lines[0], 1)
+    if header.get("type") != "session":
+        raise SessionFormatError(1, 'expected a header object with "type": "session"')
+    session = Session(header)
+    for number, line in enumerate(lines[1:], start=2):
+        if line.strip():
+            session.messages.append(_message(_json_line(line, number), number))
+    return session
+
+
+def _json_line(line: str, number: int) -> dict:
+    try:
+        value = json.loads(line)
+    except ValueError as exc:
+        raise SessionFormatError(number, f"not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise SessionFormatError(number, "expected a JSON object")
+    return value
+
+
+def _message(obj: dict, number: int) -> AnyMessage:
+    role = obj.get("role")
+    if obj.get("type") != "message" or role not in ROLES:
+        raise SessionFormatError(
+            number, 'expected a message with role "user", "assistant" or "tool"'
+        )
+    content = obj.get("content")
+    if not isinstance(content, str):
+        raise SessionFormatError(number, '"content" must be a string')
+    msg_id = obj.get("id") if isinstance(obj.get("id"), str) else None
+    msg_id = msg_id[:128] if msg_id else uuid.uuid4().hex
+    try:
+        if role == "user":
+            return HumanMessage(content, id=msg_id, name=obj.get("name"))
+        if role == "assistant":
+            calls = [_tool_call(c, number) for c in obj.get("tool_calls") or []]
+            return AIMessage(content, id=msg_id, tool_calls=calls)
+        return ToolMessage(
+            content,
+            id=msg_id,
+            tool_call_id=str(obj["tool_call_id"]),
+            name=obj.get("name"),
+            status="error" if obj.get("status") == "error" else "success",
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SessionFormatError(number, f"invalid {role} message ({exc})") from None
+
+
+def _tool_call(call: Any, number: int) -> dict:
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise SessionFormatError(number, "each tool call needs a name, an id and args")
+    args = call.get("args") or {}
+    if not isinstance(args, dict):
+        raise SessionFormatError(number, "tool call args must be a JSON object")
+    return {"name": call["name"], "args": args, "id": str(call.get("id") or uuid.uuid4().hex)}
+
+
+@dataclass(frozen=True)
+class SavedSession:
+    """A saved conversation file."""
+
+    name: str
+    path: Path
+    size: int
+    modified: float
+
+
+class SessionStore:
+    """Saved conversations under `$PANAGER_HOME/sessions/<user>/`, one directory per user."""
+
+    def __init__(self, home: Path) -> None:
+        self.root = home / "sessions"
+
+    def recording_path(self, user_id: int) -> Path:
+        """The live recording of a user's conversation."""
+        return self.root / f"{int(user_id)}.jsonl"
+
+    def _dir(self, user_id: int) -> Path:
+        return self.root / str(int(user_id))
+
+    def path(self, user_id: int, name: str) -> Path:
+        """Where `name` is saved for this user (the name must be sanitised already)."""
+        if not name or name != sanitize_name(name):
+            raise ValueError(f"invalid session name {name!r}")
+        return self._dir(user_id) / f"{name}.jsonl"
+
+    def save(self, user_id: int, name: str, text: str) -> Path:
+        """Write a session file (replacing one of the same name)."""
+        path = self.path(user_id, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    def read(self, user_id: int, name: str) -> str:
+        """The text of a saved session; FileNotFoundError when absent; ValueError when huge."""
+        path = self.path(user_id, name)
+        if path.stat().st_size > MAX_SESSION_BYTES:
+            raise ValueError(f"{name} is larger than {MAX_SESSION_BYTES // 1_000_000} MB")
+        return path.read_text(encoding="utf-8", errors="replace")
+
+    def list(self, user_id: int) -> list[SavedSession]:
+        """The user's saved sessions, newest first."""
+        folder = self._dir(user_id)
+        if not folder.is_dir():
+            return []
+        found = [
+            SavedSession(p.stem, p, p.stat().st_size, p.stat().st_mtime)
+            for p in folder.glob("*.jsonl")
+            if p.is_file()
+        ]
+        return sorted(found, key=lambda s: s.modified, reverse=True)

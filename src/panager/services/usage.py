@@ -1,0 +1,127 @@
+"""Token usage per user, per local day, per model (table `token_usage`).
+
+Every model call adds its prompt/completion tokens with one upsert (committed
+without waiting for the disk flush: it is on every turn's path). Days are the
+user's local dates, so "today" and a daily budget follow the user's midnight,
+not the server's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from panager.clock import Clock
+from panager.services.users import User
+
+RECORD = """
+INSERT INTO token_usage (user_id, day, model, prompt_tokens, completion_tokens, total_tokens, calls)
+VALUES (%(user_id)s, %(day)s, %(model)s, %(prompt)s, %(completion)s, %(total)s, 1)
+ON CONFLICT (user_id, day, model) DO UPDATE
+   SET prompt_tokens = token_usage.prompt_tokens + EXCLUDED.prompt_tokens,
+       completion_tokens = token_usage.completion_tokens + EXCLUDED.completion_tokens,
+       total_tokens = token_usage.total_tokens + EXCLUDED.total_tokens,
+       calls = token_usage.calls + 1,
+       updated_at = now()
+"""
+# Usage rows are counters, not user data: their commits need not wait for the WAL flush
+# (a crash can lose the last fraction of a second of counts, never corrupt them).
+ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
+DAY_TOTAL = """
+SELECT COALESCE(sum(total_tokens), 0) AS total FROM token_usage WHERE user_id = %s AND day = %s
+"""
+BY_MODEL_SINCE = """
+SELECT model, sum(prompt_tokens) AS prompt, sum(completion_tokens) AS completion,
+       sum(total_tokens) AS total, sum(calls) AS calls
+  FROM token_usage
+ WHERE user_id = %s AND day >= %s
+ GROUP BY model ORDER BY sum(total_tokens) DESC, model
+"""
+
+
+@dataclass(frozen=True)
+class ModelUsage:
+    """Tokens used with one model over a period."""
+
+    model: str
+    prompt: int
+    completion: int
+    total: int
+    calls: int
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    """Usage of one user: today, this month and all time, per model."""
+
+    today: list[ModelUsage]
+    month: list[ModelUsage]
+    all_time: list[ModelUsage]
+
+    @staticmethod
+    def total(rows: list[ModelUsage]) -> int:
+        """Total tokens over `rows`."""
+        return sum(r.total for r in rows)
+
+
+def tokens_of(usage: dict[str, Any] | None) -> tuple[int, int, int]:
+    """(prompt, completion, total) from LangChain's usage_metadata (missing → 0)."""
+    usage = usage or {}
+    prompt = int(usage.get("input_tokens") or 0)
+    completion = int(usage.get("output_tokens") or 0)
+    total = int(usage.get("total_tokens") or prompt + completion)
+    return prompt, completion, total
+
+
+class UsageService:
+    """Records and reports token usage; every query is keyed by user id."""
+
+    def __init__(self, pool: AsyncConnectionPool, clock: Clock) -> None:
+        self.pool = pool
+        self.clock = clock
+
+    def local_day(self, user: User) -> date:
+        """The user's current local date."""
+        return self.clock.now().astimezone(user.zone).date()
+
+    async def record(self, user: User, model: str, usage: dict[str, Any] | None) -> None:
+        """Add one model call's tokens to today's row for (user, model)."""
+        prompt, completion, total = tokens_of(usage)
+        params = {
+            "user_id": user.id,
+            "day": self.local_day(user),
+            "model": model,
+            "prompt": prompt,
+            "completion": completion,
+            "total": total,
+        }
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(ASYNC_COMMIT)
+            await conn.execute(RECORD, params)
+
+    async def today_total(self, user: User) -> int:
+        """Tokens the user has used today (all models)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(DAY_TOTAL, (user.id, self.local_day(user)))
+            return int((await cur.fetchone())["total"])
+
+    async def report(self, user: User) -> UsageReport:
+        """Per-model usage today, this month and all time."""
+        today = self.local_day(user)
+        periods = (today, today.replace(day=1), date(1970, 1, 1))
+        async with self.pool.connection() as conn:
+            results = []
+            for since in periods:
+                rows = await (await conn.execute(BY_MODEL_SINCE, (user.id, since))).fetchall()
+                results.append([_usage(r) for r in rows])
+        return UsageReport(*results)
+
+
+def _usage(row: dict) -> ModelUsage:
+    return ModelUsage(
+        row["model"], int(row["prompt"]), int(row["completion"]), int(row["total"]),
+        int(row["calls"]),
+    )
