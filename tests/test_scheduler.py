@@ -337,3 +337,27 @@ async def test_coalescer_batches_concurrent_calls_and_propagates_errors():
     bad = await asyncio.gather(co.submit(13), co.submit(14), return_exceptions=True)
     assert all(isinstance(r, ValueError) for r in bad)
     assert await co.submit(5) == 10  # a failed batch does not poison the next
+
+
+def test_plan_occurrence_grace_edges():
+    from datetime import timedelta
+
+    from panager.services.schedule_occurrences import plan_occurrence
+    from panager.services.schedule_types import Schedule
+
+    due = utc(2026, 11, 21, 12)
+    s = Schedule(
+        id="x", user_id=1, kind="reminder", message="m", timezone="UTC", rrule=None,
+        anchor_local=due.replace(tzinfo=None), next_run_at=due, status="active", attempts=0,
+        last_error=None, last_run_at=None, claimed_by=None, lease_until=None,
+        created_at=due, updated_at=due,
+    )
+    no_grace = timedelta(0)
+    assert plan_occurrence(s, due + timedelta(seconds=5), no_grace).deliver == due  # on time
+    assert plan_occurrence(s, due + timedelta(minutes=2), no_grace).deliver is None  # missed
+    late = plan_occurrence(s, due + timedelta(minutes=59), timedelta(hours=1))
+    assert late.deliver == due and late.late
+    retry = plan_occurrence(
+        Schedule(**{**s.__dict__, "attempts": 2}), due + timedelta(hours=3), timedelta(hours=1)
+    )
+    assert retry.deliver == due  # a retry is not subject to the grace window

@@ -41,7 +41,10 @@ def next_after(schedule: Schedule, when: datetime) -> datetime | None:
 def plan_occurrence(
     schedule: Schedule, now: datetime, grace: timedelta, late_after: timedelta = LATE_AFTER
 ) -> Occurrence:
-    """Deliver on time, deliver late within the grace window, or record as missed."""
+    """Deliver on time, deliver late within the grace window, or record as missed.
+
+    Less than `late_after` behind is on time whatever the grace window (even 0)."""
+    grace = max(grace, late_after)
     due = schedule.next_run_at
     if schedule.attempts > 0:  # a retry: the occurrence was first tried in time
         return Occurrence(due, late=now - due > late_after)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from panager.services.recurrence import describe_schedule
@@ -51,7 +51,7 @@ class Schedule:
         """'Tue 25 Nov 2026 09:00 Asia/Seoul, in 3 days; repeats every Monday'."""
         if self.next_run_at is None:
             return f"no further runs ({self.status})"
-        if self.next_run_at < now and self.status == "active":
+        if now - self.next_run_at > timedelta(minutes=1) and self.status == "active":
             due = self.next_run_at.astimezone(self.zone).strftime("%a %d %b %Y %H:%M")
             return f"overdue since {due} {self.timezone}: sends as soon as a worker runs"
         return describe_schedule(self.next_run_at, self.zone, now, self.rrule)
