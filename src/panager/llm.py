@@ -30,8 +30,8 @@ NO_MODEL_MESSAGE = (
     "OPENAI_BASE_URL for a local OpenAI-compatible server such as Ollama, then restart."
 )
 UNAVAILABLE_MESSAGE = (
-    "The model service is not answering right now ({reason}). Your message is saved; "
-    "please try again in a minute."
+    "The model service is not answering right now ({reason}), so I could not reply — your "
+    "message is kept, please try again in a minute."
 )
 CONTEXT_ERROR_MARKERS = (
     "context_length_exceeded",
@@ -71,6 +71,7 @@ def is_context_overflow(exc: BaseException) -> bool:
 
 
 def _retry_after(exc: BaseException) -> float | None:
+    """Seconds the server asked us to wait: `retry-after-ms`, or `Retry-After` (seconds or date)."""
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None) or {}
     for name in ("retry-after-ms", "retry-after"):
@@ -80,9 +81,23 @@ def _retry_after(exc: BaseException) -> float | None:
         try:
             seconds = float(value)
         except ValueError:
-            return None
+            return _seconds_until(value)
         return seconds / 1000 if name.endswith("ms") else seconds
     return None
+
+
+def _seconds_until(http_date: str) -> float | None:
+    """Seconds from now until an HTTP-date (`Retry-After: Wed, 21 Oct 2026 07:28:00 GMT`)."""
+    from datetime import UTC, datetime
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(http_date)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
 
 
 def _retryable(exc: BaseException) -> str | None:

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import HumanMessage
 
 from panager.agent.effects.compact import Compact
 from panager.agent.effects.registry import UsageRecorder, build_effects, resolve_context_window
@@ -124,7 +124,7 @@ async def install(app: Any) -> None:
 
 
 def _install_user_messages(app: Any) -> None:
-    async def inject(recipient: Any, message: AIMessage) -> None:
+    async def inject(recipient: Any, message: HumanMessage) -> None:
         await update_thread(app.assistant, recipient, {"messages": [message]})
 
     relay = UserMessageRelay(app.deps, inject)
