@@ -143,6 +143,7 @@ def _load_modules() -> None:
 
 
 COMMAND_MODULES: list[str] = [
+    "panager.agent.commands.access",
     "panager.agent.commands.schedule",
     "panager.agent.commands.memory",
     "panager.agent.commands.google",

@@ -1,0 +1,62 @@
+"""Access commands: /start CODE (join with an invite) and the admins' /invite."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from panager.agent.commands import CommandContext, CommandReply, command
+from panager.services.access import (
+    DEFAULT_INVITE_TTL,
+    AccessError,
+    access_service,
+    describe_invite,
+    parse_duration,
+)
+
+
+@command("start", "/start CODE", "join with an invite code")
+async def start_command(ctx: CommandContext, args: str) -> CommandReply:
+    """Redeem an invite code; already registered users are simply greeted."""
+    access = access_service(ctx.deps)
+    if ctx.user.status == "active":
+        return CommandReply(
+            f"Hi {ctx.user.name}, you're all set — just send me a message. Type /help for commands."
+        )
+    if not args:
+        return CommandReply(
+            "Send /start followed by your invite code, e.g. /start K7QXM9PA2B.", ok=False
+        )
+    result = await access.redeem(args.split()[0], ctx.user)
+    return CommandReply(result.message, ok=result.ok)
+
+
+@command(
+    "invite",
+    "/invite [USES] [EXPIRES]",
+    "create an invite code (admins), e.g. /invite 3 14d",
+    admin_only=True,
+)
+async def invite_command(ctx: CommandContext, args: str) -> CommandReply:
+    """Create an invite code: single use and valid for 7 days unless told otherwise."""
+    try:
+        uses, expires_in = parse_invite_args(args)
+        invite = await access_service(ctx.deps).create_invite(
+            ctx.user.id, max_uses=uses, expires_in=expires_in
+        )
+    except AccessError as exc:
+        return CommandReply(f"{exc} Usage: /invite [USES] [EXPIRES], e.g. /invite 3 14d", ok=False)
+    return CommandReply(
+        f"Invite code: {invite.code} ({describe_invite(invite)}).\n"
+        f"The new user sends me a DM: /start {invite.code}"
+    )
+
+
+def parse_invite_args(args: str) -> tuple[int, timedelta | None]:
+    """'3 14d' → (3, 14 days); a bare number is uses, anything else is an expiry."""
+    uses, expires_in = 1, DEFAULT_INVITE_TTL
+    for token in args.split():
+        if token.isdigit():
+            uses = int(token)
+        else:
+            expires_in = parse_duration(token)
+    return uses, expires_in

@@ -1,0 +1,279 @@
+"""Who may talk to Panager: access modes, admins, invites, allow and block.
+
+The decision is made here, before any model call, and front ends only relay
+it. Modes (`PANAGER_ACCESS`): `open` lets anyone in; `allowlist` lets in the
+admins and users an admin allowed; `invite` also lets in anyone who redeemed
+an invite code with `/start CODE`. Admins (`PANAGER_ADMIN_IDS`) are always in
+and can never be blocked. A person refused in `allowlist`/`invite` mode is
+kept as a `pending` user, so `panager users list` shows who knocked.
+
+Redemption is a single conditional UPDATE on the invite row: PostgreSQL's row
+lock serialises racing redemptions, and the loser re-checks `uses < max_uses`
+and finds the code spent. Exactly one of two racers wins a single-use code.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from panager.clock import Clock
+from panager.services.users import User, UserService
+
+CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes get read aloud
+CODE_LENGTH = 10
+DEFAULT_INVITE_TTL = timedelta(days=7)
+MAX_INVITE_USES = 1000
+_DURATION = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$", re.IGNORECASE)
+_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+INSERT_INVITE = """
+INSERT INTO invites (code, created_by, max_uses, expires_at, created_at)
+VALUES (%(code)s, %(created_by)s, %(max_uses)s, %(expires_at)s, %(now)s)
+RETURNING *
+"""
+GET_INVITE = "SELECT * FROM invites WHERE code = %s"
+CLAIM_INVITE_USE = """
+UPDATE invites SET uses = uses + 1
+ WHERE code = %(code)s AND uses < max_uses
+   AND (expires_at IS NULL OR expires_at > %(now)s)
+RETURNING *
+"""
+RECORD_REDEMPTION = """
+INSERT INTO invite_redemptions (code, user_id, redeemed_at) VALUES (%s, %s, %s)
+ON CONFLICT DO NOTHING
+"""
+ACTIVATE_USER = "UPDATE users SET status = 'active', updated_at = now() WHERE id = %s RETURNING *"
+LIST_INVITES = "SELECT * FROM invites ORDER BY created_at DESC, code"
+
+REFUSALS = {
+    "invite": ("Hi! This assistant is invite-only. If you have an invite code, send /start CODE."),
+    "allowlist": (
+        "Sorry, this assistant only answers people its admin has added. "
+        "Ask the admin to run: panager users allow {user_id}"
+    ),
+    "blocked": "Sorry, you don't have access to this assistant.",
+}
+
+
+class AccessError(Exception):
+    """An access-control request that cannot be done; the message says why and what works."""
+
+
+@dataclass(frozen=True)
+class Invite:
+    """An invite code and how much of it is left."""
+
+    code: str
+    created_by: int | None
+    max_uses: int
+    uses: int
+    expires_at: datetime | None
+    created_at: datetime
+
+    @property
+    def remaining(self) -> int:
+        """Uses left."""
+        return max(self.max_uses - self.uses, 0)
+
+    def expired(self, now: datetime) -> bool:
+        """True once the code's expiry has passed."""
+        return self.expires_at is not None and self.expires_at <= now
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The access decision for one incoming message."""
+
+    user: User
+    allowed: bool
+    refusal: str | None = None
+
+
+@dataclass(frozen=True)
+class Redemption:
+    """The outcome of `/start CODE`."""
+
+    ok: bool
+    message: str
+    user: User | None = None
+
+
+def _invite(row: dict | None) -> Invite | None:
+    if row is None:
+        return None
+    return Invite(**{k: row[k] for k in Invite.__dataclass_fields__})
+
+
+def new_invite_code() -> str:
+    """A random, unambiguous code such as 'K7QXM9PA2B' (50 bits)."""
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+
+
+def normalise_code(code: str) -> str:
+    """Codes are matched case-insensitively, ignoring spaces and dashes."""
+    return re.sub(r"[\s-]", "", code).upper()
+
+
+def parse_duration(text: str) -> timedelta | None:
+    """'30m', '12h', '7d', '2w' → timedelta; 'never' → None; anything else raises AccessError."""
+    if text.strip().lower() in ("never", "none", "0"):
+        return None
+    match = _DURATION.match(text)
+    if not match or int(match.group(1)) == 0:
+        raise AccessError(
+            f"Invalid expiry {text!r}: use a number with m, h, d or w "
+            "(e.g. 12h, 7d, 2w) or 'never'."
+        )
+    return timedelta(**{_UNITS[match.group(2).lower()]: int(match.group(1))})
+
+
+def describe_invite(invite: Invite) -> str:
+    """'single use, expires 2026-11-28 12:00 UTC' and similar."""
+    uses = "single use" if invite.max_uses == 1 else f"{invite.remaining} of {invite.max_uses} uses"
+    if invite.expires_at is None:
+        return f"{uses}, never expires"
+    return f"{uses}, expires {invite.expires_at:%Y-%m-%d %H:%M} UTC"
+
+
+class AccessService:
+    """Access decisions and their data (invites, user status); one per app."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        users: UserService,
+        clock: Clock,
+        *,
+        mode: str = "invite",
+        admin_ids: list[int] | tuple[int, ...] = (),
+    ) -> None:
+        self.pool = pool
+        self.users = users
+        self.clock = clock
+        self.mode = mode
+        self.admin_ids = frozenset(admin_ids)
+
+    def is_admin(self, user_id: int) -> bool:
+        """True for ids in PANAGER_ADMIN_IDS."""
+        return user_id in self.admin_ids
+
+    async def admit(
+        self, user_id: int, username: str, display_name: str | None = None
+    ) -> Admission:
+        """Record the sender and decide whether they may use the assistant."""
+        if self.is_admin(user_id):
+            return Admission(await self._ensure_admin(user_id, username, display_name), True)
+        initial = "active" if self.mode == "open" else "pending"
+        user = await self.users.ensure(user_id, username, display_name=display_name, status=initial)
+        if user.status == "blocked":
+            return Admission(user, False, REFUSALS["blocked"])
+        if user.status == "active":
+            return Admission(user, True)
+        if self.mode == "open":
+            return Admission(await self.users.set_status(user_id, "active") or user, True)
+        return Admission(user, False, REFUSALS[self.mode].format(user_id=user_id))
+
+    async def _ensure_admin(self, user_id: int, username: str, display_name: str | None) -> User:
+        user = await self.users.ensure(
+            user_id, username, display_name=display_name, role="admin", status="active"
+        )
+        if user.role != "admin":
+            user = await self.users.set_role(user_id, "admin") or user
+        if user.status != "active":
+            user = await self.users.set_status(user_id, "active") or user
+        return user
+
+    async def create_invite(
+        self,
+        created_by: int | None,
+        *,
+        max_uses: int = 1,
+        expires_in: timedelta | None = DEFAULT_INVITE_TTL,
+    ) -> Invite:
+        """Store a new invite code and return it."""
+        if not 1 <= max_uses <= MAX_INVITE_USES:
+            raise AccessError(f"Uses must be between 1 and {MAX_INVITE_USES}.")
+        now = self.clock.now()
+        params = {
+            "code": new_invite_code(),
+            "created_by": created_by,
+            "max_uses": max_uses,
+            "expires_at": now + expires_in if expires_in is not None else None,
+            "now": now,
+        }
+        async with self.pool.connection() as conn:
+            return _invite(await (await conn.execute(INSERT_INVITE, params)).fetchone())
+
+    async def invites(self) -> list[Invite]:
+        """All invite codes, newest first."""
+        async with self.pool.connection() as conn:
+            return [_invite(r) for r in await (await conn.execute(LIST_INVITES)).fetchall()]
+
+    async def redeem(self, code: str, user: User) -> Redemption:
+        """Spend one use of `code` and activate `user`, atomically; say why when it fails."""
+        if user.status == "active":
+            return Redemption(True, "You're already registered — just send me a message.", user)
+        if user.status == "blocked":
+            return Redemption(False, REFUSALS["blocked"])
+        code, now = normalise_code(code), self.clock.now()
+        async with self.pool.connection() as conn, conn.transaction():
+            claimed = await conn.execute(CLAIM_INVITE_USE, {"code": code, "now": now})
+            if await claimed.fetchone() is None:
+                return Redemption(False, await self._why_not(conn, code, now))
+            await conn.execute(RECORD_REDEMPTION, (code, user.id, now))
+            row = await (await conn.execute(ACTIVATE_USER, (user.id,))).fetchone()
+        activated = User(**{k: row[k] for k in User.__dataclass_fields__})
+        return Redemption(True, _welcome(activated), activated)
+
+    @staticmethod
+    async def _why_not(conn: Any, code: str, now: datetime) -> str:
+        invite = _invite(await (await conn.execute(GET_INVITE, (code,))).fetchone())
+        if invite is None:
+            return "That invite code isn't valid. Check it and send /start CODE again."
+        if invite.expired(now):
+            return "That invite code has expired. Ask the admin for a new one."
+        return "That invite code has already been used. Ask the admin for a new one."
+
+    async def allow(self, user_id: int) -> User:
+        """Let `user_id` in (creating a placeholder user until they first write)."""
+        await self.users.ensure(user_id, str(user_id), status="active")
+        return await self.users.set_status(user_id, "active")
+
+    async def block(self, user_id: int) -> User:
+        """Refuse `user_id` from now on (admins cannot be blocked)."""
+        if self.is_admin(user_id):
+            raise AccessError(
+                f"{user_id} is in PANAGER_ADMIN_IDS; remove it there before blocking."
+            )
+        await self.users.ensure(user_id, str(user_id), status="blocked")
+        return await self.users.set_status(user_id, "blocked")
+
+
+def _welcome(user: User) -> str:
+    return (
+        f"Welcome, {user.name}! You're registered. Just write to me here — "
+        "I remember what you tell me, keep your reminders and (once connected) manage your "
+        "Google Calendar and Tasks. Type /help for commands."
+    )
+
+
+def access_service(deps: Any) -> AccessService:
+    """The app's AccessService (kept in deps.extra; created on first use)."""
+    service = deps.extra.get("access")
+    if service is None:
+        settings = deps.settings
+        service = AccessService(
+            deps.pool,
+            deps.users,
+            deps.clock,
+            mode=settings.access,
+            admin_ids=settings.admin_ids,
+        )
+        deps.extra["access"] = service
+    return service

@@ -1,0 +1,183 @@
+"""The Discord inbox: exactly-once acceptance and per-user ordering of incoming messages.
+
+Every incoming DM is inserted keyed by its Discord message id before anything
+else happens; a replayed MESSAGE_CREATE (gateway RESUME) hits the primary key
+and is dropped. A user's messages are then handled strictly oldest first, one
+at a time: `claim_next` only ever takes the user's oldest unfinished row, and
+only while no other row of theirs is being processed — so the order holds even
+with several bot processes. A claim carries a lease; a process that dies
+mid-message leaves a row whose lease runs out, and `abandon_stale` retires it
+(the user is told to resend) instead of answering it twice. Text is cleared
+once a row is finished; finished rows are pruned after a week.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from psycopg_pool import AsyncConnectionPool
+
+from panager.clock import Clock
+
+ACCEPT = """
+INSERT INTO discord_inbox
+    (message_id, user_id, channel_id, username, display_name, content, attachments, received_at)
+VALUES (%(message_id)s, %(user_id)s, %(channel_id)s, %(username)s, %(display_name)s,
+        %(content)s, %(attachments)s, %(now)s)
+ON CONFLICT (message_id) DO NOTHING
+RETURNING message_id
+"""
+CLAIM_NEXT = """
+UPDATE discord_inbox
+   SET status = 'processing', claimed_by = %(worker)s, lease_until = %(lease_until)s
+ WHERE message_id = (
+        SELECT message_id FROM discord_inbox
+         WHERE user_id = %(user_id)s AND status IN ('queued', 'processing')
+         ORDER BY message_id LIMIT 1)
+   AND status = 'queued'
+RETURNING *
+"""
+RENEW = """
+UPDATE discord_inbox SET lease_until = %(lease_until)s
+ WHERE message_id = %(message_id)s AND status = 'processing' AND claimed_by = %(worker)s
+"""
+FINISH = """
+UPDATE discord_inbox SET status = %(status)s, content = '', finished_at = %(now)s,
+       lease_until = NULL
+ WHERE message_id = %(message_id)s
+"""
+ABANDON_STALE = """
+UPDATE discord_inbox SET status = 'abandoned', finished_at = %(now)s, lease_until = NULL
+ WHERE status = 'processing' AND lease_until < %(now)s
+   AND (%(user_id)s::bigint IS NULL OR user_id = %(user_id)s)
+RETURNING *
+"""
+EXPIRE = """
+UPDATE discord_inbox SET lease_until = %(past)s
+ WHERE message_id = %(message_id)s AND status = 'processing'
+"""
+CLEAR_ABANDONED_TEXT = "UPDATE discord_inbox SET content = '' WHERE message_id = ANY(%s)"
+QUEUED_USERS = "SELECT DISTINCT user_id FROM discord_inbox WHERE status = 'queued'"
+COUNT_QUEUED = "SELECT count(*) AS n FROM discord_inbox WHERE user_id = %s AND status = 'queued'"
+PRUNE = """
+DELETE FROM discord_inbox
+ WHERE status IN ('done', 'failed', 'abandoned') AND received_at < %(before)s
+"""
+
+
+@dataclass(frozen=True)
+class InboxMessage:
+    """One incoming Discord DM as stored."""
+
+    message_id: int
+    user_id: int
+    channel_id: int
+    username: str
+    display_name: str | None
+    content: str
+    attachments: bool
+    status: str
+    received_at: datetime
+
+
+def _message(row: dict | None) -> InboxMessage | None:
+    if row is None:
+        return None
+    return InboxMessage(**{k: row[k] for k in InboxMessage.__dataclass_fields__})
+
+
+class InboxService:
+    """Stores and hands out incoming DMs; `worker` names this process in claims."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        clock: Clock,
+        worker: str,
+        *,
+        lease: timedelta = timedelta(seconds=90),
+        keep: timedelta = timedelta(days=7),
+    ) -> None:
+        self.pool = pool
+        self.clock = clock
+        self.worker = worker
+        self.lease = lease
+        self.keep = keep
+
+    async def accept(
+        self,
+        *,
+        message_id: int,
+        user_id: int,
+        channel_id: int,
+        username: str,
+        display_name: str | None,
+        content: str,
+        attachments: bool = False,
+    ) -> bool:
+        """Store a new message; False when this message id was seen before (a replay)."""
+        params = {
+            "message_id": message_id,
+            "user_id": user_id,
+            "channel_id": channel_id,
+            "username": username,
+            "display_name": display_name,
+            "content": content.replace("\x00", ""),
+            "attachments": attachments,
+            "now": self.clock.now(),
+        }
+        async with self.pool.connection() as conn:
+            return await (await conn.execute(ACCEPT, params)).fetchone() is not None
+
+    async def claim_next(self, user_id: int) -> InboxMessage | None:
+        """The user's oldest queued message, claimed; None while another is in progress."""
+        params = {"user_id": user_id, "worker": self.worker, "lease_until": self._lease_end()}
+        async with self.pool.connection() as conn:
+            return _message(await (await conn.execute(CLAIM_NEXT, params)).fetchone())
+
+    async def renew(self, message_id: int) -> bool:
+        """Extend this process's claim on a message it is still working on."""
+        params = {"message_id": message_id, "worker": self.worker, "lease_until": self._lease_end()}
+        async with self.pool.connection() as conn:
+            return (await conn.execute(RENEW, params)).rowcount == 1
+
+    async def expire(self, message_id: int) -> None:
+        """Give up a claim at once (shutdown mid-message): the next start retires it."""
+        params = {"message_id": message_id, "past": self.clock.now() - timedelta(seconds=1)}
+        async with self.pool.connection() as conn:
+            await conn.execute(EXPIRE, params)
+
+    async def finish(self, message_id: int, status: str = "done") -> None:
+        """Mark a message handled ('done' or 'failed') and drop its text."""
+        params = {"message_id": message_id, "status": status, "now": self.clock.now()}
+        async with self.pool.connection() as conn:
+            await conn.execute(FINISH, params)
+
+    async def abandon_stale(self, user_id: int | None = None) -> list[InboxMessage]:
+        """Retire messages whose processor died (lease expired); returns them, text included."""
+        params = {"now": self.clock.now(), "user_id": user_id}
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(ABANDON_STALE, params)).fetchall()
+            if rows:
+                await conn.execute(CLEAR_ABANDONED_TEXT, ([r["message_id"] for r in rows],))
+        return [_message(r) for r in rows]
+
+    async def queued_users(self) -> list[int]:
+        """Users with messages waiting (e.g. left over from a restart)."""
+        async with self.pool.connection() as conn:
+            return [r["user_id"] for r in await (await conn.execute(QUEUED_USERS)).fetchall()]
+
+    async def queued_count(self, user_id: int) -> int:
+        """How many of the user's messages are waiting."""
+        async with self.pool.connection() as conn:
+            return (await (await conn.execute(COUNT_QUEUED, (user_id,))).fetchone())["n"]
+
+    async def prune(self) -> int:
+        """Delete finished rows older than `keep`; returns how many."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(PRUNE, {"before": self.clock.now() - self.keep})
+            return cur.rowcount
+
+    def _lease_end(self) -> datetime:
+        return self.clock.now() + self.lease
