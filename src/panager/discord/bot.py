@@ -1,0 +1,376 @@
+"""The Discord front end: a discord.py client that answers DMs.
+
+Flow of one DM:
+
+1. `on_message` ignores server messages, bots and system messages, and stores
+   the DM in the inbox keyed by its message id (a replayed MESSAGE_CREATE is
+   dropped here: exactly once).
+2. A drain task per user takes the user's messages oldest first, one at a
+   time (`InboxService.claim_next`), so messages sent during a turn wait their
+   turn instead of being dropped or answered out of order.
+3. Each message is authorised (`AccessService.admit`) before anything else: a
+   refused user gets a short reply and the model is never called.
+4. Slash commands go to the shared command table; anything else is a turn:
+   typing indicator, a tool-status message driven by the turn's events, then
+   the answer in chunks with a link button when there is one.
+
+Application commands (the Discord command picker) run the same commands in
+line with the user's messages. Whatever fails inside a handler is logged, the
+user gets one short message, and the client keeps running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections import defaultdict
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+import discord
+
+from panager.agent.commands import CommandContext, dispatch, is_command, parse
+from panager.discord.messenger import DiscordMessenger
+from panager.discord.replies import nonce, send_followup, send_reply
+from panager.discord.slash import build_tree, sync_if_changed
+from panager.discord.status import StatusMessage, typing
+from panager.services.access import access_service
+from panager.services.inbox import InboxMessage, InboxService
+
+if TYPE_CHECKING:
+    from panager.app import App
+    from panager.services.users import User
+
+log = logging.getLogger(__name__)
+
+ATTACHMENT_NOTE = (
+    "I can't read attachments or stickers yet — please paste the text you want me to see."
+)
+ERROR_MESSAGE = "Sorry, something went wrong on my side with that message. Please try again."
+NOT_STORED = "Sorry, I couldn't take that message just now (database unavailable). Please resend."
+DM_ONLY = "I only work in direct messages — send me a DM."
+ABANDONED = (
+    "Sorry — I was restarted while working on your message “{snippet}”. "
+    "Please send it again if you still need an answer."
+)
+PRUNE_EVERY = 6 * 3600
+HANDLED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
+
+
+# Panager never joins voice channels: skip discord.py's warnings about voice libraries.
+discord.VoiceClient.warn_nacl = False
+discord.VoiceClient.warn_dave = False
+
+
+def default_intents() -> discord.Intents:
+    """DMs and their content; no server messages, members or presences."""
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.dm_messages = True
+    intents.message_content = True
+    return intents
+
+
+def worker_name() -> str:
+    """Names this process in inbox claims (host:pid:random)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class PanagerBot(discord.Client):
+    """Panager's Discord client; build with the running App and `await bot.start(token)`."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        status_interval: float = 1.0,
+        poll_interval: float = 1.0,
+        shutdown_grace: float = 20.0,
+        **client_options: Any,
+    ) -> None:
+        client_options.setdefault("intents", default_intents())
+        super().__init__(**client_options)
+        self.app = app
+        self.access = access_service(app.deps)
+        self.inbox = InboxService(app.pool, app.clock, worker_name())
+        self.tree = build_tree(self, self.handle_interaction)
+        self.messenger = DiscordMessenger(self)
+        self.status_interval = status_interval
+        self.poll_interval = poll_interval
+        self.shutdown_grace = shutdown_grace
+        self._drains: dict[int, asyncio.Task] = {}
+        self._dirty: set[int] = set()
+        self._conversations: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._background: set[asyncio.Task] = set()
+        self._readied = False
+        self._stopping = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def setup_hook(self) -> None:
+        """Logged in: reminders and scheduled answers can now go out as DMs."""
+        self.app.deps.messenger.add(self.messenger)
+
+    async def on_ready(self) -> None:
+        """First READY: sync commands, pick up messages left over, start pruning."""
+        if self._readied:
+            return
+        self._readied = True
+        log.info("connected to Discord as %s", self.user)
+        self._spawn(self._after_ready())
+
+    async def _after_ready(self) -> None:
+        try:
+            await sync_if_changed(self.tree)
+        except Exception:
+            log.exception("could not register slash commands with Discord")
+        await self.recover()
+        self._spawn(self._prune_loop())
+
+    async def recover(self) -> None:
+        """Retire messages a dead process left half-done and resume queued ones."""
+        for stale in await self.inbox.abandon_stale():
+            await self._notify_abandoned(stale)
+        for user_id in await self.inbox.queued_users():
+            self._kick(user_id)
+
+    async def close(self) -> None:
+        """Let running turns finish (up to shutdown_grace), then disconnect."""
+        if not self._stopping:
+            self._stopping = True
+            await self._finish_drains()
+            for task in list(self._background):
+                task.cancel()
+            await asyncio.gather(*self._background, return_exceptions=True)
+            with contextlib.suppress(ValueError):
+                self.app.deps.messenger.messengers.remove(self.messenger)
+        await super().close()
+
+    async def _finish_drains(self) -> None:
+        running = [t for t in self._drains.values() if not t.done()]
+        if not running:
+            return
+        _, pending = await asyncio.wait(running, timeout=self.shutdown_grace)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
+        """Log and carry on: a failing handler never takes the client down."""
+        log.exception("unhandled error in %s", event_method)
+
+    # ------------------------------------------------------------------- intake
+
+    async def on_message(self, message: discord.Message) -> None:
+        """Store a DM (once per message id) and wake its user's queue."""
+        if message.author.bot or message.guild is not None:
+            return
+        if not isinstance(message.channel, discord.DMChannel):
+            return
+        if message.type not in HANDLED_TYPES:
+            return
+        try:
+            fresh = await self.inbox.accept(
+                message_id=message.id,
+                user_id=message.author.id,
+                channel_id=message.channel.id,
+                username=message.author.name,
+                display_name=message.author.global_name,
+                content=message.content,
+                attachments=bool(message.attachments or message.stickers),
+            )
+        except Exception:
+            log.exception("could not store message %s", message.id)
+            await self._send_quietly(message.channel, NOT_STORED, nonce(message.id, "x"))
+            return
+        if fresh and not self._stopping:
+            self._kick(message.author.id)
+
+    def _kick(self, user_id: int) -> None:
+        self._dirty.add(user_id)
+        task = self._drains.get(user_id)
+        if task is None or task.done():
+            self._drains[user_id] = self._spawn(self._drain(user_id))
+
+    async def _drain(self, user_id: int) -> None:
+        """Handle the user's queued messages oldest first until none are left."""
+        while user_id in self._dirty and not self._stopping:
+            self._dirty.discard(user_id)
+            try:
+                await self._drain_once(user_id)
+            except Exception:
+                log.exception("inbox of user %s failed; retrying", user_id)
+                self._dirty.add(user_id)
+                await asyncio.sleep(self.poll_interval)
+
+    async def _drain_once(self, user_id: int) -> None:
+        for stale in await self.inbox.abandon_stale(user_id):
+            await self._notify_abandoned(stale)
+        while not self._stopping and (row := await self.inbox.claim_next(user_id)):
+            await self._process(row)
+        if not self._stopping and await self.inbox.queued_count(user_id):
+            # Another process is answering this user's previous message: wait for it.
+            self._dirty.add(user_id)
+            await asyncio.sleep(self.poll_interval)
+
+    # --------------------------------------------------------------- processing
+
+    async def _process(self, row: InboxMessage) -> None:
+        channel = self.get_partial_messageable(row.channel_id, type=discord.ChannelType.private)
+        lease = self._spawn(self._keep_lease(row.message_id))
+        status = "done"
+        try:
+            async with self._conversations[row.user_id]:
+                await self._handle(row, channel)
+        except asyncio.CancelledError:
+            await self.inbox.expire(row.message_id)
+            raise
+        except Exception:
+            log.exception("failed to handle message %s", row.message_id)
+            status = "failed"
+            await self._send_quietly(channel, ERROR_MESSAGE, nonce(row.message_id, "e"))
+        finally:
+            lease.cancel()
+        await self.inbox.finish(row.message_id, status)
+
+    async def _handle(self, row: InboxMessage, channel: discord.PartialMessageable) -> None:
+        admission = await self.access.admit(row.user_id, row.username, row.display_name)
+        text = row.content.strip()
+        if not admission.allowed:
+            if _command_name(text) == "start":
+                await self._command(admission.user, text, channel, row)
+            else:
+                await send_reply(channel, admission.refusal or "", nonce_base=row.message_id)
+            return
+        if row.attachments:
+            await channel.send(ATTACHMENT_NOTE, nonce=nonce(row.message_id, "a"))
+        if not text:
+            return
+        if is_command(text):
+            await self._command(admission.user, text, channel, row)
+        else:
+            await self._turn(admission.user, text, channel, row)
+
+    async def _command(
+        self, user: User, text: str, channel: discord.PartialMessageable, row: InboxMessage
+    ) -> None:
+        ctx = CommandContext(user=user, assistant=self.app.assistant, front_end="discord")
+        reply = await dispatch(ctx, text)
+        await send_reply(channel, reply.text, link=reply.link, nonce_base=row.message_id)
+
+    async def _turn(
+        self, user: User, text: str, channel: discord.PartialMessageable, row: InboxMessage
+    ) -> None:
+        emitter = self.app.emitter.child()
+        status = StatusMessage(
+            channel, interval=self.status_interval, nonce=nonce(row.message_id, "s")
+        )
+        emitter.subscribe(status.on_event)
+        try:
+            async with typing(channel):
+                result = await self.app.assistant.run_turn(user, text, emitter=emitter)
+            await send_reply(
+                channel,
+                result.text,
+                link=result.link,
+                nonce_base=row.message_id,
+                reference=await self._reference(row),
+            )
+        finally:
+            await status.close()
+
+    async def _reference(self, row: InboxMessage) -> discord.MessageReference | None:
+        """Quote the question when the user has written more since: answers stay matched."""
+        if not await self.inbox.queued_count(row.user_id):
+            return None
+        return discord.MessageReference(
+            message_id=row.message_id, channel_id=row.channel_id, fail_if_not_exists=False
+        )
+
+    # ------------------------------------------------------------ app commands
+
+    async def handle_interaction(
+        self, interaction: discord.Interaction, name: str, args: str
+    ) -> None:
+        """Run a slash command picked in Discord's command UI, in line with the user's turns."""
+        if interaction.guild is not None:
+            await interaction.response.send_message(DM_ONLY, ephemeral=True)
+            return
+        try:
+            await interaction.response.defer(thinking=True)
+        except discord.HTTPException as exc:  # already answered (a replayed interaction)
+            log.info("interaction %s not deferred: %s", interaction.id, exc)
+            return
+        try:
+            await self._interaction_reply(interaction, name, args)
+        except Exception:
+            log.exception("slash command /%s failed", name)
+            with contextlib.suppress(discord.HTTPException):
+                await interaction.followup.send(ERROR_MESSAGE)
+
+    async def _interaction_reply(
+        self, interaction: discord.Interaction, name: str, args: str
+    ) -> None:
+        person = interaction.user
+        admission = await self.access.admit(person.id, person.name, person.global_name)
+        if not admission.allowed and name != "start":
+            await send_followup(interaction, admission.refusal or "")
+            return
+        ctx = CommandContext(user=admission.user, assistant=self.app.assistant, front_end="discord")
+        async with self._conversations[person.id]:
+            reply = await dispatch(ctx, f"/{name} {args}".strip())
+        await send_followup(interaction, reply.text, link=reply.link)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", exc_info=task.exception())
+
+    async def _keep_lease(self, message_id: int) -> None:
+        period = self.inbox.lease.total_seconds() / 3
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.inbox.renew(message_id)
+            except Exception:
+                log.exception("could not renew the claim on message %s", message_id)
+
+    async def _prune_loop(self) -> None:
+        while True:
+            try:
+                pruned = await self.inbox.prune()
+                log.debug("pruned %d inbox rows", pruned)
+            except Exception:
+                log.exception("inbox pruning failed")
+            await asyncio.sleep(PRUNE_EVERY)
+
+    async def _notify_abandoned(self, row: InboxMessage) -> None:
+        snippet = row.content.strip().replace("\n", " ")
+        snippet = snippet[:60] + ("…" if len(snippet) > 60 else "")
+        channel = self.get_partial_messageable(row.channel_id, type=discord.ChannelType.private)
+        text = ABANDONED.format(snippet=snippet or "(attachment)")
+        await self._send_quietly(channel, text, nonce(row.message_id, "r"))
+
+    @staticmethod
+    async def _send_quietly(channel: discord.abc.Messageable, text: str, nonce_: str) -> None:
+        try:
+            await channel.send(text, nonce=nonce_)
+        except Exception as exc:
+            log.warning("could not send a notice: %s", exc)
+
+
+def _command_name(text: str) -> str | None:
+    parsed = parse(text) if is_command(text) else None
+    return parsed[0] if parsed else None

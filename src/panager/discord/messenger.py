@@ -1,0 +1,44 @@
+"""Delivering reminders and scheduled answers as Discord DMs.
+
+`DiscordMessenger` is added to `app.deps.messenger` (a FanoutMessenger) so the
+scheduler and the OAuth replay reach Discord users without knowing about
+Discord. It only needs REST, so it works from the bot's client and from a
+logged-in client without a gateway connection (a `--components worker`
+process).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import discord
+
+from panager.discord.replies import send_reply
+from panager.services.users import LOCAL_USER_ID
+
+if TYPE_CHECKING:
+    from panager.services.users import User
+
+log = logging.getLogger(__name__)
+
+
+class DiscordMessenger:
+    """Sends a DM to a user by id (the DM channel is created on demand)."""
+
+    def __init__(self, client: discord.Client) -> None:
+        self.client = client
+
+    async def send(self, user: User, text: str, *, link: dict | None = None) -> bool:
+        """Deliver `text` (and a link button) as a DM; False when it cannot be delivered."""
+        if user.id == LOCAL_USER_ID or user.status == "blocked":
+            return False
+        if self.client.is_closed() or self.client.user is None:
+            return False
+        try:
+            channel = await self.client.create_dm(discord.Object(id=user.id))
+            await send_reply(channel, text, link=link)
+        except discord.HTTPException as exc:
+            log.warning("could not DM user %s: %s", user.id, exc)
+            return False
+        return True
