@@ -128,6 +128,8 @@ def register_extensions() -> None:
 
 
 EXTENSION_MODULES: list[str] = [
+    "panager.cli.run",
+    "panager.cli.access",
     "panager.cli.memory",
 ]
 

@@ -1,0 +1,167 @@
+"""`panager invite create` and `panager users list|allow|block`: access control from a shell.
+
+These need only the database (no model, no Discord): they open the pool,
+bring the schema up to date like the other commands, and act through
+`AccessService`, the same code the bot's /invite and /start use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import typer
+
+from panager.config import ConfigError, Settings
+from panager.services.access import (
+    DEFAULT_INVITE_TTL,
+    AccessError,
+    AccessService,
+    describe_invite,
+    parse_duration,
+)
+
+invite_app = typer.Typer(
+    help="Invite codes for new users (PANAGER_ACCESS=invite).", no_args_is_help=True
+)
+users_app = typer.Typer(help="Who may use the assistant.", no_args_is_help=True)
+
+
+@contextlib.asynccontextmanager
+async def access_session(settings: Settings) -> AsyncIterator[AccessService]:
+    """An AccessService on a short-lived pool (schema brought up to date first)."""
+    from panager.clock import SystemClock
+    from panager.db.pool import open_pool, resolve_database_url
+    from panager.services.users import UserService
+
+    url = resolve_database_url(settings)
+    pool = await open_pool(url, min_size=1, max_size=2)
+    try:
+        await _ensure_schema(url, pool, settings.auto_migrate)
+        users = UserService(pool, settings.timezone)
+        yield AccessService(
+            pool, users, SystemClock(), mode=settings.access, admin_ids=settings.admin_ids
+        )
+    finally:
+        await pool.close()
+
+
+async def _ensure_schema(url: str, pool, auto_migrate: bool) -> None:
+    """Like the other commands: migrate when behind (without loading the agent stack)."""
+    from panager.db import migrate
+
+    if (await migrate.schema_status(url, pool)).up_to_date:
+        return
+    if not auto_migrate:
+        raise ConfigError(
+            "the database schema is behind this version (PANAGER_AUTO_MIGRATE=false); "
+            "run: panager db upgrade"
+        )
+    await migrate.upgrade(url, pool)
+
+
+def _run(action) -> None:
+    """Load settings, run `action(access)` on the database; errors become one line."""
+    from panager.cli.main import fail, run_async, settings_or_exit, setup_logging
+
+    settings = settings_or_exit()
+    setup_logging()
+
+    async def go() -> None:
+        async with access_session(settings) as access:
+            await action(access)
+
+    try:
+        run_async(go)
+    except AccessError as exc:
+        fail(str(exc))
+
+
+@invite_app.command("create")
+def invite_create(
+    uses: int = typer.Option(1, "--uses", min=1, help="how many people may use the code"),
+    expires: str = typer.Option("7d", "--expires", help="validity: 30m, 12h, 7d, 2w or never"),
+) -> None:
+    """Print a new invite code; the new user sends the bot a DM: /start CODE."""
+    expires_in = _checked(lambda: parse_duration(expires) if expires else DEFAULT_INVITE_TTL)
+
+    async def action(access: AccessService) -> None:
+        invite = await access.create_invite(None, max_uses=uses, expires_in=expires_in)
+        typer.echo(invite.code)
+        typer.echo(f"{describe_invite(invite)}; the new user DMs the bot: /start {invite.code}")
+        if access.mode != "invite":
+            typer.echo(f"note: PANAGER_ACCESS is {access.mode!r}; codes only matter in 'invite'.")
+
+    _run(action)
+
+
+@users_app.command("list")
+def users_list() -> None:
+    """Show every user with role and status (pending = asked for access, not let in)."""
+
+    async def action(access: AccessService) -> None:
+        users = await access.users.list()
+        if not users:
+            typer.echo("no users yet")
+            return
+        typer.echo(f"{'ID':<20} {'USERNAME':<24} {'ROLE':<6} {'STATUS':<8} JOINED")
+        for user in users:
+            role = "admin" if access.is_admin(user.id) else user.role
+            typer.echo(
+                f"{user.id:<20} {user.username[:24]:<24} {role:<6} {user.status:<8} "
+                f"{user.created_at:%Y-%m-%d}"
+            )
+        typer.echo(f"access mode: {access.mode}")
+
+    _run(action)
+
+
+@users_app.command("allow")
+def users_allow(user_id: int = typer.Argument(..., help="Discord user id")) -> None:
+    """Let a Discord user in (also lifts a block)."""
+
+    user_id = _checked(lambda: _check_id(user_id))
+
+    async def action(access: AccessService) -> None:
+        user = await access.allow(user_id)
+        typer.echo(f"allowed {user.id} ({user.username})")
+
+    _run(action)
+
+
+@users_app.command("block")
+def users_block(user_id: int = typer.Argument(..., help="Discord user id")) -> None:
+    """Refuse a Discord user from now on (their data is kept)."""
+
+    user_id = _checked(lambda: _check_id(user_id))
+
+    async def action(access: AccessService) -> None:
+        user = await access.block(user_id)
+        typer.echo(f"blocked {user.id} ({user.username})")
+
+    _run(action)
+
+
+def _checked(parse):
+    """Validate arguments before touching the database; a problem is one line."""
+    from panager.cli.main import fail
+
+    try:
+        return parse()
+    except AccessError as exc:
+        fail(str(exc))
+
+
+def _check_id(user_id: int) -> int:
+    if user_id <= 1 or user_id >= 2**63:
+        raise AccessError(
+            f"{user_id} is not a Discord user id (Discord → Settings → Advanced → Developer "
+            "Mode, then right-click the user → Copy User ID)."
+        )
+    return user_id
+
+
+def register(cli: typer.Typer) -> None:
+    """Attach `panager invite …` and `panager users …`."""
+    cli.add_typer(invite_app, name="invite")
+    cli.add_typer(users_app, name="users")

@@ -1,0 +1,309 @@
+"""`panager run`: the Discord bot, the scheduler worker and the web server in one process.
+
+`--components` picks a subset, so the pieces can be spread over processes and
+machines (they share nothing but PostgreSQL). SIGTERM or SIGINT stops the
+process gracefully: running turns and deliveries get a moment to finish, the
+bot disconnects, the web server closes, then the database pool.
+
+Failures that need the operator (a rejected token, a missing privileged
+intent, a component this build lacks) end the process with one line, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import typer
+
+from panager.config import ConfigError, Settings
+
+log = logging.getLogger("panager.run")
+
+COMPONENTS = ("discord", "worker", "web")
+STOP_TIMEOUT = 30.0
+TOKEN_REJECTED = (
+    "DISCORD_TOKEN was rejected by Discord; copy a new token from the Developer Portal "
+    "(your application → Bot → Reset Token) into DISCORD_TOKEN."
+)
+TOKEN_MISSING = (
+    "DISCORD_TOKEN is not set; create a bot (see docs/discord.md) and set DISCORD_TOKEN, "
+    "or leave discord out: --components worker,web."
+)
+INTENT_MISSING = (
+    "Discord refused the Message Content intent; enable it in the Developer Portal "
+    "(your application → Bot → Privileged Gateway Intents → Message Content Intent) and restart."
+)
+
+
+class ComponentUnavailable(ConfigError):
+    """A requested component is not part of this build."""
+
+
+@dataclass
+class Running:
+    """A started component: what to watch and how to stop it."""
+
+    name: str
+    stop: Callable[[], Awaitable[None]]
+    task: asyncio.Task | None = None
+    detail: str = ""
+
+
+def parse_components(text: str) -> list[str]:
+    """'discord,worker' → ['discord', 'worker']; unknown names raise ConfigError."""
+    names = [part.strip().lower() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in COMPONENTS]
+    if unknown or not names:
+        raise ConfigError(
+            f"--components {text!r} is invalid; use a comma-separated subset of "
+            f"{','.join(COMPONENTS)}."
+        )
+    return [c for c in COMPONENTS if c in names]
+
+
+async def check_discord_token(token: str) -> None:
+    """Fail fast, before the database starts, when Discord rejects the token."""
+    import aiohttp
+    import discord
+
+    discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
+    client = discord.Client(intents=discord.Intents(guilds=True))
+    try:
+        await client.login(token)
+    except discord.LoginFailure:
+        raise ConfigError(TOKEN_REJECTED) from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise ConfigError(f"cannot reach Discord ({exc}); check the network.") from None
+    finally:
+        await client.close()
+
+
+async def start_discord(app) -> Running:
+    """Log the bot in (a bad token fails here, with one line) and connect the gateway."""
+    import aiohttp
+    import discord
+
+    from panager.discord.bot import PanagerBot
+
+    bot = PanagerBot(app)
+    try:
+        await bot.login(app.settings.discord_token)
+    except discord.LoginFailure:
+        await bot.close()
+        raise ConfigError(TOKEN_REJECTED) from None
+    except (aiohttp.ClientError, OSError) as exc:
+        await bot.close()
+        raise ConfigError(f"cannot reach Discord ({exc}); check the network.") from None
+    task = asyncio.create_task(bot.connect(reconnect=True), name="discord")
+    return Running("discord", bot.close, task, f"as {bot.user}")
+
+
+async def start_worker(app, *, with_discord: bool) -> list[Running]:
+    """Run the scheduler worker; without the bot in this process, deliver DMs over REST."""
+    try:
+        from panager.agent.scheduling import run_worker
+    except ImportError:
+        raise ComponentUnavailable(
+            "the scheduler worker is not available in this build; leave out 'worker'."
+        ) from None
+    started = []
+    if not with_discord:
+        started += await _rest_delivery(app)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_worker(app, stop), name="worker")
+
+    async def close() -> None:
+        stop.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), STOP_TIMEOUT)
+        except TimeoutError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    return [Running("worker", close, task), *started]
+
+
+async def _rest_delivery(app) -> list[Running]:
+    """A gateway-less Discord client so a worker-only process can still send DMs."""
+    token = app.settings.discord_token
+    if not token:
+        log.warning(
+            "DISCORD_TOKEN is not set: this worker cannot deliver to Discord users "
+            "(their reminders wait until a process that can)"
+        )
+        return []
+    import discord
+
+    from panager.discord.messenger import DiscordMessenger
+
+    discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
+    client = discord.Client(intents=discord.Intents(guilds=True))
+    try:
+        await client.login(token)
+    except discord.LoginFailure:
+        await client.close()
+        raise ConfigError(TOKEN_REJECTED) from None
+    messenger = DiscordMessenger(client)
+    app.deps.messenger.add(messenger)
+
+    async def close() -> None:
+        with contextlib.suppress(ValueError):
+            app.deps.messenger.messengers.remove(messenger)
+        await client.close()
+
+    return [Running("discord-delivery", close)]
+
+
+async def start_web_component(app) -> Running:
+    """Serve the OAuth callback and /healthz."""
+    try:
+        from panager.web.server import start_web
+    except ImportError:
+        raise ComponentUnavailable(
+            "the web server is not available in this build; leave out 'web'."
+        ) from None
+    handle = await start_web(app)
+    settings = app.settings
+    return Running(
+        "web", lambda: _stop_handle(handle), None, f"on {settings.http_host}:{settings.http_port}"
+    )
+
+
+async def _stop_handle(handle) -> None:
+    """Stop whatever start_web returned (a runner, a server object or a closer)."""
+    for name in ("stop", "cleanup", "close", "aclose"):
+        method = getattr(handle, name, None)
+        if method is not None:
+            result = method()
+            if asyncio.iscoroutine(result):
+                await result
+            return
+    if callable(handle):
+        result = handle()
+        if asyncio.iscoroutine(result):
+            await result
+
+
+async def serve(settings: Settings, components: list[str], stop: asyncio.Event | None = None):
+    """Start the components, run until `stop` (or a signal), then shut down in order."""
+    stop = stop or asyncio.Event()
+    if "discord" in components:
+        await check_discord_token(settings.discord_token or "")
+    from panager.app import App  # the agent stack loads only once the token is known good
+
+    app = await App.start(settings)
+    running: list[Running] = []
+    try:
+        running = await _start_all(app, components)
+        logging.getLogger("panager").setLevel(logging.INFO)
+        parts = [f"{r.name} {r.detail}".strip() for r in running if r.name in COMPONENTS]
+        log.info("panager is running: %s", ", ".join(parts))
+        with _signals_set(stop):
+            await _wait(stop, running)
+    finally:
+        await _stop_all(running)
+        await app.stop()
+    log.info("panager stopped")
+
+
+async def _start_all(app, components: list[str]) -> list[Running]:
+    running: list[Running] = []
+    try:
+        if "discord" in components:
+            running.append(await start_discord(app))
+        if "worker" in components:
+            running += await start_worker(app, with_discord="discord" in components)
+        if "web" in components:
+            running.append(await start_web_component(app))
+    except BaseException:
+        await _stop_all(running)
+        raise
+    return running
+
+
+async def _wait(stop: asyncio.Event, running: list[Running]) -> None:
+    """Until stop is set or a component ends; a component's failure becomes one line."""
+    stopper = asyncio.create_task(stop.wait())
+    watched = {r.task for r in running if r.task is not None}
+    try:
+        done, _ = await asyncio.wait({stopper, *watched}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    for task in done - {stopper}:
+        _raise_component_failure(task)
+
+
+def _raise_component_failure(task: asyncio.Task) -> None:
+    import discord
+
+    exc = task.exception()
+    if isinstance(exc, discord.PrivilegedIntentsRequired):
+        raise ConfigError(INTENT_MISSING)
+    if isinstance(exc, discord.LoginFailure):
+        raise ConfigError(TOKEN_REJECTED)
+    if exc is not None:
+        log.error("%s stopped with an error", task.get_name(), exc_info=exc)
+        raise ConfigError(f"{task.get_name()} stopped: {type(exc).__name__}: {exc}")
+    log.warning("%s stopped; shutting down", task.get_name())
+
+
+async def _stop_all(running: list[Running]) -> None:
+    for component in reversed(running):
+        try:
+            await component.stop()
+        except Exception:
+            log.exception("error while stopping %s", component.name)
+        if component.task is not None and not component.task.done():
+            component.task.cancel()
+            await asyncio.gather(component.task, return_exceptions=True)
+
+
+@contextlib.contextmanager
+def _signals_set(stop: asyncio.Event):
+    """SIGTERM and SIGINT set `stop` (graceful shutdown) while the block runs."""
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def register(cli: typer.Typer) -> None:
+    """Attach `panager run`."""
+
+    @cli.command("run")
+    def run(
+        components: str = typer.Option(
+            ",".join(COMPONENTS),
+            "--components",
+            "-c",
+            help="comma-separated subset of discord,worker,web",
+        ),
+        debug: bool = typer.Option(False, "--debug", help="verbose logs"),
+    ) -> None:
+        """Run the Discord bot, scheduler worker and web server (or some of them)."""
+        from panager.cli.main import fail, run_async, settings_or_exit, setup_logging
+
+        settings = settings_or_exit()
+        setup_logging(debug)
+        try:
+            chosen = parse_components(components)
+        except ConfigError as exc:
+            fail(str(exc))
+        if "discord" in chosen and not settings.discord_token:
+            fail(TOKEN_MISSING)
+        run_async(lambda: serve(settings, chosen))
