@@ -189,3 +189,33 @@ async def test_memory_command(make_app):
     assert "Deleted all 1" in (await run(alice, "/memory clear confirm")).text
     assert await app.deps.memory.count(alice.id) == 0
     assert "Usage" in (await run(alice, "/memory frobnicate")).text
+
+
+class BrokenEmbedder:
+    name, dim = "local:multilingual-e5-small-q4", 384
+
+    async def embed(self, texts):
+        raise ConnectionError("embedding endpoint down")
+
+
+async def test_embedder_outage_is_a_tool_error_and_turns_go_on(make_app):
+    model = ScriptedChatModel(script=[call("memory_save", {"content": "I like tea."}), "ok"])
+    app = await make_app(model=model, embedding_model="local")
+    user = await app.local_user()
+    await app.deps.memory.save(user.id, "I like green tea.")
+    app.deps.memory.embedder = BrokenEmbedder()
+    result = await app.assistant.run_turn(user, "remember I like tea")
+    assert result.ok and result.text == "ok"
+    error = json.loads((await tool_results(app, user))[0].content)["error"]
+    assert "embedding model" in error and "ConnectionError" in error and "try again" in error
+    assert "## Memories" not in model.requests[0][0].content  # recall failed quietly
+
+
+async def test_dedupe_threshold_follows_embedder_unless_configured(make_app, tmp_path):
+    app = await make_app(embedding_model="local")
+    assert app.deps.memory.dedupe_threshold == 0.97
+    home = tmp_path / "h2"
+    home.mkdir()
+    (home / "config.yaml").write_text("memory_dedupe_threshold: 0.5\nmemory_inject_limit: 0\n")
+    other = await make_app(embedding_model="local", home=home)
+    assert other.deps.memory.dedupe_threshold == 0.5

@@ -177,9 +177,9 @@ class MemoryService:
         self.pool = pool
         self.embedder = embedder
         self.clock = clock or SystemClock()
-        self.dedupe_threshold = dedupe_threshold or DEDUPE_THRESHOLDS.get(
-            embedder.name, DEFAULT_DEDUPE_THRESHOLD
-        )
+        if dedupe_threshold is None:
+            dedupe_threshold = DEDUPE_THRESHOLDS.get(embedder.name, DEFAULT_DEDUPE_THRESHOLD)
+        self.dedupe_threshold = dedupe_threshold
         self.ef_search = ef_search
         self.strategy = strategy  # "auto": exact scan for small users, HNSW for large ones
         self.exact_fallbacks = 0  # HNSW scans starved by the user filter (then scanned exactly)
@@ -212,8 +212,8 @@ class MemoryService:
         except Exception as exc:
             log.warning("embedding with %s failed: %s", self.embedder.name, type(exc).__name__)
             raise MemoryUnavailable(
-                f"the embedding model ({self.embedder.name}) could not be reached "
-                f"({type(exc).__name__}); try again later."
+                f"the embedding model ({self.embedder.name}) failed ({type(exc).__name__}); "
+                "try again later."
             ) from exc
         return [np.asarray(v, dtype=np.float32) for v in vectors]
 
