@@ -1,0 +1,357 @@
+"""Memory benchmark: search latency (HNSW vs exact), ANN recall, retrieval quality.
+
+    .venv/bin/python bench/memory.py              # 1k, 10k and 100k memories (minutes)
+    .venv/bin/python bench/memory.py --quick      # 1k and 10k only
+
+Everything runs through `MemoryService.search` on a real PostgreSQL + pgvector
+(the embedded server, or DATABASE_URL's) in a throwaway database.
+
+1. Latency: one user with N memories plus 10 other users with --others rows each.
+   Each query is a real question embedded beforehand, so the numbers are the
+   database part of `memory_search` (hybrid = vector + full text + fusion);
+   the query embedding is timed separately. Plans, in the same run: "exact"
+   scans the user's rows, "hnsw" uses the index (at each ef_search), "auto" is
+   what the service does (exact up to EXACT_MAX memories, else HNSW).
+2. ANN recall@5: the service's HNSW vector leg vs the exact nearest five, per
+   `hnsw.ef_search`, on real embeddings of generated personal memories
+   (bench/memory_corpus.py). Beyond --real distinct embedded sentences, rows
+   are derived vectors (0.8·a + 0.2·b of two real vectors plus small noise,
+   renormalised); the table says how many rows are real.
+3. Quality: tests/data/memory_pairs.jsonl (English and Korean memories with
+   paraphrased questions, plus each memory's rarest word as a keyword query),
+   recall@1/@5 of vector-only, full-text-only and hybrid search for each
+   available embedder.
+
+Embeddings of the generated corpus are cached under ~/.cache/panager-bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import itertools
+import json
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import bench_database, machine_line, percentile
+from bench.memory_corpus import memories, questions
+from panager.config import Settings
+from panager.db.pool import open_pool
+from panager.services.memory import SEARCH_ANN, SET_EF_SEARCH, MemoryService
+from panager.services.memory_store import build_embedder
+from panager.services.memory_text import HANGUL, STOPWORDS, TOKEN
+
+PAIRS = Path(__file__).resolve().parent.parent / "tests" / "data" / "memory_pairs.jsonl"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "panager-bench"
+TARGET_USER, OTHER_USERS = 1, range(2, 12)
+CHUNK = 5_000
+COPY = (
+    "COPY memories (user_id, content, category, source, embedding, created_at, updated_at) "
+    "FROM STDIN (FORMAT BINARY)"
+)
+CREATE_INDEX = (
+    "CREATE INDEX memories_embedding_hnsw ON memories "
+    "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+)
+
+
+def log(message: str) -> None:
+    """Progress on stderr (the tables go to stdout)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+async def cached_embeddings(embedder, texts: list[str], kind: str) -> np.ndarray:
+    """Embeddings of `texts`, cached on disk in chunks of CHUNK texts (a longer corpus reuses
+    the chunks of a shorter one: the generator is deterministic)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    out, started, fresh = [], time.perf_counter(), 0
+    for start in range(0, len(texts), CHUNK):
+        chunk = texts[start : start + CHUNK]
+        digest = hashlib.sha256("\n".join(chunk).encode()).hexdigest()[:16]
+        path = CACHE / f"{embedder.name.replace(':', '_')}-{len(chunk)}-{digest}.npy"
+        if not path.exists():
+            vectors = []
+            for i in range(0, len(chunk), 256):
+                vectors.extend(await embedder.embed(chunk[i : i + 256]))
+                fresh += min(256, len(chunk) - i)
+                rate = fresh / (time.perf_counter() - started)
+                log(f"  embedding {kind}: {start + i + min(256, len(chunk) - i):,}/{len(texts):,} ({rate:.0f}/s)")
+            np.save(path, np.asarray(vectors, dtype=np.float32))
+        out.append(np.load(path))
+    return np.concatenate(out)
+
+
+def derived(real: np.ndarray, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(source index, vector) of `count` vectors near the real ones (see module docstring)."""
+    a = rng.integers(0, len(real), count)
+    b = rng.integers(0, len(real), count)
+    vectors = 0.8 * real[a] + 0.2 * real[b] + rng.normal(0, 0.005, (count, real.shape[1]))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return a, vectors.astype(np.float32)
+
+
+async def load_rows(pool, rows: list[tuple[int, str, np.ndarray]]) -> None:
+    """Bulk-load (user, content, vector) rows with binary COPY."""
+    now = datetime.now(UTC)
+    async with pool.connection() as conn, conn.cursor().copy(COPY) as copy:
+        copy.set_types(["int8", "text", "text", "text", "vector", "timestamptz", "timestamptz"])
+        for user, content, vector in rows:
+            await copy.write_row((user, content, "general", "import", vector, now, now))
+
+
+async def reset(pool, size: int, others: int, texts, real, rng) -> int:
+    """Fill the table for one size; returns how many of the target user's rows are real."""
+    async with pool.connection() as conn:
+        await conn.execute("TRUNCATE memories")
+        await conn.execute("DROP INDEX IF EXISTS memories_embedding_hnsw")
+    n_real = min(size, len(real))
+    rows = [(TARGET_USER, texts[i], real[i]) for i in range(n_real)]
+    if size > n_real:
+        src, vectors = derived(real, size - n_real, rng)
+        rows += [(TARGET_USER, f"{texts[i]} (#{k})", v) for k, (i, v) in enumerate(zip(src, vectors, strict=True))]
+    for user in OTHER_USERS:
+        picks = rng.integers(0, len(real), others)
+        rows += [(user, texts[i], real[i]) for i in picks]
+    await load_rows(pool, rows)
+    async with pool.connection() as conn:
+        await conn.execute("VACUUM ANALYZE memories")
+    return n_real
+
+
+async def timed_searches(service, user, queries, vectors, mode) -> tuple[list[float], list[list[str]]]:
+    """Per-query latency (ms) and result ids of `service.search` with precomputed vectors."""
+    for text, vector in list(zip(queries, vectors, strict=True))[:10]:  # warm-up
+        await service.search(user, text, 5, mode=mode, vector=vector)
+    service.exact_fallbacks = 0
+    times, ids = [], []
+    for text, vector in zip(queries, vectors, strict=True):
+        started = time.perf_counter()
+        hits = await service.search(user, text, 5, mode=mode, vector=vector)
+        times.append((time.perf_counter() - started) * 1000)
+        ids.append([h.id for h in hits])
+    return times, ids
+
+
+def recall_at_5(found: list[list[str]], truth: list[list[str]]) -> float:
+    """Mean share of the exact top five that the approximate top five contains."""
+    return float(np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found, truth, strict=True) if t]))
+
+
+async def latency_section(args, embedder) -> list[dict]:
+    """Measure every size; returns one dict per table row."""
+    texts = memories(args.real)
+    real = await cached_embeddings(embedder, texts, "memories")
+    qtexts = questions(args.queries)
+    qvecs = await cached_embeddings(embedder, qtexts, "questions")
+    rng = np.random.default_rng(1)
+    results: list[dict] = []
+    async with bench_database() as url:
+        pool = await open_pool(url, max_size=4)
+        try:
+            async with pool.connection() as conn:
+                await conn.execute("INSERT INTO users (id, username) SELECT g, 'u' || g FROM generate_series(1, 11) g")
+                await conn.execute("INSERT INTO memory_meta (embedder, dim) VALUES (%s, %s)", (embedder.name, real.shape[1]))
+                await conn.execute("SET maintenance_work_mem = '1GB'")
+            service = MemoryService(pool, embedder)
+            await service.check_bound()
+            for size in args.sizes:
+                results += await measure_size(args, pool, service, size, texts, real, qtexts, qvecs, rng)
+        finally:
+            await pool.close()
+    return results
+
+
+async def measure_size(args, pool, service, size, texts, real, qtexts, qvecs, rng) -> list[dict]:
+    """Exact scan vs HNSW at each ef_search, on one table size, in the same run."""
+    log(f"size {size:,}: loading")
+    n_real = await reset(pool, size, args.others, texts, real, rng)
+    service._sizes.clear()  # the plan cache still holds the previous size's counts
+    log(f"size {size:,}: building the HNSW index")
+    started = time.perf_counter()
+    async with pool.connection() as conn:
+        await conn.execute("SET maintenance_work_mem = '1GB'")
+        await conn.execute(CREATE_INDEX)
+    base = {"size": size, "real": n_real, "build_s": time.perf_counter() - started,
+            "plan": await ann_plan(pool, qvecs[0])}
+    arms = [("exact", "-")] + [("hnsw", ef) for ef in args.ef] + [("auto", args.default_ef)]
+    rows, truth = [], None
+    for strategy, ef in arms:
+        service.strategy, service.ef_search = strategy, (ef if ef != "-" else args.default_ef)
+        for mode in ("vector", "hybrid"):
+            times, found = await timed_searches(service, TARGET_USER, qtexts, qvecs, mode)
+            if strategy == "exact" and mode == "vector":
+                truth = found
+            recall = recall_at_5(found, truth) if mode == "vector" else None
+            rows.append({**base, "index": strategy, "mode": mode, "ef": ef, "times": times,
+                         "recall": recall, "fallback": service.exact_fallbacks / len(times)})
+    service.strategy, service.ef_search = "auto", args.default_ef
+    times, _ = await timed_searches(service, TARGET_USER, qtexts, qvecs, "text")
+    rows.append({**base, "index": "gin", "mode": "text", "ef": "-", "times": times, "recall": None})
+    times, _ = await timed_searches(service, OTHER_USERS[0], qtexts, qvecs, "hybrid")
+    rows.append({**base, "index": "auto", "mode": f"hybrid, a user with {args.others:,}",
+                 "ef": args.default_ef, "times": times, "recall": None})
+    return rows
+
+
+async def ann_plan(pool, vector) -> str:
+    """The index PostgreSQL picks for the service's HNSW query (to show it is really used)."""
+    params = {"user": TARGET_USER, "v": vector, "k": 20}
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute(SET_EF_SEARCH, ("100",))
+        plan = await (await conn.execute("EXPLAIN " + SEARCH_ANN, params)).fetchall()
+    text = " ".join(next(iter(row.values())) for row in plan)
+    return "memories_embedding_hnsw" if "memories_embedding_hnsw" in text else "no HNSW (" + text[:60] + ")"
+
+
+def print_latency(rows: list[dict], args) -> None:
+    print(f"\n### Search latency and ANN recall ({args.queries} queries, top 5, "
+          f"+{len(OTHER_USERS)} other users × {args.others:,} rows)\n")
+    print("| memories (real) | plan | search | ef_search | p50 ms | p95 ms | recall@5 vs exact | starved → exact |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        recall = "" if r["recall"] is None else f"{r['recall']:.3f}"
+        starved = f"{r['fallback']:.0%}" if r.get("fallback") else ""
+        print(f"| {r['size']:,} ({r['real']:,}) | {r['index']} | {r['mode']} | {r['ef']} | "
+              f"{percentile(r['times'], 50):.2f} | {percentile(r['times'], 95):.2f} | {recall} | {starved} |")
+    builds = {r["size"]: (r["build_s"], r["plan"]) for r in rows if "build_s" in r}
+    print("\nHNSW build (m=16, ef_construction=64) and the index the hnsw plan uses: "
+          + "; ".join(f"{s:,} + {len(OTHER_USERS) * args.others:,} rows: {t:.1f} s, {plan}"
+                      for s, (t, plan) in builds.items()))
+
+
+async def query_embedding_latency(embedder, count: int = 30) -> list[float]:
+    """Milliseconds per single-question embed call (after a warm-up)."""
+    texts = questions(count, seed=99)
+    await embedder.embed(texts[:1])
+    times = []
+    for text in texts:
+        started = time.perf_counter()
+        await embedder.embed([text])
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def keyword_queries(pairs: list[dict]) -> list[str]:
+    """For each memory, its rarest word across the set (a name, a code, a place)."""
+    docs = [set(TOKEN.findall(p["memory"].casefold())) for p in pairs]
+    freq: dict[str, int] = {}
+    for words in docs:
+        for word in words:
+            freq[word] = freq.get(word, 0) + 1
+
+    def usable(word: str) -> bool:
+        return word not in STOPWORDS and len(word) >= (2 if HANGUL.search(word) else 4)
+
+    return [min(filter(usable, words), key=lambda w: (freq[w], -len(w), w)) for words in docs]
+
+
+async def quality_for(embedder, pairs: list[dict]) -> dict:
+    """recall@1/@5 per (query set, mode, language) through the service on a fresh database."""
+    keywords = keyword_queries(pairs)
+    async with bench_database() as url:
+        pool = await open_pool(url, max_size=2)
+        try:
+            async with pool.connection() as conn:
+                await conn.execute("INSERT INTO users (id, username) VALUES (1, 'bench')")
+            service = MemoryService(pool, embedder)
+            saved = await service.save_many(1, [p["memory"] for p in pairs], source="import")
+            ids = [r.memory.id for r in saved]
+            scores: dict[tuple, list[bool]] = {}
+            for pair, keyword, target in zip(pairs, keywords, ids, strict=True):
+                for kind, query in (("paraphrase", pair["query"]), ("keyword", keyword)):
+                    for mode in ("vector", "text", "hybrid"):
+                        got = [h.id for h in await service.search(1, query, 5, mode=mode)]
+                        for k, lang in itertools.product((1, 5), (pair["lang"], "all")):
+                            scores.setdefault((kind, mode, lang, k), []).append(target in got[:k])
+        finally:
+            await pool.close()
+    return {"merged": len(ids) - len(set(ids)), **{k: float(np.mean(v)) for k, v in scores.items()}}
+
+
+def available_embedders(settings: Settings) -> list:
+    """Both offline models when installed, and the endpoint named by PANAGER_BENCH_OPENAI_MODEL."""
+    out = []
+    for name in ("local:multilingual-e5-small-q4", "local:all-minilm-l6-v2-int8"):
+        try:
+            out.append(build_embedder(name, settings))
+        except Exception as exc:
+            log(f"skipping {name}: {exc}")
+    if os.environ.get("PANAGER_BENCH_OPENAI_MODEL"):
+        out.append(build_embedder(os.environ["PANAGER_BENCH_OPENAI_MODEL"], settings))
+    return out
+
+
+async def quality_section(settings: Settings) -> None:
+    pairs = [json.loads(line) for line in PAIRS.read_text().splitlines() if line.strip()]
+    langs = {lang: sum(p["lang"] == lang for p in pairs) for lang in ("en", "ko")}
+    print(f"\n### Retrieval quality ({len(pairs)} memories of one user: {langs['en']} en, "
+          f"{langs['ko']} ko)\n")
+    print("Paraphrase: the pair's question. Keyword: the memory's rarest word (e.g. a name or "
+          "a code), as a user searching for it would type it.\n")
+    print("| embedder | queries | search | en R@1 | en R@5 | ko R@1 | ko R@5 | all R@1 | all R@5 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    embed_ms = {}
+    for embedder in available_embedders(settings):
+        log(f"quality: {embedder.name}")
+        q = await quality_for(embedder, pairs)
+        embed_ms[embedder.name] = percentile(await query_embedding_latency(embedder), 50)
+        for kind, mode in itertools.product(("paraphrase", "keyword"), ("vector", "text", "hybrid")):
+            cells = " | ".join(f"{q[(kind, mode, lang, k)]:.2f}"
+                               for lang in ("en", "ko", "all") for k in (1, 5))
+            print(f"| {embedder.name} | {kind} | {mode} | {cells} |")
+        if q["merged"]:
+            print(f"\n({embedder.name}: {q['merged']} memories merged as near-duplicates on save)")
+    print("\nQuery embedding p50 (one question per call): "
+          + ", ".join(f"{name} {ms:.1f} ms" for name, ms in embed_ms.items()))
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1k and 10k only")
+    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--real", type=int, default=10_000, help="distinct embedded memories")
+    parser.add_argument("--others", type=int, default=1_000, help="rows of each other user")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--ef", type=lambda s: [int(x) for x in s.split(",")], default=[40, 100, 200])
+    parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--embed-only", action="store_true", help="fill the embedding cache, then stop")
+    args = parser.parse_args()
+    args.sizes = args.sizes or ([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
+    from panager.services.memory import EF_SEARCH, EXACT_MAX
+
+    args.default_ef, args.exact_max = EF_SEARCH, EXACT_MAX
+    return args
+
+
+async def main() -> None:
+    args = parse_args()
+    settings = Settings(_env_file=None)
+    embedder = build_embedder("local", settings)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    if args.embed_only:
+        await cached_embeddings(embedder, memories(args.real), "memories")
+        await cached_embeddings(embedder, questions(args.queries), "questions")
+        return
+    print(f"## Memory benchmark\n\n{machine_line()}, {os.cpu_count()} cores, load average {load}")
+    print(f"embedder for latency/ANN: {embedder.name}; service defaults: ef_search = "
+          f"{args.default_ef}, exact scan up to {args.exact_max:,} memories of a user")
+    rows = await latency_section(args, embedder)
+    print_latency(rows, args)
+    embed = await query_embedding_latency(embedder)
+    print(f"\nQuery embedding ({embedder.name}, one question per call): "
+          f"p50 {percentile(embed, 50):.1f} ms, p95 {percentile(embed, 95):.1f} ms")
+    if not args.skip_quality:
+        await quality_section(settings)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
