@@ -11,10 +11,16 @@ import asyncio
 import os
 import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 
+import aiohttp
 import pytest
 
+from panager.clock import SystemClock
+from panager.db.pool import open_pool
+from panager.services.scheduler import ScheduleService
+from panager.services.users import UserService
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -78,8 +84,18 @@ async def test_run_without_a_token_or_with_unknown_components_is_one_line(db_url
     assert code == 2 and "--components 'discord,mail' is invalid" in err
 
 
-async def test_run_answers_dms_and_stops_gracefully_on_sigterm(db_url, tmp_path):
-    components = "discord,worker"
+async def read_until(stream: asyncio.StreamReader, marker: str, seen: list[str]) -> str:
+    """Read stderr lines until one contains `marker`; every line read lands in `seen`."""
+    while True:
+        line = (await stream.readline()).decode()
+        if not line:
+            raise AssertionError("process ended early:\n" + "".join(seen))
+        seen.append(line)
+        if marker in line:
+            return line
+
+
+async def test_run_serves_all_components_and_stops_gracefully_on_sigterm(db_url, tmp_path):
     async with FakeDiscord(token="good-token") as fake, FakeOpenAI() as openai:
         openai.script("Hello from a real process.")
         env = env_for(
@@ -87,24 +103,32 @@ async def test_run_answers_dms_and_stops_gracefully_on_sigterm(db_url, tmp_path)
             tmp_path,
             DISCORD_TOKEN="good-token",
             PANAGER_ADMIN_IDS=str(ADMIN),
+            PANAGER_HTTP_PORT="0",
             OPENAI_BASE_URL=openai.base_url,
             OPENAI_API_KEY="test",
         )
-        proc = await spawn(["run", "--components", components], env, fake)
+        proc = await spawn(["run"], env, fake)
+        seen: list[str] = []
         try:
+            running = await asyncio.wait_for(
+                read_until(proc.stderr, "panager is running", seen), 60
+            )
+            assert "discord as panager" in running and "worker" in running
+            url = running.split("web on ")[1].split()[0].rstrip(",")
+            async with aiohttp.ClientSession() as session, session.get(url + "/healthz") as resp:
+                assert resp.status == 200
             await fake.wait_until_ready(timeout=30)
             await fake.send_dm(ADMIN, "hello")
             (reply,) = await fake.wait_for_messages(ADMIN, 1, timeout=20)
             assert reply["content"] == "Hello from a real process."
             proc.send_signal(signal.SIGTERM)
-            _, err = await asyncio.wait_for(proc.communicate(), 30)
+            _, rest = await asyncio.wait_for(proc.communicate(), 30)
         finally:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-    assert proc.returncode == 0, err.decode()
-    log = err.decode()
-    assert "panager is running: discord as panager" in log and "worker" in log
+    log = "".join(seen) + rest.decode()
+    assert proc.returncode == 0, log
     assert "panager stopped" in log and "Traceback" not in log
 
 
@@ -138,3 +162,29 @@ async def test_invite_and_users_commands(db_url, tmp_path):
 async def test_users_commands_reject_bad_ids(db_url, tmp_path, args):
     code, out, err = await run_cli(args, env_for(db_url, tmp_path))
     assert code == 2 and "Traceback" not in out + err
+
+
+async def test_worker_only_process_delivers_reminders_as_dms_over_rest(db_url, tmp_path):
+    clock = SystemClock()
+    pool = await open_pool(db_url, max_size=2)
+    try:
+        user = await UserService(pool).ensure(ADMIN, "admin")
+        due = (clock.now() + timedelta(seconds=2)).isoformat(timespec="seconds")
+        await ScheduleService(pool, clock).create(user, "water the plants", due)
+    finally:
+        await pool.close()
+    async with FakeDiscord(token="good-token") as fake:
+        fake.user(ADMIN, "admin")
+        env = env_for(db_url, tmp_path, DISCORD_TOKEN="good-token")
+        proc = await spawn(["run", "--components", "worker"], env, fake)
+        try:
+            (dm,) = await fake.wait_for_messages(ADMIN, 1, timeout=30)
+            assert dm["content"].startswith("water the plants")
+            assert fake.identifies == []  # REST only: no gateway connection
+            proc.send_signal(signal.SIGINT)
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 0, err.decode()

@@ -168,26 +168,15 @@ async def start_web_component(app) -> Running:
         raise ComponentUnavailable(
             "the web server is not available in this build; leave out 'web'."
         ) from None
-    handle = await start_web(app)
     settings = app.settings
-    return Running(
-        "web", lambda: _stop_handle(handle), None, f"on {settings.http_host}:{settings.http_port}"
-    )
-
-
-async def _stop_handle(handle) -> None:
-    """Stop whatever start_web returned (a runner, a server object or a closer)."""
-    for name in ("stop", "cleanup", "close", "aclose"):
-        method = getattr(handle, name, None)
-        if method is not None:
-            result = method()
-            if asyncio.iscoroutine(result):
-                await result
-            return
-    if callable(handle):
-        result = handle()
-        if asyncio.iscoroutine(result):
-            await result
+    try:
+        server = await start_web(app)
+    except OSError as exc:
+        raise ConfigError(
+            f"the web server cannot listen on {settings.http_host}:{settings.http_port} "
+            f"({exc.strerror or exc}); free the port or set PANAGER_HTTP_PORT."
+        ) from None
+    return Running("web", server.stop, None, f"on {server.url}")
 
 
 async def serve(settings: Settings, components: list[str], stop: asyncio.Event | None = None):
