@@ -17,6 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from panager.cli.run import INTENT_MISSING
 from panager.clock import SystemClock
 from panager.db.pool import open_pool
 from panager.services.scheduler import ScheduleService
@@ -188,3 +189,22 @@ async def test_worker_only_process_delivers_reminders_as_dms_over_rest(db_url, t
                 proc.kill()
                 await proc.wait()
     assert proc.returncode == 0, err.decode()
+
+
+async def test_run_explains_a_missing_message_content_intent(db_url, tmp_path):
+    async with FakeDiscord(token="good-token") as fake:
+        env = env_for(db_url, tmp_path, DISCORD_TOKEN="good-token")
+        proc = await spawn(["run", "--components", "discord"], env, fake)
+        try:
+            await fake.wait_until_ready(timeout=30)
+            # what Discord does when the portal has not enabled a requested privileged intent
+            await fake._gateway.ws.close(code=4014, message=b"Disallowed intent(s).")
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    errors = [line for line in err.decode().splitlines() if line.startswith("panager:")]
+    assert proc.returncode == 2
+    assert errors == [f"panager: {INTENT_MISSING}"]
+    assert "Traceback" not in err.decode()
