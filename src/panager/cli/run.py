@@ -1,7 +1,9 @@
 """`panager run`: the Discord bot, the scheduler worker and the web server in one process.
 
 `--components` picks a subset, so the pieces can be spread over processes and
-machines (they share nothing but PostgreSQL). SIGTERM or SIGINT stops the
+machines (they share nothing but PostgreSQL); a process without the bot still
+delivers DMs (reminders, answers replayed after a Google link) over Discord's
+REST API when DISCORD_TOKEN is set. SIGTERM or SIGINT stops the
 process gracefully: running turns and deliveries get a moment to finish, the
 bot disconnects, the web server closes, then the database pool.
 
@@ -67,8 +69,8 @@ def parse_components(text: str) -> list[str]:
     return [c for c in COMPONENTS if c in names]
 
 
-async def check_discord_token(token: str) -> None:
-    """Fail fast, before the database starts, when Discord rejects the token."""
+async def rest_client(token: str):
+    """A discord.py client logged in over REST only (no gateway); errors become one line."""
     import aiohttp
     import discord
 
@@ -77,11 +79,17 @@ async def check_discord_token(token: str) -> None:
     try:
         await client.login(token)
     except discord.LoginFailure:
+        await client.close()
         raise ConfigError(TOKEN_REJECTED) from None
     except (aiohttp.ClientError, OSError) as exc:
-        raise ConfigError(f"cannot reach Discord ({exc}); check the network.") from None
-    finally:
         await client.close()
+        raise ConfigError(f"cannot reach Discord ({exc}); check the network.") from None
+    return client
+
+
+async def check_discord_token(token: str) -> None:
+    """Fail fast, before the database starts, when Discord rejects the token."""
+    await (await rest_client(token)).close()
 
 
 async def start_discord(app) -> Running:
@@ -104,17 +112,14 @@ async def start_discord(app) -> Running:
     return Running("discord", bot.close, task, f"as {bot.user}")
 
 
-async def start_worker(app, *, with_discord: bool) -> list[Running]:
-    """Run the scheduler worker; without the bot in this process, deliver DMs over REST."""
+async def start_worker(app) -> Running:
+    """Run the scheduler worker until stopped."""
     try:
         from panager.agent.scheduling import run_worker
     except ImportError:
         raise ComponentUnavailable(
             "the scheduler worker is not available in this build; leave out 'worker'."
         ) from None
-    started = []
-    if not with_discord:
-        started += await _rest_delivery(app)
     stop = asyncio.Event()
     task = asyncio.create_task(run_worker(app, stop), name="worker")
 
@@ -126,29 +131,22 @@ async def start_worker(app, *, with_discord: bool) -> list[Running]:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    return [Running("worker", close, task), *started]
+    return Running("worker", close, task)
 
 
-async def _rest_delivery(app) -> list[Running]:
-    """A gateway-less Discord client so a worker-only process can still send DMs."""
+async def start_rest_delivery(app) -> list[Running]:
+    """Without the bot in this process, reminders and OAuth replays still reach Discord
+    users: a logged-in client without a gateway connection sends DMs over REST."""
     token = app.settings.discord_token
     if not token:
         log.warning(
-            "DISCORD_TOKEN is not set: this worker cannot deliver to Discord users "
-            "(their reminders wait until a process that can)"
+            "DISCORD_TOKEN is not set: this process cannot deliver to Discord users "
+            "(their reminders wait for a process that can)"
         )
         return []
-    import discord
-
     from panager.discord.messenger import DiscordMessenger
 
-    discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
-    client = discord.Client(intents=discord.Intents(guilds=True))
-    try:
-        await client.login(token)
-    except discord.LoginFailure:
-        await client.close()
-        raise ConfigError(TOKEN_REJECTED) from None
+    client = await rest_client(token)
     messenger = DiscordMessenger(client)
     app.deps.messenger.add(messenger)
 
@@ -206,8 +204,10 @@ async def _start_all(app, components: list[str]) -> list[Running]:
     try:
         if "discord" in components:
             running.append(await start_discord(app))
+        else:
+            running += await start_rest_delivery(app)
         if "worker" in components:
-            running += await start_worker(app, with_discord="discord" in components)
+            running.append(await start_worker(app))
         if "web" in components:
             running.append(await start_web_component(app))
     except BaseException:
