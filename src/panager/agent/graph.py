@@ -17,7 +17,6 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -25,7 +24,7 @@ from pydantic import ValidationError
 
 from panager.agent.effects import Effect, ModelCall
 from panager.agent.errors import AuthRequired, ContextOverflow, ModelUnavailable, ToolError
-from panager.agent.history import trim_history, truncate_text
+from panager.agent.history import memo_counter, trim_history, truncate_text
 from panager.agent.prompts import build_system_prompt
 from panager.agent.state import AgentState, Recall, TurnContext
 from panager.clock import Clock, SystemClock
@@ -172,7 +171,10 @@ class Graph:
         notes = [*call.system_notes, *([FINAL_ANSWER_NOTE] if last_round else [])]
         system = "\n\n".join([system, *notes])
         history = trim_history(
-            call.model_input, self.history_max_tokens, max_tool_chars=self.max_tool_result_chars
+            call.model_input,
+            self.history_max_tokens,
+            max_tool_chars=self.max_tool_result_chars,
+            token_counter=call.count_tokens,
         )
         return [SystemMessage(system), *history]
 
@@ -187,6 +189,7 @@ class Graph:
             None,
         )
         model = ctx.model or self.model
+        counter = memo_counter()
         return ModelCall(
             phase="before",
             iteration=iteration,
@@ -195,10 +198,10 @@ class Graph:
             model_name=_model_name(model),
             turn=ctx,
             state=dict(state),
-            estimated_tokens=count_tokens_approximately(messages),
             last_input_tokens=last_input,
             context_window=self.context_window,
             model=model,
+            count_tokens=counter,
         )
 
     async def _stop(self, call: ModelCall, ctx: TurnContext, iteration: int) -> dict:

@@ -10,13 +10,37 @@ error result so the API accepts the history.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately, trim_messages
+
+TokenCounter = Callable[[Sequence[BaseMessage]], int]
 
 INTERRUPTED = "Tool call interrupted before it returned a result (no result available)."
 TRUNCATED_MARK = "\n…[truncated {n} characters]"
+
+
+def memo_counter() -> TokenCounter:
+    """`count_tokens_approximately`, counting each message object once.
+
+    The count is a sum of per-message counts, and `trim_messages` calls its
+    counter on many overlapping slices (a binary search); without the memo a
+    long thread is re-counted ~20 times per model call. Use one counter per
+    model call: it keys on object identity.
+    """
+    cache: dict[int, tuple[BaseMessage, int]] = {}
+
+    def count(messages: Sequence[BaseMessage]) -> int:
+        total = 0
+        for msg in messages:
+            hit = cache.get(id(msg))
+            if hit is None or hit[0] is not msg:
+                hit = cache[id(msg)] = (msg, count_tokens_approximately([msg]))
+            total += hit[1]
+        return total
+
+    return count
 
 
 def dangling_tool_calls(messages: Sequence[AnyMessage]) -> list[tuple[int, dict]]:
@@ -79,16 +103,21 @@ def _last_human_index(messages: Sequence[AnyMessage]) -> int | None:
 
 
 def trim_history(
-    messages: Sequence[AnyMessage], max_tokens: int, *, max_tool_chars: int = 20_000
+    messages: Sequence[AnyMessage],
+    max_tokens: int,
+    *,
+    max_tool_chars: int = 20_000,
+    token_counter: TokenCounter | None = None,
 ) -> list[AnyMessage]:
     """The history to send: repaired, tool results capped, trimmed to `max_tokens`."""
+    counter = token_counter or memo_counter()
     history = cap_tool_results(repair_tool_pairs(messages), max_tool_chars)
     trimmed = trim_messages(
-        history,
+        _candidate_tail(history, max_tokens, counter),
         max_tokens=max_tokens,
         strategy="last",
         start_on="human",
-        token_counter=count_tokens_approximately,
+        token_counter=counter,
         allow_partial=False,
     )
     last = _last_human_index(history)
@@ -96,15 +125,33 @@ def trim_history(
         return trimmed or history[-1:]
     if trimmed and any(m is history[last] for m in trimmed):
         return trimmed
-    return _shrink_current_turn(history[last:], max_tokens)
+    return _shrink_current_turn(history[last:], max_tokens, counter)
 
 
-def _shrink_current_turn(turn: list[AnyMessage], max_tokens: int) -> list[AnyMessage]:
+def _candidate_tail(
+    history: list[AnyMessage], max_tokens: int, counter: TokenCounter
+) -> list[AnyMessage]:
+    """The suffix that holds whatever `trim_messages` can keep, plus the first message over.
+
+    Trimming it gives the same result as trimming the whole history, without
+    counting messages far older than the budget can ever reach.
+    """
+    total = 0
+    for i in range(len(history) - 1, -1, -1):
+        total += counter([history[i]])
+        if total > max_tokens:
+            return history[i:]
+    return history
+
+
+def _shrink_current_turn(
+    turn: list[AnyMessage], max_tokens: int, counter: TokenCounter
+) -> list[AnyMessage]:
     """The current turn alone, tool results cut until it fits (the user message always stays)."""
     limit = 4_000
     while limit >= 200:
         shrunk = cap_tool_results(turn, limit)
-        if count_tokens_approximately(shrunk) <= max_tokens:
+        if counter(shrunk) <= max_tokens:
             return shrunk
         limit //= 2
     return cap_tool_results(turn, 200)

@@ -10,11 +10,12 @@ exhausted, loop detected). The built-ins live in this package; `build_effects`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from langchain_core.messages import AIMessage, AnyMessage, RemoveMessage
+from langchain_core.messages.utils import count_tokens_approximately
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -33,7 +34,6 @@ class ModelCall:
     model_name: str
     turn: TurnContext
     state: dict[str, Any]
-    estimated_tokens: int = 0
     last_input_tokens: int | None = None
     context_window: int | None = None
     response: AIMessage | None = None  # set in the "after" phase
@@ -42,11 +42,17 @@ class ModelCall:
     stop_reply: str | None = None  # set to end the turn with this text, no model call
     system_notes: list[str] = field(default_factory=list)  # appended to the system prompt
     model: BaseChatModel | None = None  # the model this call goes to (e.g. for summaries)
+    count_tokens: Callable[[Sequence[AnyMessage]], int] = count_tokens_approximately
 
     @property
     def user(self):
         """The user this call is for."""
         return self.turn.user
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Approximate tokens of the thread as of this call (counted on first use)."""
+        return self.count_tokens(self.messages)
 
     @property
     def summary(self) -> str | None:

@@ -216,7 +216,7 @@ class Compact:
 
     def estimate(self, call: ModelCall, *, reported: bool = True) -> int:
         """Estimated prompt tokens of this call (the API's last count when larger)."""
-        tokens = count_tokens_approximately(call.model_input) + SYSTEM_RESERVE_TOKENS
+        tokens = call.count_tokens(call.model_input) + SYSTEM_RESERVE_TOKENS
         if call.summary:
             tokens += len(call.summary) // 4
         if reported and call.last_input_tokens:
