@@ -72,12 +72,17 @@ SUMMARY_REPLY = (
 )
 
 
+def is_summary_request(messages: list[BaseMessage]) -> bool:
+    """True for the compaction effect's summary request."""
+    return bool(messages) and "You compact a conversation" in str(messages[0].content)
+
+
 def one_tool_call_policy(tool_name: str, args: Callable[[str], dict]) -> Policy:
     """Reply to a user message with one call of `tool_name`, and to its result with text."""
 
     def policy(messages: list[BaseMessage]) -> AIMessage:
         last = messages[-1]
-        if "You compact a conversation" in str(messages[0].content):  # compaction summary
+        if is_summary_request(messages):
             return AIMessage(content=SUMMARY_REPLY)
         if isinstance(last, HumanMessage):
             call = {"name": tool_name, "args": args(str(last.content)), "id": _id("call_")}
@@ -94,14 +99,16 @@ def _id(prefix: str) -> str:
 class PolicyModel(BaseChatModel):
     """A zero-delay chat model whose reply is computed from the request by `policy`.
 
-    Every reply is a fresh message (new id) with usage metadata; the prompt size
-    of each request (approximate tokens, system prompt included) is recorded.
+    Every reply is a fresh message (new id) with usage metadata; with `record`,
+    the prompt size of each request (approximate tokens, system prompt included)
+    is kept, and whether it was a compaction summary request.
     """
 
     policy: Any
     model_name: str = "bench-model"
     record: bool = False
     _prompt_tokens: list[int] = PrivateAttr(default_factory=list)
+    _summary_calls: list[bool] = PrivateAttr(default_factory=list)
 
     @property
     def _llm_type(self) -> str:
@@ -112,6 +119,11 @@ class PolicyModel(BaseChatModel):
         """Approximate prompt tokens of every request (when `record` is on)."""
         return self._prompt_tokens
 
+    @property
+    def summary_calls(self) -> list[bool]:
+        """For each recorded request: True when it was a compaction summary request."""
+        return self._summary_calls
+
     def bind_tools(self, tools: Any, **kwargs: Any) -> PolicyModel:
         """Tools are decided by the policy; binding is a no-op."""
         return self
@@ -120,6 +132,7 @@ class PolicyModel(BaseChatModel):
         tokens = count_tokens_approximately(messages) if self.record else 0
         if self.record:
             self._prompt_tokens.append(tokens)
+            self._summary_calls.append(is_summary_request(messages))
         step = self.policy(messages)
         message = AIMessage(
             content=step.content,

@@ -1,0 +1,232 @@
+"""A 1,000-turn conversation with compaction + checkpoint pruning ON vs OFF, in one run.
+
+    .venv/bin/python bench/long_conversation.py [--turns 1000] [--window 8000]
+
+Two Panager apps on the same real PostgreSQL, each with its own user:
+
+- ON: `context_window: <window>` with the default effects (`trim_tool_results`
+  + `compact`) and checkpoint pruning;
+- OFF: `context_window: 0` (no effects) and `checkpoint_pruning: false`.
+
+Every turn: the user asks a question, the fake model (zero delay) calls a tool
+that returns a 2 KB result, then answers. Turns of the two apps alternate, so
+drift in the machine or the database hits both alike; background pruning is
+awaited after each ON turn, outside the timed region. Reported at turns 10,
+100 and 1,000 (or the chosen length): prompt tokens per model call
+(approximate counter, system prompt included), database bytes for that user
+(checkpoint rows + token_usage + memories), and the median per-turn latency
+of the ten turns up to that point. Targets: ON prompts stay under the window
+at every turn; ON bytes under 2 MB at turn 1,000; ON latency at turn 1,000
+within 1.5× of turn 10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import yaml
+from langchain_core.tools import tool
+
+from bench.common import PolicyModel, bench_database, machine_line, one_tool_call_policy
+
+WORDS = (
+    "meeting", "calendar", "project", "budget", "review", "report", "client", "design",
+    "launch", "travel", "invoice", "agenda", "summary", "deadline", "draft", "notes",
+    "update", "status", "estimate", "schedule", "team", "office",
+)
+# Stored bytes of the user's rows: pg_column_size of the big columns is their size as
+# stored (compressed, out-of-line TOAST included); keys and the tuple header are added.
+USER_BYTES = """
+SELECT
+  (SELECT COALESCE(sum(pg_column_size(checkpoint) + pg_column_size(metadata)
+          + octet_length(thread_id || checkpoint_ns || checkpoint_id) + 64), 0)
+     FROM checkpoints WHERE thread_id = %(t)s)
++ (SELECT COALESCE(sum(COALESCE(pg_column_size(blob), 0)
+          + octet_length(thread_id || checkpoint_ns || channel || version || type) + 24), 0)
+     FROM checkpoint_blobs WHERE thread_id = %(t)s)
++ (SELECT COALESCE(sum(pg_column_size(blob)
+          + octet_length(thread_id || checkpoint_ns || checkpoint_id || task_id || channel) + 32), 0)
+     FROM checkpoint_writes WHERE thread_id = %(t)s)
++ (SELECT COALESCE(sum(pg_column_size(u.*)), 0) FROM token_usage u WHERE user_id = %(u)s)
++ (SELECT COALESCE(sum(pg_column_size(m.*)), 0) FROM memories m WHERE user_id = %(u)s)
+  AS bytes,
+  (SELECT count(*) FROM checkpoints WHERE thread_id = %(t)s) AS checkpoints
+"""
+
+
+def document(seed: str, size: int = 2_000) -> str:
+    """`size` characters of text-like content, different for every query (compresses like prose)."""
+    rng = random.Random(seed)
+    words: list[str] = []
+    while sum(len(w) + 1 for w in words) < size:
+        words.append(rng.choice(WORDS) if rng.random() < 0.7 else f"{rng.randrange(10**6)}")
+    return " ".join(words)[:size]
+
+
+@tool
+async def lookup(query: str) -> str:
+    """Look something up (returns a 2 KB document)."""
+    return document(query)
+
+
+def bench_tools(deps, user):
+    """The tool of both apps."""
+    return [lookup]
+
+
+@dataclass
+class Variant:
+    """One app, its user and what was measured."""
+
+    name: str
+    app: object
+    model: PolicyModel
+    user: object = None
+    latency: list[float] = field(default_factory=list)  # ms per turn
+    prompts: list[list[int]] = field(default_factory=list)  # per turn: tokens of each call
+    summary_calls: list[int] = field(default_factory=list)  # tokens of each summary request
+    samples: dict[int, tuple[int, int]] = field(default_factory=dict)  # turn -> (bytes, ckpts)
+
+
+async def start_variant(name: str, url: str, config: dict, user_id: int) -> Variant:
+    """An App with `config` as its YAML runtime config, and its user."""
+    from panager.agent import tools as tools_pkg
+    from panager.app import App
+    from panager.config import Settings
+
+    tools_pkg.TOOL_FACTORIES[:] = [bench_tools]
+    home = Path(tempfile.mkdtemp(prefix=f"panager-bench-{name}-"))
+    (home / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    model = PolicyModel(
+        policy=one_tool_call_policy("lookup", lambda text: {"query": text[:40]}), record=True
+    )
+    settings = Settings(_env_file=None, database_url=url, home=home, timezone="UTC", access="open")
+    app = await App.start(settings, model=model)
+    variant = Variant(name, app, model)
+    variant.user = await app.deps.users.ensure(user_id, f"bench-{name}")
+    return variant
+
+
+async def one_turn(v: Variant, i: int) -> None:
+    """Run turn i, timing it; then let background pruning finish (untimed)."""
+    before = len(v.model.prompt_tokens)
+    start = time.perf_counter()
+    result = await v.app.assistant.run_turn(v.user, f"Question {i}: what is item {i}?")
+    v.latency.append((time.perf_counter() - start) * 1000)
+    if not result.ok:
+        raise RuntimeError(f"{v.name} turn {i} failed: {result.text}")
+    calls = list(zip(v.model.prompt_tokens[before:], v.model.summary_calls[before:], strict=True))
+    v.prompts.append([tokens for tokens, summary in calls if not summary])
+    v.summary_calls += [tokens for tokens, summary in calls if summary]
+    runtime = v.app.deps.extra["runtime"]
+    if runtime.pruner is not None:
+        await runtime.pruner.drain()
+
+
+async def sample(v: Variant, turn: int) -> None:
+    """Database bytes and checkpoint rows of the variant's user after `turn` turns."""
+    async with v.app.pool.connection() as conn:
+        params = {"t": v.user.thread_id, "u": v.user.id}
+        row = await (await conn.execute(USER_BYTES, params)).fetchone()
+    v.samples[turn] = (int(row["bytes"]), int(row["checkpoints"]))
+
+
+def window_median(values: list[float], turn: int) -> float:
+    """Median of the ten turns ending at `turn` (1-based)."""
+    return statistics.median(values[max(turn - 10, 0) : turn])
+
+
+def report(variants: list[Variant], points: list[int], window: int) -> list[str]:
+    """The markdown table and the target checks."""
+    on, off = variants
+    lines = [
+        f"| measure | turn | {on.name} | {off.name} |",
+        "|---|---:|---:|---:|",
+    ]
+    for turn in points:
+        lines.append(
+            f"| prompt tokens per model call (max in the turn) | {turn:,} | "
+            f"{max(on.prompts[turn - 1]):,} | {max(off.prompts[turn - 1]):,} |"
+        )
+    for turn in points:
+        (b_on, c_on), (b_off, c_off) = on.samples[turn], off.samples[turn]
+        lines.append(
+            f"| database bytes for the user (checkpoints kept) | {turn:,} | "
+            f"{b_on / 1024:,.0f} KiB ({c_on}) | {b_off / 1024:,.0f} KiB ({c_off}) |"
+        )
+    for turn in points:
+        lines.append(
+            f"| per-turn latency, median of turns {max(turn - 9, 1)}–{turn} (ms) | {turn:,} | "
+            f"{window_median(on.latency, turn):.1f} | {window_median(off.latency, turn):.1f} |"
+        )
+    last, first = points[-1], points[0]
+    max_on = max(max(p) for p in on.prompts)
+    max_summary = max(on.summary_calls, default=0)
+    ratio = window_median(on.latency, last) / window_median(on.latency, first)
+    lines += [
+        "",
+        f"- largest prompt of any {on.name} model call: {max_on:,} tokens (window {window:,}); "
+        f"compaction summary requests: {len(on.summary_calls)}, largest {max_summary:,} tokens"
+        f" — {'OK' if max(max_on, max_summary) < window else 'OVER'}",
+        f"- {on.name} database bytes at turn {last:,}: {on.samples[last][0] / 1e6:.2f} MB "
+        f"(target < 2 MB) — {'OK' if on.samples[last][0] < 2e6 else 'OVER'}",
+        f"- {on.name} latency turn {last:,} ÷ turn {first}: {ratio:.2f} (target ≤ 1.5) — "
+        f"{'OK' if ratio <= 1.5 else 'OVER'}",
+        f"- {off.name} at turn {last:,}: {off.samples[last][0] / 1e6:.1f} MB, latency ÷ turn "
+        f"{first}: {window_median(off.latency, last) / window_median(off.latency, first):.2f}",
+        f"- total wall time: {on.name} {sum(on.latency) / 1000:.0f} s, "
+        f"{off.name} {sum(off.latency) / 1000:.0f} s",
+    ]
+    return lines
+
+
+async def measure(turns: int, window: int) -> list[str]:
+    """Run both conversations and return the report."""
+    points = sorted({p for p in (10, 100, 1_000, turns) if p <= turns})
+    async with bench_database() as url:
+        on = await start_variant(
+            "ON", url, {"context_window": window, "checkpoint_pruning": True}, 11
+        )
+        off = await start_variant(
+            "OFF", url, {"context_window": 0, "checkpoint_pruning": False}, 12
+        )
+        try:
+            for i in range(1, turns + 1):
+                for v in (on, off) if i % 2 else (off, on):
+                    await one_turn(v, i)
+                if i in points:
+                    for v in (on, off):
+                        await sample(v, i)
+                if i % 100 == 0:
+                    print(f"  … turn {i}", file=sys.stderr, flush=True)
+        finally:
+            for v in (on, off):
+                await v.app.stop()
+    return report([on, off], points, window)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=1_000)
+    parser.add_argument("--window", type=int, default=8_000, help="ON's context_window")
+    args = parser.parse_args()
+    lines = asyncio.run(measure(args.turns, args.window))
+    print(machine_line())
+    print(f"{args.turns:,} turns, each with a 2 KB tool result; ON: context_window "
+          f"{args.window:,}, default effects, pruning; OFF: no effects, no pruning.")
+    print()
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
