@@ -10,7 +10,7 @@ import pytest
 from panager.agent.commands import CommandContext, dispatch
 from panager.agent.commands.access import parse_invite_args
 from panager.services.access import AccessError, AccessService, parse_duration
-from panager.services.inbox import InboxService
+from panager.services.inbox import MAX_RETRIES, InboxService
 
 ADMIN = 4242
 
@@ -130,16 +130,21 @@ async def test_inbox_accepts_once_and_hands_out_in_order(app):
     assert await one.queued_count(9) == 1
 
 
-async def test_inbox_retires_stale_claims_and_prunes(app, clock):
+async def test_inbox_requeues_stale_claims_then_retires_them_and_prunes(app, clock):
     inbox = InboxService(app.pool, app.clock, "w")
     common = {"user_id": 9, "channel_id": 900009, "username": "u", "display_name": None}
     await inbox.accept(message_id=1, content="lost in a crash", **common)
     await inbox.accept(message_id=2, content="next", **common)
     assert (await inbox.claim_next(9)).message_id == 1
-    assert await inbox.abandon_stale() == []  # the lease still holds
+    assert await inbox.recover_stale() == []  # the lease still holds
+    for attempt in range(1, MAX_RETRIES + 1):  # its process died: queued again, still first
+        clock.advance(minutes=2)
+        assert await inbox.recover_stale() == []
+        again = await inbox.claim_next(9)
+        assert (again.message_id, again.attempts, again.content) == (1, attempt, "lost in a crash")
     clock.advance(minutes=2)
-    (stale,) = await inbox.abandon_stale()
-    assert stale.content == "lost in a crash"
+    (stale,) = await inbox.recover_stale()  # it keeps killing the process: retired
+    assert (stale.content, stale.status) == ("lost in a crash", "abandoned")
     assert (await inbox.claim_next(9)).message_id == 2
     await inbox.finish(2)
     clock.advance(days=8)

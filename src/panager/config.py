@@ -191,6 +191,10 @@ class RuntimeConfig(BaseModel):
     memory_inject_limit: int = Field(default=5, ge=0, le=50)
     schedule_grace_seconds: int = Field(default=3600, ge=0)
     scheduler_poll_seconds: float = Field(default=5.0, gt=0)
+    # How long a claim outlives a process that died holding it: a reminder being delivered
+    # (scheduler) or a Discord message being answered (inbox) is taken up again after this.
+    scheduler_lease_seconds: float = Field(default=60.0, ge=1)
+    inbox_lease_seconds: float = Field(default=90.0, ge=1)
     allow_user_messages: bool = False
     skills: bool = True
     daily_token_budget: int | None = None

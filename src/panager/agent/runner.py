@@ -4,6 +4,12 @@
 asyncio lock in-process and a PostgreSQL advisory lock across processes),
 repairs a thread left with an unanswered tool call, invokes the graph and turns
 every failure into one short sentence for the user — never a traceback.
+
+A front end that can see the same message again after a crash (the Discord
+inbox) passes a `message_key`: the user's message is stored in the thread
+under that id, and `resume=True` first looks there — an answer already
+produced is returned as it is (no second model call), a message already in
+the thread but unanswered is continued, anything else runs as a new turn.
 """
 
 from __future__ import annotations
@@ -112,8 +118,13 @@ class Assistant:
         emitter: EventEmitter | None = None,
         is_system_trigger: bool = False,
         replay: bool = False,
+        message_key: str | None = None,
+        resume: bool = False,
     ) -> TurnResult:
-        """Answer `text` from `user` (or run a scheduled task when is_system_trigger)."""
+        """Answer `text` from `user` (or run a scheduled task when is_system_trigger).
+
+        `message_key` ids the user's message in the thread; with `resume` a message
+        already answered under that key gets the stored answer (see the module doc)."""
         text = clean_text(text)
         refusal = self.check_message(text)
         if refusal:
@@ -126,10 +137,35 @@ class Assistant:
 
             return TurnResult(NO_MODEL_MESSAGE, ok=False)
         async with self.user_lock(user.id):
-            return await self._run_locked(user, text, model, emitter, is_system_trigger, replay)
+            if resume and message_key:
+                found = await self._resumed(user, message_key)
+                if isinstance(found, TurnResult):
+                    return found
+                replay, message_key = found
+            return await self._run_locked(
+                user, text, model, emitter, is_system_trigger, replay, message_key
+            )
+
+    async def _resumed(self, user: User, key: str) -> TurnResult | tuple[bool, str | None]:
+        """For a message seen before a restart: its answer if one was given, else how to
+        run it — (replay, key): continue it in place, or run it anew."""
+        snapshot = await self.graph.aget_state(self.config_for(user))
+        messages = snapshot.values.get("messages", []) if snapshot.values else []
+        at = next((i for i, m in enumerate(messages) if m.id == key), None)
+        if at is None:
+            return False, key  # it never reached the thread: a normal turn
+        later = messages[at + 1 :]
+        upto = next((i for i, m in enumerate(later) if isinstance(m, HumanMessage)), None)
+        answers = [m for m in later[:upto] if isinstance(m, AIMessage) and not m.tool_calls]
+        if answers:
+            log.info("message %s of user %s was answered before a restart", key, user.id)
+            return _result({"messages": [answers[-1]]})
+        if upto is None:
+            return True, key  # the last thing in the thread: continue the turn
+        return False, None  # the thread moved on since: ask again as a new message
 
     async def _run_locked(
-        self, user, text, model, emitter, is_system_trigger, replay
+        self, user, text, model, emitter, is_system_trigger, replay, message_key=None
     ) -> TurnResult:
         emitter = emitter or self.emitter
         ctx = TurnContext(
@@ -144,7 +180,7 @@ class Assistant:
         config = self.config_for(user)
         if user.id not in self._clean_threads:
             await self.repair_thread(user)
-        inputs = self._inputs(text, is_system_trigger, replay)
+        inputs = self._inputs(text, is_system_trigger, replay, message_key)
         new = inputs["messages"][0] if inputs["messages"] else None
         await emitter(
             "agent_start",
@@ -169,7 +205,9 @@ class Assistant:
         finally:
             await emitter("agent_end", user.id)
 
-    def _inputs(self, text: str, is_system_trigger: bool, replay: bool) -> dict:
+    def _inputs(
+        self, text: str, is_system_trigger: bool, replay: bool, message_key: str | None = None
+    ) -> dict:
         if replay:  # the user's message is already in the thread (pending replay)
             return {"messages": [], "model_calls": 0}
         if is_system_trigger:
@@ -180,7 +218,7 @@ class Assistant:
                 id=str(uuid.uuid4()),
             )
         else:
-            msg = HumanMessage(text, id=str(uuid.uuid4()))
+            msg = HumanMessage(text, id=message_key or str(uuid.uuid4()))
         return {"messages": [msg], "model_calls": 0}
 
     async def repair_thread(self, user: User) -> int:

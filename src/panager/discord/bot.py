@@ -4,7 +4,9 @@ Flow of one DM:
 
 1. `on_message` ignores server messages, bots and system messages, and stores
    the DM in the inbox keyed by its message id (a replayed MESSAGE_CREATE is
-   dropped here: exactly once).
+   dropped here: exactly once). When the database does not answer, the user is
+   told at once and storing is retried until it is back (or given up on, with
+   a note to resend).
 2. A drain task per user takes the user's messages oldest first, one at a
    time (`InboxService.claim_next`), so messages sent during a turn wait their
    turn instead of being dropped or answered out of order.
@@ -13,6 +15,11 @@ Flow of one DM:
 4. Slash commands go to the shared command table; anything else is a turn:
    typing indicator, a tool-status message driven by the turn's events, then
    the answer in chunks with a link button when there is one.
+
+A message whose process died mid-way is queued again on the next start (the
+inbox lease runs out) and answered then; the turn is keyed by the message id,
+so an answer produced before the crash is sent, not produced twice, and reply
+nonces make Discord drop chunks that already went out.
 
 Application commands (the Discord command picker) run the same commands in
 line with the user's messages. Whatever fails inside a handler is logged, the
@@ -23,15 +30,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
 import logging
 import os
 import socket
 import uuid
 from collections import defaultdict
 from collections.abc import Coroutine
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import discord
+import psycopg
 
 from panager.agent.commands import CommandContext, dispatch, is_command, parse
 from panager.discord.messenger import DiscordMessenger
@@ -52,6 +63,13 @@ ATTACHMENT_NOTE = (
 )
 ERROR_MESSAGE = "Sorry, something went wrong on my side with that message. Please try again."
 NOT_STORED = "Sorry, I couldn't take that message just now (database unavailable). Please resend."
+STORE_DELAYED = (
+    "I can't reach my database right now, so your message is waiting with me; "
+    "I'll answer as soon as it's back."
+)
+STORE_NOTICE_AFTER = 3.0  # seconds of waiting for the database before the user is told
+STORE_PATIENCE = 120.0  # then keep trying this long before asking for a resend
+RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)  # backoff between database retries (then the last)
 DM_ONLY = "I only work in direct messages — send me a DM."
 ABANDONED = (
     "Sorry — I was restarted while working on your message “{snippet}”. "
@@ -64,6 +82,22 @@ HANDLED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 # Panager never joins voice channels: skip discord.py's warnings about voice libraries.
 discord.VoiceClient.warn_nacl = False
 discord.VoiceClient.warn_dave = False
+
+
+def _lenient_json(text: str | bytes) -> Any:
+    """discord.py's JSON parser (orjson when installed), falling back to the stdlib's.
+
+    orjson rejects lone UTF-16 surrogate escapes ("\\ud800"), which a hostile message can
+    carry; in the gateway that exception would take the whole client down (and the event
+    is replayed on RESUME). The stdlib parser accepts them; the inbox then cleans them."""
+    try:
+        return _strict_json(text)
+    except ValueError:
+        return json.loads(text)
+
+
+_strict_json = discord.utils._from_json
+discord.utils._from_json = _lenient_json
 
 
 def default_intents() -> discord.Intents:
@@ -96,7 +130,8 @@ class PanagerBot(discord.Client):
         super().__init__(**client_options)
         self.app = app
         self.access = access_service(app.deps)
-        self.inbox = InboxService(app.pool, app.clock, worker_name())
+        lease = timedelta(seconds=app.settings.runtime.inbox_lease_seconds)
+        self.inbox = InboxService(app.pool, app.clock, worker_name(), lease=lease)
         self.tree = build_tree(self, self.handle_interaction)
         self.messenger = DiscordMessenger(self)
         self.status_interval = status_interval
@@ -128,12 +163,18 @@ class PanagerBot(discord.Client):
             await sync_if_changed(self.tree)
         except Exception:
             log.exception("could not register slash commands with Discord")
-        await self.recover()
+        for attempt in itertools.count():  # the database may be down right now: keep at it
+            try:
+                await self.recover()
+                break
+            except Exception as exc:
+                log.warning("could not resume queued messages yet: %s", exc)
+            await asyncio.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
         self._spawn(self._prune_loop())
 
     async def recover(self) -> None:
-        """Retire messages a dead process left half-done and resume queued ones."""
-        for stale in await self.inbox.abandon_stale():
+        """Queue again the messages a dead process left half-done; resume all queued ones."""
+        for stale in await self.inbox.recover_stale():
             await self._notify_abandoned(stale)
         for user_id in await self.inbox.queued_users():
             self._kick(user_id)
@@ -173,22 +214,48 @@ class PanagerBot(discord.Client):
             return
         if message.type not in HANDLED_TYPES:
             return
-        try:
-            fresh = await self.inbox.accept(
-                message_id=message.id,
-                user_id=message.author.id,
-                channel_id=message.channel.id,
-                username=message.author.name,
-                display_name=message.author.global_name,
-                content=message.content,
-                attachments=bool(message.attachments or message.stickers),
-            )
-        except Exception:
-            log.exception("could not store message %s", message.id)
-            await self._send_quietly(message.channel, NOT_STORED, nonce(message.id, "x"))
-            return
+        fresh = await self._store(message)
         if fresh and not self._stopping:
             self._kick(message.author.id)
+
+    async def _store(self, message: discord.Message) -> bool:
+        """Put the DM in the inbox, riding out a database outage; False if not stored."""
+        accept = {
+            "message_id": message.id,
+            "user_id": message.author.id,
+            "channel_id": message.channel.id,
+            "username": message.author.name,
+            "display_name": message.author.global_name,
+            "content": message.content,
+            "attachments": bool(message.attachments or message.stickers),
+        }
+        loop = asyncio.get_running_loop()
+        deadline, told, attempt = loop.time() + STORE_PATIENCE, False, 0
+        while True:
+            task = asyncio.ensure_future(self.inbox.accept(**accept))
+            try:
+                if not told and not (await asyncio.wait({task}, timeout=STORE_NOTICE_AFTER))[0]:
+                    told = await self._tell(message, STORE_DELAYED, "w")
+                return await task
+            except (TimeoutError, psycopg.OperationalError) as exc:
+                log.warning("could not store message %s yet: %s", message.id, exc)
+            except Exception:
+                log.exception("could not store message %s", message.id)
+                await self._tell(message, ERROR_MESSAGE, "x")
+                return False
+            finally:
+                task.cancel()
+            if loop.time() >= deadline or self._stopping:
+                await self._tell(message, NOT_STORED, "x")
+                return False
+            told = told or await self._tell(message, STORE_DELAYED, "w")
+            await asyncio.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
+            attempt += 1
+
+    async def _tell(self, message: discord.Message, text: str, suffix: str) -> bool:
+        """A short notice about the user's message (sent quietly); returns True (told)."""
+        await self._send_quietly(message.channel, text, nonce(message.id, suffix))
+        return True
 
     def _kick(self, user_id: int) -> None:
         self._dirty.add(user_id)
@@ -208,7 +275,7 @@ class PanagerBot(discord.Client):
                 await asyncio.sleep(self.poll_interval)
 
     async def _drain_once(self, user_id: int) -> None:
-        for stale in await self.inbox.abandon_stale(user_id):
+        for stale in await self.inbox.recover_stale(user_id):
             await self._notify_abandoned(stale)
         while not self._stopping and (row := await self.inbox.claim_next(user_id)):
             await self._process(row)
@@ -235,7 +302,21 @@ class PanagerBot(discord.Client):
             await self._send_quietly(channel, ERROR_MESSAGE, nonce(row.message_id, "e"))
         finally:
             lease.cancel()
-        await self.inbox.finish(row.message_id, status)
+        await self._finish(row.message_id, status)
+
+    async def _finish(self, message_id: int, status: str) -> None:
+        """Record the message as handled, retrying while the database is away.
+
+        Left unrecorded, the row would be taken for a crash and handled again."""
+        for attempt in itertools.count():
+            try:
+                await self.inbox.finish(message_id, status)
+                return
+            except Exception as exc:
+                if self._stopping:
+                    raise
+                log.warning("could not record message %s as %s yet: %s", message_id, status, exc)
+            await asyncio.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
 
     async def _handle(self, row: InboxMessage, channel: discord.PartialMessageable) -> None:
         admission = await self.access.admit(row.user_id, row.username, row.display_name)
@@ -272,7 +353,13 @@ class PanagerBot(discord.Client):
         emitter.subscribe(status.on_event)
         try:
             async with typing(channel):
-                result = await self.app.assistant.run_turn(user, text, emitter=emitter)
+                result = await self.app.assistant.run_turn(
+                    user,
+                    text,
+                    emitter=emitter,
+                    message_key=f"discord-{row.message_id}",
+                    resume=row.attempts > 0,
+                )
             await send_reply(
                 channel,
                 result.text,

@@ -6,9 +6,14 @@ and is dropped. A user's messages are then handled strictly oldest first, one
 at a time: `claim_next` only ever takes the user's oldest unfinished row, and
 only while no other row of theirs is being processed — so the order holds even
 with several bot processes. A claim carries a lease; a process that dies
-mid-message leaves a row whose lease runs out, and `abandon_stale` retires it
-(the user is told to resend) instead of answering it twice. Text is cleared
-once a row is finished; finished rows are pruned after a week.
+mid-message leaves a row whose lease runs out; `recover_stale` queues it again
+(still first in the user's line), so the message is answered after the
+restart instead of being lost. The turn is keyed by the message id, so a
+resumed message whose answer was already produced is not answered twice (see
+`Assistant.run_turn(resume=True)`). A message that was already retried
+`MAX_RETRIES` times (it keeps killing the process) is retired instead and the
+user is told to resend. Text is cleared once a row is finished; finished rows
+are pruned after a week.
 """
 
 from __future__ import annotations
@@ -47,11 +52,23 @@ UPDATE discord_inbox SET status = %(status)s, content = '', finished_at = %(now)
        lease_until = NULL
  WHERE message_id = %(message_id)s
 """
-ABANDON_STALE = """
-UPDATE discord_inbox SET status = 'abandoned', finished_at = %(now)s, lease_until = NULL
- WHERE status = 'processing' AND lease_until < %(now)s
-   AND (%(user_id)s::bigint IS NULL OR user_id = %(user_id)s)
-RETURNING *
+MAX_RETRIES = 2
+# A claim whose lease ran out belongs to a dead process: queue it again (attempts + 1), or
+# retire it once it has been retried MAX_RETRIES times.
+RECOVER_STALE = """
+WITH stale AS (
+    SELECT message_id FROM discord_inbox
+     WHERE status = 'processing' AND lease_until < %(now)s
+       AND (%(user_id)s::bigint IS NULL OR user_id = %(user_id)s)
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE discord_inbox AS d
+   SET status = CASE WHEN d.attempts < %(max_retries)s THEN 'queued' ELSE 'abandoned' END,
+       attempts = d.attempts + 1, claimed_by = NULL, lease_until = NULL,
+       finished_at = CASE WHEN d.attempts < %(max_retries)s THEN NULL ELSE %(now)s END
+  FROM stale
+ WHERE d.message_id = stale.message_id
+RETURNING d.*
 """
 EXPIRE = """
 UPDATE discord_inbox SET lease_until = %(past)s
@@ -79,6 +96,17 @@ class InboxMessage:
     attachments: bool
     status: str
     received_at: datetime
+    attempts: int = 0  # times it was queued again after its processor died
+
+
+def storable(text: str) -> str:
+    """Text PostgreSQL can store: no NUL bytes; lone surrogates (not UTF-8) replaced."""
+    text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def _message(row: dict | None) -> InboxMessage | None:
@@ -121,9 +149,9 @@ class InboxService:
             "message_id": message_id,
             "user_id": user_id,
             "channel_id": channel_id,
-            "username": username,
-            "display_name": display_name,
-            "content": content.replace("\x00", ""),
+            "username": storable(username),
+            "display_name": storable(display_name) if display_name is not None else None,
+            "content": storable(content),
             "attachments": attachments,
             "now": self.clock.now(),
         }
@@ -143,7 +171,7 @@ class InboxService:
             return (await conn.execute(RENEW, params)).rowcount == 1
 
     async def expire(self, message_id: int) -> None:
-        """Give up a claim at once (shutdown mid-message): the next start retires it."""
+        """Give up a claim at once (shutdown mid-message): the next start resumes it."""
         params = {"message_id": message_id, "past": self.clock.now() - timedelta(seconds=1)}
         async with self.pool.connection() as conn:
             await conn.execute(EXPIRE, params)
@@ -154,14 +182,18 @@ class InboxService:
         async with self.pool.connection() as conn:
             await conn.execute(FINISH, params)
 
-    async def abandon_stale(self, user_id: int | None = None) -> list[InboxMessage]:
-        """Retire messages whose processor died (lease expired); returns them, text included."""
-        params = {"now": self.clock.now(), "user_id": user_id}
+    async def recover_stale(self, user_id: int | None = None) -> list[InboxMessage]:
+        """Queue again the messages whose processor died (lease expired).
+
+        Returns the ones retired instead (retried too often), text included, so the
+        user can be told."""
+        params = {"now": self.clock.now(), "user_id": user_id, "max_retries": MAX_RETRIES}
         async with self.pool.connection() as conn:
-            rows = await (await conn.execute(ABANDON_STALE, params)).fetchall()
-            if rows:
-                await conn.execute(CLEAR_ABANDONED_TEXT, ([r["message_id"] for r in rows],))
-        return [_message(r) for r in rows]
+            rows = await (await conn.execute(RECOVER_STALE, params)).fetchall()
+            retired = [r for r in rows if r["status"] == "abandoned"]
+            if retired:
+                await conn.execute(CLEAR_ABANDONED_TEXT, ([r["message_id"] for r in retired],))
+        return [_message(r) for r in retired]
 
     async def queued_users(self) -> list[int]:
         """Users with messages waiting (e.g. left over from a restart)."""
