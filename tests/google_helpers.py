@@ -24,7 +24,7 @@ class RecordingMessenger:
         self.sent: list[tuple[int, str, dict | None]] = []
         self.arrived = asyncio.Event()
 
-    async def send(self, user, text: str, *, link: dict | None = None) -> bool:
+    async def send(self, user, text: str, *, link: dict | None = None, key=None) -> bool:
         self.sent.append((user.id, text, link))
         self.arrived.set()
         return True

@@ -15,7 +15,7 @@ class RecordingMessenger:
         self.fail = fail
         self.accept = accept
 
-    async def send(self, user, text: str, *, link: dict | None = None) -> bool:
+    async def send(self, user, text: str, *, link: dict | None = None, key=None) -> bool:
         """Record (user id, text); raise when failing; False when refusing."""
         if self.fail:
             raise ConnectionError("discord is down")

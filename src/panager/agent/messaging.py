@@ -40,8 +40,13 @@ def tool_status_label(name: str) -> str:
 class Messenger(Protocol):
     """Delivers a message to a user; returns True when delivered."""
 
-    async def send(self, user: User, text: str, *, link: dict | None = None) -> bool:
-        """Deliver `text` (and an optional link button) to `user`."""
+    async def send(
+        self, user: User, text: str, *, link: dict | None = None, key: str | None = None
+    ) -> bool:
+        """Deliver `text` (and an optional link button) to `user`.
+
+        `key` names this delivery: sending again with the same key (a retry after a
+        crash) must not show the user a second copy where the channel can prevent it."""
         ...
 
 
@@ -55,9 +60,11 @@ class FanoutMessenger:
         """Append a delivery route."""
         self.messengers.append(messenger)
 
-    async def send(self, user: User, text: str, *, link: dict | None = None) -> bool:
+    async def send(
+        self, user: User, text: str, *, link: dict | None = None, key: str | None = None
+    ) -> bool:
         """Deliver through the first messenger that accepts the user."""
         for messenger in self.messengers:
-            if await messenger.send(user, text, link=link):
+            if await messenger.send(user, text, link=link, key=key):
                 return True
         return False

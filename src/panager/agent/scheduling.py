@@ -32,9 +32,9 @@ class AppDelivery:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def send(self, user: User, text: str) -> bool:
+    async def send(self, user: User, text: str, key: str | None = None) -> bool:
         """Deliver through the app's messengers (terminal, Discord)."""
-        return await self.app.deps.messenger.send(user, text)
+        return await self.app.deps.messenger.send(user, text, key=key)
 
     async def run_agent(self, user: User, instruction: str) -> AgentAnswer:
         """Run the graph as a system trigger; the instruction never poses as the user."""
@@ -62,6 +62,7 @@ def make_worker(
         "clock": app.clock,
         "grace_seconds": runtime.schedule_grace_seconds,
         "poll_seconds": runtime.scheduler_poll_seconds,
+        "lease_seconds": runtime.scheduler_lease_seconds,
         "listen_url": app.url,
         "only_users": only_users,
         "skip_users": skip_users,

@@ -52,7 +52,9 @@ class TerminalMessenger:
         self.console = console
         self.user_id = user_id
 
-    async def send(self, user: User, text: str, *, link: dict | None = None) -> bool:
+    async def send(
+        self, user: User, text: str, *, link: dict | None = None, key: str | None = None
+    ) -> bool:
         """Print the message when it is for the terminal user."""
         if user.id != self.user_id:
             return False

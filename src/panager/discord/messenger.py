@@ -29,15 +29,20 @@ class DiscordMessenger:
     def __init__(self, client: discord.Client) -> None:
         self.client = client
 
-    async def send(self, user: User, text: str, *, link: dict | None = None) -> bool:
-        """Deliver `text` (and a link button) as a DM; False when it cannot be delivered."""
+    async def send(
+        self, user: User, text: str, *, link: dict | None = None, key: str | None = None
+    ) -> bool:
+        """Deliver `text` (and a link button) as a DM; False when it cannot be delivered.
+
+        With a `key`, each chunk carries the nonce `<key>.<n>`: Discord answers a repeated
+        send (a delivery retried after a crash) with the first message instead of a copy."""
         if user.id == LOCAL_USER_ID or user.status == "blocked":
             return False
         if self.client.is_closed() or self.client.user is None:
             return False
         try:
             channel = await self.client.create_dm(discord.Object(id=user.id))
-            await send_reply(channel, text, link=link)
+            await send_reply(channel, text, link=link, nonce_base=key)
         except discord.HTTPException as exc:
             log.warning("could not DM user %s: %s", user.id, exc)
             return False

@@ -156,6 +156,10 @@ RETURNING r.id, r.user_id, r.scheduled_for, r.missed_count, s.kind, s.message, s
           s.rrule
 """
 UNMARK_REPORTED = "UPDATE schedule_runs SET reported_at = NULL WHERE id = ANY(%s)"
+RELEASE_CLAIMS = """
+UPDATE schedules SET claimed_by = NULL, lease_until = NULL
+ WHERE claimed_by = %(worker)s AND status = 'active'
+"""
 GET_USERS = "SELECT * FROM users WHERE id = ANY(%s)"
 
 def _filter(only: list[int] | None, skip: list[int] | tuple[int, ...]) -> dict[str, Any]:
@@ -362,6 +366,13 @@ class ScheduleClaims:
         """Undo `claim_unreported_missed` for runs whose report could not be delivered."""
         if run_ids:
             await self._exec(UNMARK_REPORTED, (run_ids,))
+
+    async def release_claims(self, worker: str) -> int:
+        """Give up every claim `worker` holds (a clean shutdown); returns how many.
+
+        A run it left `sending` is taken over by the next worker, as after a crash."""
+        async with self.pool.connection() as conn:
+            return (await conn.execute(RELEASE_CLAIMS, {"worker": worker})).rowcount
 
     async def users(self, user_ids: list[int]) -> dict[int, User]:
         """Users by id, in one query."""

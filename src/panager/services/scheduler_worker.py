@@ -68,8 +68,11 @@ STOP_TIMEOUT = 5.0
 class Delivery(Protocol):
     """How a worker reaches users: the app's messenger and assistant."""
 
-    async def send(self, user: User, text: str) -> bool:
-        """Deliver text; False when no front end can reach the user now."""
+    async def send(self, user: User, text: str, key: str | None = None) -> bool:
+        """Deliver text; False when no front end can reach the user now.
+
+        `key` is the same for every attempt at one occurrence, so a channel that can
+        (Discord's message nonce) shows a re-send after a crash only once."""
         ...
 
     async def run_agent(self, user: User, instruction: str) -> AgentAnswer:
@@ -156,6 +159,7 @@ class SchedulerWorker:
                 listener.cancel()
                 await asyncio.gather(listener, return_exceptions=True)
             await self._finish_in_flight()
+            await self._guarded(self._release)
             log.info("scheduler worker %s stopped", self.id)
 
     async def run_once(self) -> int:
@@ -249,6 +253,12 @@ class SchedulerWorker:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 60.0)
 
+    async def _release(self) -> None:
+        """Hand back what this worker still holds, so others need not wait for the lease."""
+        released = await self.service.release_claims(self.id)
+        if released:
+            log.info("scheduler worker %s released %d claimed schedule(s)", self.id, released)
+
     async def _finish_in_flight(self) -> None:
         """Let running deliveries finish briefly; cancelled ones are retried after the lease."""
         if not self._tasks:
@@ -314,7 +324,8 @@ class SchedulerWorker:
         text = ticket.output or output or schedule.message
         text = compose(schedule, text, occ.deliver, late=occ.late, resent=ticket.interrupted)
         timeout = self.lease.total_seconds() / 2  # a send never outlives the lease
-        if not await asyncio.wait_for(self.delivery.send(user, text), timeout):
+        send = self.delivery.send(user, text, key=f"run{ticket.id}")
+        if not await asyncio.wait_for(send, timeout):
             return await self._no_route(schedule, occ)
         await self._complete.submit((schedule, ticket, self._after(schedule, occ.deliver)))
         return "delivered"
