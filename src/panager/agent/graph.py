@@ -35,6 +35,11 @@ FINAL_ANSWER_NOTE = (
     "You have reached the limit of tool calls for this message. Do not call tools; give the "
     "user your best answer now from what you have, and say what is left undone."
 )
+UNPARSED_CALLS = "panager_unparsed_calls"  # additional_kwargs: ids of calls with bad JSON
+UNPARSED_ARGS = (
+    "The arguments of this call were not valid JSON, so it did not run. Call it again with "
+    "the arguments as one JSON object."
+)
 OVERFLOW_MESSAGE = (
     "This conversation is too long for the model even after compacting it. Your message is "
     "kept; send /compact or /clear and try again."
@@ -74,6 +79,30 @@ def _error_message(call: dict, text: str) -> ToolMessage:
         tool_call_id=call["id"],
         name=call.get("name"),
         status="error",
+    )
+
+
+def promote_unparsed_calls(response: AIMessage) -> AIMessage:
+    """Tool calls whose arguments were not valid JSON, made ordinary calls with no arguments.
+
+    langchain keeps them apart (`invalid_tool_calls`), so the graph would end the turn
+    with an empty answer and leave calls no tool message answers (which OpenAI then
+    refuses on every later request). As plain calls, each gets an error result like any
+    bad input; their raw arguments (possibly huge) are not kept in the thread."""
+    unparsed = [c for c in response.invalid_tool_calls if c.get("id")]
+    if not unparsed:
+        return response
+    calls = [
+        {"name": c.get("name") or "unknown", "args": {}, "id": c["id"], "type": "tool_call"}
+        for c in unparsed
+    ]
+    marks = {**response.additional_kwargs, UNPARSED_CALLS: {c["id"]: True for c in unparsed}}
+    return response.model_copy(
+        update={
+            "tool_calls": [*response.tool_calls, *calls],
+            "invalid_tool_calls": [],
+            "additional_kwargs": marks,
+        }
     )
 
 
@@ -157,6 +186,7 @@ class Graph:
                 log.info("context overflow for user %s; compacting (%d)", ctx.user.id, attempt)
                 await self.on_overflow(call, attempt)
                 continue
+            response = promote_unparsed_calls(response)
             if last_round and response.tool_calls:
                 response = AIMessage(
                     content=response.text or "I stopped here: too many steps for one message."
@@ -264,8 +294,9 @@ class Graph:
         ctx = runtime.context
         reply = state["messages"][-1]
         by_name = {t.name: t for t in ctx.tools}
+        unparsed = reply.additional_kwargs.get(UNPARSED_CALLS) or {}
         outcomes = await asyncio.gather(
-            *(self._run_call(ctx, by_name, c) for c in reply.tool_calls)
+            *(self._run_call(ctx, by_name, c, c["id"] in unparsed) for c in reply.tool_calls)
         )
         messages: list[AnyMessage] = [msg for msg, _ in outcomes]
         auth = next((a for _, a in outcomes if a is not None), None)
@@ -280,11 +311,14 @@ class Graph:
         return {"messages": messages}
 
     async def _run_call(
-        self, ctx: TurnContext, by_name: dict[str, BaseTool], call: dict
+        self, ctx: TurnContext, by_name: dict[str, BaseTool], call: dict, unparsed: bool = False
     ) -> tuple[ToolMessage, AuthRequired | None]:
         await self._emit(ctx, "tool_start", name=call["name"], args=call.get("args"), id=call["id"])
         auth = None
-        message = await self._execute(by_name, call)
+        if unparsed:
+            message = _error_message(call, UNPARSED_ARGS)
+        else:
+            message = await self._execute(by_name, call)
         if isinstance(message, AuthRequired):
             auth, message = (
                 message,
