@@ -9,6 +9,7 @@ connection errors itself, with exponential backoff and jitter, honouring
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import random
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from panager.agent.errors import ContextOverflow, ModelUnavailable
 from panager.config import Settings
@@ -33,6 +35,8 @@ UNAVAILABLE_MESSAGE = (
     "The model service is not answering right now ({reason}), so I could not reply — your "
     "message is kept, please try again in a minute."
 )
+MAX_CACHED_TOOLS = 512
+_OPENAI_TOOLS: dict[tuple, dict] = {}
 CONTEXT_ERROR_MARKERS = (
     "context_length_exceeded",
     "maximum context length",
@@ -113,6 +117,24 @@ def _retryable(exc: BaseException) -> str | None:
     return None
 
 
+def openai_tool(tool: BaseTool) -> dict:
+    """The tool's OpenAI function schema, converted once per (name, description, schema).
+
+    `bind_tools` would rebuild the JSON schema of every tool on every model call (about
+    40 ms a turn with the full tool set); per-user tools share their schema class
+    (`agent/tools/base.py`), so the converted form is reused across users and turns."""
+    key = (tool.name, tool.description, tool.args_schema)
+    try:
+        found = _OPENAI_TOOLS.get(key)
+    except TypeError:  # an unhashable (dict) schema: convert every time
+        return convert_to_openai_tool(tool)
+    if found is None:
+        found = _OPENAI_TOOLS[key] = convert_to_openai_tool(tool)
+        while len(_OPENAI_TOOLS) > MAX_CACHED_TOOLS:
+            _OPENAI_TOOLS.pop(next(iter(_OPENAI_TOOLS)))
+    return copy.deepcopy(found)  # the request builders may adjust what they are given
+
+
 def backoff_delay(
     attempt: int, retry_after: float | None, *, base: float = 0.5, cap: float = 30.0
 ) -> float:
@@ -131,7 +153,7 @@ async def invoke_with_retries(
     sleep=asyncio.sleep,
 ) -> AIMessage:
     """Call the model, retrying transient failures; raise ContextOverflow or ModelUnavailable."""
-    bound = model.bind_tools(list(tools)) if tools else model
+    bound = model.bind_tools([openai_tool(t) for t in tools]) if tools else model
     attempt = 0
     while True:
         try:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.errors import ToolError
+from panager.agent.tools.base import tool
 from panager.services.memory import (
     MAX_SEARCH_LIMIT,
     MemoryHit,

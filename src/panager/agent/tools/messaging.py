@@ -21,9 +21,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain_core.messages import HumanMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool
 
 from panager.agent.errors import ToolError
+from panager.agent.tools.base import tool
 
 log = logging.getLogger(__name__)
 

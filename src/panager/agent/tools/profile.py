@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from zoneinfo import ZoneInfo, available_timezones
 
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.errors import ToolError
+from panager.agent.tools.base import tool
 from panager.services.users import User
 
 
