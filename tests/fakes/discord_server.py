@@ -30,6 +30,9 @@ Behaviour worth knowing:
   content over 2000 characters or an empty message is a 400, and a repeated
   ``nonce`` with ``enforce_nonce`` returns the first message instead of a new one.
 * Any route the fake does not know answers 404 and is recorded in ``unhandled``.
+* :attr:`FakeDiscord.after_create` (an async callable taking the created message) runs
+  after a bot message is stored and before the response goes back: a test can hold the
+  response there to play "Discord posted it, the bot never heard back" (a crash mid-send).
 """
 
 from __future__ import annotations
@@ -271,6 +274,7 @@ class FakeDiscord:
         self.guild_commands: dict[int, list[Payload]] = {}
         self.interactions: list[Payload] = []
         self.unhandled: list[tuple[str, str]] = []
+        self.after_create: Callable[[Payload], Awaitable[None]] | None = None
         self._ids = _Snowflakes()
         self._users: dict[int, Payload] = {bot_user_id: self.bot_user}
         self._messages: dict[int, Payload] = {}
@@ -874,6 +878,8 @@ class _RestRoutes:
         message = self.fake._create_bot_message(channel_id, body)
         if body.get("enforce_nonce") and body.get("nonce") is not None:
             self.fake._nonces[(channel_id, str(body["nonce"]))] = int(message["id"])
+        if self.fake.after_create is not None:
+            await self.fake.after_create(message)
         return json_response(message)
 
     def _nonce_duplicate(self, channel_id: int, body: Payload) -> Payload | None:

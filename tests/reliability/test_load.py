@@ -1,0 +1,74 @@
+"""200 users send 5 DMs each at once to a real `panager run`; the model takes 200 ms.
+
+Every message must be answered, each user's answers must come in the order
+of their messages, and each answer must carry the asker's own marker (the
+fake model echoes the user's message, so an answer given to the wrong user or
+from the wrong thread shows up as a foreign marker). Throughput and latency
+(DM dispatched → answer posted) are reported in the terminal summary and,
+with PANAGER_RELIABILITY_REPORT set, in a JSON file (bench/run_all.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import statistics
+import time
+
+import pytest
+
+from bench.common import percentile
+from tests.reliability.conftest import report, write_home
+
+pytestmark = pytest.mark.timeout(240)
+
+USERS = 200
+MESSAGES = 5
+MODEL_SECONDS = 0.2
+FIRST_USER = 300_000
+MARKER = re.compile(r"u(\d+)-m(\d+)")
+
+
+async def test_200_users_5_dms_each_all_answered_in_order_without_cross_talk(
+    panager_run, discord, openai, db_url, tmp_path
+):
+    openai.delay = MODEL_SECONDS
+    run = panager_run(database_url=db_url, home=write_home(tmp_path / "home"))
+    await run.start()
+    users = [FIRST_USER + i for i in range(USERS)]
+    sent_at: dict[tuple[int, int], float] = {}
+
+    async def user_writes(user: int) -> None:
+        for k in range(MESSAGES):
+            sent_at[(user, k)] = time.monotonic()
+            await discord.send_dm(user, f"u{user}-m{k} please echo")
+
+    started = time.monotonic()
+    await asyncio.gather(*(user_writes(u) for u in users))
+    total = USERS * MESSAGES
+    await discord.wait_for(lambda: len(discord.sent) >= total, timeout=200)
+    finished = max(m["time"] for m in discord.sent)
+
+    latencies = []
+    for user in users:
+        replies = discord.messages_to(user)
+        markers = [MARKER.search(r["content"]) for r in replies]
+        assert all(markers), [r["content"] for r in replies]
+        got = [(int(m.group(1)), int(m.group(2))) for m in markers]
+        assert got == [(user, k) for k in range(MESSAGES)], f"user {user} got {got}"
+        latencies += [r["time"] - sent_at[(user, k)] for k, r in enumerate(replies)]
+    assert len(discord.sent) == total  # nothing extra: no notices, no duplicates
+
+    numbers = {
+        "messages": total,
+        "users": USERS,
+        "model_ms": int(MODEL_SECONDS * 1000),
+        "wall_s": round(finished - started, 1),
+        "throughput_per_s": round(total / (finished - started), 1),
+        "latency_p50_s": round(statistics.median(latencies), 2),
+        "latency_p95_s": round(percentile(latencies, 95), 2),
+        "latency_max_s": round(max(latencies), 2),
+    }
+    report("200 users x 5 DMs", numbers)
+    print(f"\nload: {numbers}")
+    assert run.alive
