@@ -25,7 +25,9 @@ Behaviour worth knowing:
 * The DM channel of user ``U`` is ``900000 + U`` (see :func:`dm_channel_id`).
 * Events dispatched while no client is connected (e.g. inside the ``during``
   callback of :meth:`FakeDiscord.disconnect_and_resume`) are logged and replayed
-  when the client RESUMEs, as Discord does.
+  when the client RESUMEs, as Discord does; a client that IDENTIFYs anew never
+  gets them, but the DMs stay readable in the channel history
+  (``GET /channels/{id}/messages``).
 * ``POST /channels/{id}/messages`` enforces Discord's rules that matter to a bot:
   content over 2000 characters or an empty message is a 400, and a repeated
   ``nonce`` with ``enforce_nonce`` returns the first message instead of a new one.
@@ -521,6 +523,7 @@ class FakeDiscord:
 
     async def _dispatch_message(self, data: Payload) -> None:
         self._last_message_create = data
+        self._messages[int(data["id"])] = data  # in the channel's history, seen or not
         await self.dispatch("MESSAGE_CREATE", data)
 
     def _attachment(self, spec: Any, channel_id: str) -> Payload:
@@ -798,6 +801,7 @@ class _RestRoutes:
             ("GET", "/gateway/bot", self.get_gateway),
             ("POST", "/users/@me/channels", self.create_dm),
             ("GET", "/channels/{channel_id}", self.get_channel),
+            ("GET", "/channels/{channel_id}/messages", self.get_messages),
             ("POST", "/channels/{channel_id}/messages", self.create_message),
             ("GET", msg, self.get_message),
             ("PATCH", msg, self.edit_message),
@@ -893,6 +897,23 @@ class _RestRoutes:
         if message is None or message["channel_id"] != request.match_info["channel_id"]:
             return None
         return message
+
+    async def get_messages(self, request: web.Request) -> web.Response:
+        """A channel's history like Discord: `limit` messages before/after an id, newest first."""
+        channel = request.match_info["channel_id"]
+        query = request.query
+        limit = min(int(query.get("limit", 50)), 100)
+        found = sorted(
+            (m for m in self.fake._messages.values() if m["channel_id"] == channel),
+            key=lambda m: int(m["id"]),
+        )
+        if "after" in query:
+            found = [m for m in found if int(m["id"]) > int(query["after"])][:limit]
+        else:
+            if "before" in query:
+                found = [m for m in found if int(m["id"]) < int(query["before"])]
+            found = found[-limit:]
+        return json_response(found[::-1])
 
     async def get_message(self, request: web.Request) -> web.Response:
         message = self._find(request)

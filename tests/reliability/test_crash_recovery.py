@@ -1,7 +1,8 @@
 """`panager run` killed with SIGKILL mid-turn and mid-delivery, and stopped with SIGTERM.
 
 What must hold after a restart: the message the process was answering when it
-died is answered (once), a reminder whose send was cut off reaches the user
+died is answered (once), so is a message sent while no process was running
+(read back from the DM history: Discord does not send it again), a reminder whose send was cut off reaches the user
 once, the conversation carries on, and checkpoint pruning keeps the thread's
 storage small in the running process.
 """
@@ -100,9 +101,15 @@ async def test_kill_9_mid_turn_and_mid_delivery_loses_and_repeats_nothing(
     run.kill()
     assert await run.wait_dead() == -9
     release_model.set()
+    await eventually(lambda: not discord._gateway.ready.is_set(), 10, "the gateway to notice")
+    await discord.send_dm(USER, "are you there?")  # no process connected: Discord won't resend
     await run.start()  # the dead process's claim runs out; the message is queued again
-    await discord.wait_for_messages(USER, 2, timeout=30)
-    assert texts_to(discord, USER) == ["answer to: hello", "answer to: what was the plan?"]
+    await discord.wait_for_messages(USER, 3, timeout=30)
+    assert texts_to(discord, USER) == [
+        "answer to: hello",
+        "answer to: what was the plan?",
+        "answer to: are you there?",  # read back from the DM history
+    ]
 
     # 2. Killed after Discord posted a reminder but before the bot heard back.
     posted, release_discord = hold_discord_on(discord, REMINDER)

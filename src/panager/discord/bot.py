@@ -16,6 +16,11 @@ Flow of one DM:
    typing indicator, a tool-status message driven by the turn's events, then
    the answer in chunks with a link button when there is one.
 
+Discord does not send a bot the messages that arrived while no process was
+connected (a restart, a crash): on READY the bot reads the DM history of
+everyone who wrote in the last week after the newest message it has seen,
+and stores what it missed like any new message.
+
 A message whose process died mid-way is queued again on the next start (the
 inbox lease runs out) and answered then; the turn is keyed by the message id,
 so an answer produced before the crash is sent, not produced twice, and reply
@@ -70,6 +75,7 @@ STORE_DELAYED = (
 STORE_NOTICE_AFTER = 3.0  # seconds of waiting for the database before the user is told
 STORE_PATIENCE = 120.0  # then keep trying this long before asking for a resend
 RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)  # backoff between database retries (then the last)
+BACKFILL_LIMIT = 20  # missed DMs read back per person on READY
 DM_ONLY = "I only work in direct messages — send me a DM."
 ABANDONED = (
     "Sorry — I was restarted while working on your message “{snippet}”. "
@@ -170,6 +176,10 @@ class PanagerBot(discord.Client):
             except Exception as exc:
                 log.warning("could not resume queued messages yet: %s", exc)
             await asyncio.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
+        try:
+            await self.backfill()
+        except Exception:
+            log.exception("could not read back the DMs missed while disconnected")
         self._spawn(self._prune_loop())
 
     async def recover(self) -> None:
@@ -178,6 +188,24 @@ class PanagerBot(discord.Client):
             await self._notify_abandoned(stale)
         for user_id in await self.inbox.queued_users():
             self._kick(user_id)
+
+    async def backfill(self) -> int:
+        """Store DMs that arrived while no process was connected; returns how many."""
+        taken = 0
+        for user_id, channel_id, last_id in await self.inbox.recent_channels():
+            channel = self.get_partial_messageable(channel_id, type=discord.ChannelType.private)
+            after = discord.Object(id=last_id)
+            try:
+                async for message in channel.history(after=after, limit=BACKFILL_LIMIT):
+                    mine = message.author.id == user_id and message.type in HANDLED_TYPES
+                    if mine and not self._stopping and await self._store(message):
+                        taken += 1
+                        self._kick(user_id)
+            except discord.HTTPException as exc:
+                log.warning("could not read the DMs of user %s: %s", user_id, exc)
+        if taken:
+            log.info("answering %d DM(s) sent while the bot was away", taken)
+        return taken
 
     async def close(self) -> None:
         """Let running turns finish (up to shutdown_grace), then disconnect."""

@@ -76,6 +76,11 @@ UPDATE discord_inbox SET lease_until = %(past)s
 """
 CLEAR_ABANDONED_TEXT = "UPDATE discord_inbox SET content = '' WHERE message_id = ANY(%s)"
 QUEUED_USERS = "SELECT DISTINCT user_id FROM discord_inbox WHERE status = 'queued'"
+RECENT_CHANNELS = """
+SELECT user_id, channel_id, max(message_id) AS last_id FROM discord_inbox
+ WHERE received_at > %(since)s
+ GROUP BY user_id, channel_id
+"""
 COUNT_QUEUED = "SELECT count(*) AS n FROM discord_inbox WHERE user_id = %s AND status = 'queued'"
 PRUNE = """
 DELETE FROM discord_inbox
@@ -199,6 +204,13 @@ class InboxService:
         """Users with messages waiting (e.g. left over from a restart)."""
         async with self.pool.connection() as conn:
             return [r["user_id"] for r in await (await conn.execute(QUEUED_USERS)).fetchall()]
+
+    async def recent_channels(self) -> list[tuple[int, int, int]]:
+        """(user id, DM channel id, newest message id seen) of everyone who wrote lately."""
+        since = self.clock.now() - self.keep
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(RECENT_CHANNELS, {"since": since})).fetchall()
+        return [(r["user_id"], r["channel_id"], r["last_id"]) for r in rows]
 
     async def queued_count(self, user_id: int) -> int:
         """How many of the user's messages are waiting."""
