@@ -10,11 +10,10 @@ Flow of one DM:
 2. A drain task per user takes the user's messages oldest first, one at a
    time (`InboxService.claim_next`), so messages sent during a turn wait their
    turn instead of being dropped or answered out of order.
-3. Each message is authorised (`AccessService.admit`) before anything else: a
-   refused user gets a short reply and the model is never called.
-4. Slash commands go to the shared command table; anything else is a turn:
-   typing indicator, a tool-status message driven by the turn's events, then
-   the answer in chunks with a link button when there is one.
+3. `Answerer` (discord/answers.py) authorises the author before anything else
+   (a refused user gets a short reply and the model is never called), then
+   runs a slash command or a turn: typing indicator, a tool-status message
+   driven by the turn's events, the answer in chunks with a link button.
 
 Discord does not send a bot the messages that arrived while no process was
 connected (a restart, a crash): on READY the bot reads the DM history of
@@ -49,23 +48,20 @@ from typing import TYPE_CHECKING, Any
 import discord
 import psycopg
 
-from panager.agent.commands import CommandContext, dispatch, is_command, parse
+from panager.discord.answers import ATTACHMENT_NOTE, Answerer
 from panager.discord.messenger import DiscordMessenger
-from panager.discord.replies import nonce, send_followup, send_reply
+from panager.discord.replies import nonce
 from panager.discord.slash import build_tree, sync_if_changed
-from panager.discord.status import StatusMessage, typing
 from panager.services.access import access_service
 from panager.services.inbox import InboxMessage, InboxService
 
 if TYPE_CHECKING:
     from panager.app import App
-    from panager.services.users import User
 
 log = logging.getLogger(__name__)
 
-ATTACHMENT_NOTE = (
-    "I can't read attachments or stickers yet — please paste the text you want me to see."
-)
+__all__ = ["ATTACHMENT_NOTE", "ERROR_MESSAGE", "PanagerBot"]
+
 ERROR_MESSAGE = "Sorry, something went wrong on my side with that message. Please try again."
 NOT_STORED = "Sorry, I couldn't take that message just now (database unavailable). Please resend."
 STORE_DELAYED = (
@@ -138,9 +134,9 @@ class PanagerBot(discord.Client):
         self.access = access_service(app.deps)
         lease = timedelta(seconds=app.settings.runtime.inbox_lease_seconds)
         self.inbox = InboxService(app.pool, app.clock, worker_name(), lease=lease)
+        self.answerer = Answerer(app, self.access, self.inbox, status_interval=status_interval)
         self.tree = build_tree(self, self.handle_interaction)
         self.messenger = DiscordMessenger(self)
-        self.status_interval = status_interval
         self.poll_interval = poll_interval
         self.shutdown_grace = shutdown_grace
         self._drains: dict[int, asyncio.Task] = {}
@@ -320,7 +316,7 @@ class PanagerBot(discord.Client):
         status = "done"
         try:
             async with self._conversations[row.user_id]:
-                await self._handle(row, channel)
+                await self.answerer.answer(row, channel)
         except asyncio.CancelledError:
             await self.inbox.expire(row.message_id)
             raise
@@ -346,66 +342,6 @@ class PanagerBot(discord.Client):
                 log.warning("could not record message %s as %s yet: %s", message_id, status, exc)
             await asyncio.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
 
-    async def _handle(self, row: InboxMessage, channel: discord.PartialMessageable) -> None:
-        admission = await self.access.admit(row.user_id, row.username, row.display_name)
-        text = row.content.strip()
-        if not admission.allowed:
-            if _command_name(text) == "start":
-                await self._command(admission.user, text, channel, row)
-            else:
-                await send_reply(channel, admission.refusal or "", nonce_base=row.message_id)
-            return
-        if row.attachments:
-            await channel.send(ATTACHMENT_NOTE, nonce=nonce(row.message_id, "a"))
-        if not text:
-            return
-        if is_command(text):
-            await self._command(admission.user, text, channel, row)
-        else:
-            await self._turn(admission.user, text, channel, row)
-
-    async def _command(
-        self, user: User, text: str, channel: discord.PartialMessageable, row: InboxMessage
-    ) -> None:
-        ctx = CommandContext(user=user, assistant=self.app.assistant, front_end="discord")
-        reply = await dispatch(ctx, text)
-        await send_reply(channel, reply.text, link=reply.link, nonce_base=row.message_id)
-
-    async def _turn(
-        self, user: User, text: str, channel: discord.PartialMessageable, row: InboxMessage
-    ) -> None:
-        emitter = self.app.emitter.child()
-        status = StatusMessage(
-            channel, interval=self.status_interval, nonce=nonce(row.message_id, "s")
-        )
-        emitter.subscribe(status.on_event)
-        try:
-            async with typing(channel):
-                result = await self.app.assistant.run_turn(
-                    user,
-                    text,
-                    emitter=emitter,
-                    message_key=f"discord-{row.message_id}",
-                    resume=row.attempts > 0,
-                )
-            await send_reply(
-                channel,
-                result.text,
-                link=result.link,
-                nonce_base=row.message_id,
-                reference=await self._reference(row),
-            )
-        finally:
-            await status.close()
-
-    async def _reference(self, row: InboxMessage) -> discord.MessageReference | None:
-        """Quote the question when the user has written more since: answers stay matched."""
-        if not await self.inbox.queued_count(row.user_id):
-            return None
-        return discord.MessageReference(
-            message_id=row.message_id, channel_id=row.channel_id, fail_if_not_exists=False
-        )
-
     # ------------------------------------------------------------ app commands
 
     async def handle_interaction(
@@ -421,24 +357,12 @@ class PanagerBot(discord.Client):
             log.info("interaction %s not deferred: %s", interaction.id, exc)
             return
         try:
-            await self._interaction_reply(interaction, name, args)
+            lock = self._conversations[interaction.user.id]
+            await self.answerer.interaction(interaction, name, args, lock)
         except Exception:
             log.exception("slash command /%s failed", name)
             with contextlib.suppress(discord.HTTPException):
                 await interaction.followup.send(ERROR_MESSAGE)
-
-    async def _interaction_reply(
-        self, interaction: discord.Interaction, name: str, args: str
-    ) -> None:
-        person = interaction.user
-        admission = await self.access.admit(person.id, person.name, person.global_name)
-        if not admission.allowed and name != "start":
-            await send_followup(interaction, admission.refusal or "")
-            return
-        ctx = CommandContext(user=admission.user, assistant=self.app.assistant, front_end="discord")
-        async with self._conversations[person.id]:
-            reply = await dispatch(ctx, f"/{name} {args}".strip())
-        await send_followup(interaction, reply.text, link=reply.link)
 
     # ------------------------------------------------------------------ helpers
 
@@ -484,8 +408,3 @@ class PanagerBot(discord.Client):
             await channel.send(text, nonce=nonce_)
         except Exception as exc:
             log.warning("could not send a notice: %s", exc)
-
-
-def _command_name(text: str) -> str | None:
-    parsed = parse(text) if is_command(text) else None
-    return parsed[0] if parsed else None
