@@ -2,7 +2,9 @@
 
     .venv/bin/python bench/long_conversation.py [--turns 1000] [--window 8000]
 
-Two Panager apps on the same real PostgreSQL, each with its own user:
+Two Panager apps on the same real PostgreSQL server, each with its own user and
+its own database (so OFF's half a gigabyte of checkpoints does not slow ON's
+queries):
 
 - ON: `context_window: <window>` with the default effects (`trim_tool_results`
   + `compact`) and checkpoint pruning;
@@ -113,7 +115,11 @@ async def start_variant(name: str, url: str, config: dict, user_id: int) -> Vari
     settings = Settings(_env_file=None, database_url=url, home=home, timezone="UTC", access="open")
     app = await App.start(settings, model=model)
     variant = Variant(name, app, model)
+    variant.user = await app.deps.users.ensure(user_id + 100, f"warm-up-{name}")
+    for i in range(3):  # imports, caches, prepared statements: not part of turn 1
+        await one_turn(variant, i)
     variant.user = await app.deps.users.ensure(user_id, f"bench-{name}")
+    variant.latency, variant.prompts, variant.summary_calls = [], [], []
     return variant
 
 
@@ -182,6 +188,10 @@ def report(variants: list[Variant], points: list[int], window: int) -> list[str]
         f"(target < 2 MB) — {'OK' if on.samples[last][0] < 2e6 else 'OVER'}",
         f"- {on.name} latency turn {last:,} ÷ turn {first}: {ratio:.2f} (target ≤ 1.5) — "
         f"{'OK' if ratio <= 1.5 else 'OVER'}",
+        f"- {on.name} median latency over the last 100 turns: "
+        f"{statistics.median(on.latency[-100:]):.1f} ms (÷ turn {first}: "
+        f"{statistics.median(on.latency[-100:]) / window_median(on.latency, first):.2f}); "
+        f"{off.name}: {statistics.median(off.latency[-100:]):.1f} ms",
         f"- {off.name} at turn {last:,}: {off.samples[last][0] / 1e6:.1f} MB, latency ÷ turn "
         f"{first}: {window_median(off.latency, last) / window_median(off.latency, first):.2f}",
         f"- total wall time: {on.name} {sum(on.latency) / 1000:.0f} s, "
@@ -193,12 +203,12 @@ def report(variants: list[Variant], points: list[int], window: int) -> list[str]
 async def measure(turns: int, window: int) -> list[str]:
     """Run both conversations and return the report."""
     points = sorted({p for p in (10, 100, 1_000, turns) if p <= turns})
-    async with bench_database() as url:
+    async with bench_database() as url_on, bench_database() as url_off:
         on = await start_variant(
-            "ON", url, {"context_window": window, "checkpoint_pruning": True}, 11
+            "ON", url_on, {"context_window": window, "checkpoint_pruning": True}, 11
         )
         off = await start_variant(
-            "OFF", url, {"context_window": 0, "checkpoint_pruning": False}, 12
+            "OFF", url_off, {"context_window": 0, "checkpoint_pruning": False}, 12
         )
         try:
             for i in range(1, turns + 1):
