@@ -1,0 +1,34 @@
+"""/model and /help for the runtime commands."""
+
+from __future__ import annotations
+
+from panager.agent.commands import CommandContext, dispatch
+from tests.fakes.scripted_model import ScriptedChatModel
+
+
+async def command(app, user, text):
+    return await dispatch(CommandContext(user=user, assistant=app.assistant), text)
+
+
+async def test_model_shows_sets_and_resets_the_users_model(make_app):
+    app = await make_app(model=ScriptedChatModel(default="ok"))
+    user = await app.local_user()
+    shown = (await command(app, user, "/model")).text
+    assert "gpt-4o-mini (the instance default; context window 128,000 tokens)" in shown
+    assert "Model set to llama3.1:8b" in (await command(app, user, "/model llama3.1:8b")).text
+    user = await app.deps.users.get(user.id)
+    assert user.model == "llama3.1:8b"
+    assert "llama3.1:8b (your choice" in (await command(app, user, "/model")).text
+    bad = await command(app, user, "/model rm -rf /")
+    assert not bad.ok and "does not look like a model name" in bad.text
+    assert "Back to the instance default" in (await command(app, user, "/model default")).text
+    assert (await app.deps.users.get(user.id)).model is None
+
+
+async def test_help_lists_the_runtime_commands(make_app):
+    app = await make_app(model=ScriptedChatModel())
+    user = await app.local_user()
+    text = (await command(app, user, "/help")).text
+    for usage in ("/usage", "/model [name|default]", "/debug", "/compact", "/skills",
+                  "/skill NAME", "/sessions", "/save [name]", "/load NAME"):
+        assert usage in text, usage
