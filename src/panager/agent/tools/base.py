@@ -16,12 +16,12 @@ from typing import Any
 
 from langchain_core.tools import StructuredTool
 
-_SCHEMAS: dict[str, Any] = {}
+_SCHEMAS: dict[Any, Any] = {}
 
 
 def tool(function: Callable[..., Any]) -> StructuredTool:
     """Same as langchain's bare `@tool` (name, docstring description, inferred args)."""
-    key = f"{function.__module__}:{function.__qualname__}"
+    key = function.__code__  # one per `def`, shared by all its closures
     is_async = inspect.iscoroutinefunction(function)
     made = StructuredTool.from_function(
         None if is_async else function,
