@@ -103,8 +103,7 @@ def build_effect(spec: EffectSpec, config: RuntimeConfig, deps: Any) -> Effect:
 def _injected(kind: str, config: RuntimeConfig, deps: Any) -> dict[str, Any]:
     """What an effect gets from the app rather than from YAML."""
     if kind == "compact":
-        extra: dict[str, Any] = {"history_max_tokens": config.history_max_tokens, "deps": deps}
-        return extra
+        return {"history_max_tokens": config.history_max_tokens, "deps": deps}
     if kind == "token_budget":
         return {"deps": deps}
     return {}
