@@ -51,7 +51,7 @@ class RecordingDelivery:
     def __init__(self) -> None:
         self.sent: list[tuple[str, float]] = []
 
-    async def send(self, user, text: str) -> bool:
+    async def send(self, user, text: str, key: str | None = None) -> bool:
         """Record the delivery instantly."""
         self.sent.append((text, time.time()))
         return True
