@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from panager.agent.tools import build_tools
-from panager.services.google import CALLBACK_PATH, GoogleEndpoints
+from panager.services.google import CALLBACK_PATH, START_PATH, GoogleEndpoints
 from panager.web.server import WebServer, start_web
 from tests.fakes.google_server import FakeGoogle
 
@@ -61,10 +61,20 @@ class GoogleHarness:
         status, body, _ = await self.get(f"{CALLBACK_PATH}?{urlsplit(redirect).query}")
         return status, body
 
+    async def consent(self, link: str) -> str:
+        """The browser opening one of our short links: where it is redirected (Google)."""
+        status, body, headers = await self.get(f"{START_PATH}?{urlsplit(link).query}")
+        assert status == 302, (status, body)
+        return headers["Location"]
+
+    async def authorize(self, link: str, **authorize) -> str:
+        """Open our link, then play the user allowing access on Google's page."""
+        return await self.fake.authorize(await self.consent(link), **authorize)
+
     async def link(self, user, account: str = ALICE, **authorize) -> tuple[int, str]:
         """Run the whole consent flow for `user` (as /connect google would)."""
         url = await self.app.deps.google.create_link(user.id)
-        return await self.follow(await self.fake.authorize(url, account=account, **authorize))
+        return await self.follow(await self.authorize(url, account=account, **authorize))
 
     def tools(self, user) -> dict:
         return {t.name: t for t in build_tools(self.app.deps, user)}

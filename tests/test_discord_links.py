@@ -58,7 +58,7 @@ async def test_connect_command_link_is_a_button(google_app, fake, openai):
         (reply,) = await fake.wait_for_messages(ADMIN, 1, timeout=STEP)
     link = button(reply)
     assert link is not None and (link["style"], link["label"]) == (5, "Connect Google")
-    assert link["url"].startswith("https://accounts.google.com/")
+    assert link["url"].startswith("http://localhost:8765/oauth/google/start?state=")
     assert len(link["url"]) <= MAX_BUTTON_URL and link["url"] not in reply["content"]
     assert openai.requests == []
 
@@ -69,14 +69,24 @@ async def test_link_from_a_turn_is_a_button_on_the_last_chunk(google_app, fake, 
         await fake.send_dm(ADMIN, "what's on my calendar this week?")
         await fake.wait_for(lambda: any(m["components"] for m in fake.messages_to(ADMIN)), STEP)
     answer = next(m for m in fake.messages_to(ADMIN) if m["components"])
-    assert button(answer)["url"].startswith("https://accounts.google.com/")
+    assert button(answer)["url"].startswith("http://localhost:8765/oauth/google/start?state=")
     assert len(openai.requests) == 1  # the link ends the turn; the model is not asked again
 
 
-async def test_a_link_too_long_for_a_button_goes_in_the_text(google_app, fake, openai):
+async def test_a_real_client_id_still_gets_a_button(google_app, fake, openai):
     app = await google_app(google_client_id=REAL_CLIENT_ID, public_url="https://pa.example.org")
     async with running_bot(app, fake):
         await fake.send_dm(ADMIN, "/connect google")
         (reply,) = await fake.wait_for_messages(ADMIN, 1, timeout=STEP)
+    # Google's own consent URL would be over 512 characters; our short start link is not
+    assert button(reply)["url"].startswith("https://pa.example.org/oauth/google/start?state=")
+
+
+async def test_a_link_too_long_for_a_button_goes_in_the_text(google_app, fake, openai):
+    long_base = "https://pa.example.org/" + "p" * 480
+    app = await google_app(google_client_id=REAL_CLIENT_ID, public_url=long_base)
+    async with running_bot(app, fake):
+        await fake.send_dm(ADMIN, "/connect google")
+        (reply,) = await fake.wait_for_messages(ADMIN, 1, timeout=STEP)
     assert reply["components"] == []
-    assert "Connect Google: https://accounts.google.com/" in reply["content"]
+    assert f"Connect Google: {long_base}/oauth/google/start?state=" in reply["content"]

@@ -84,7 +84,8 @@ async def test_unlinked_question_is_answered_automatically_after_linking(make_ap
     question = "what's on my calendar this week?"
 
     result = await h.app.assistant.run_turn(user, question)
-    assert result.link and result.link["url"].startswith(fake.auth_uri)
+    assert result.link and result.link["url"].startswith("https://panager.example/oauth/google/start?")
+    assert len(result.link["url"]) < 200  # fits a Discord link button
     assert result.link["label"] == "Connect Google" and "Connect it here" in result.text
     pending = await h.sql(
         "SELECT text, replayed_at FROM pending_messages WHERE user_id = %s", user.id
@@ -92,7 +93,7 @@ async def test_unlinked_question_is_answered_automatically_after_linking(make_ap
     assert pending == [{"text": question, "replayed_at": None}]
     assert fake.requests == []  # nothing was sent to Google without a link
 
-    redirect = await fake.authorize(result.link["url"], account=ALICE)
+    redirect = await h.authorize(result.link["url"], account=ALICE)
     status, body = await h.follow(redirect)
     assert status == 200 and "Google account linked" in body and ALICE in body
 
@@ -139,7 +140,7 @@ async def test_callback_served_by_another_process_replays_there(fake, make_app):
     serving = await start_harness(make_app, fake, model)
     user = await asking.app.local_user()
     result = await asking.app.assistant.run_turn(user, "what are my tasks?")
-    status, _ = await serving.follow(await fake.authorize(result.link["url"]))
+    status, _ = await serving.follow(await serving.authorize(result.link["url"]))
     assert status == 200
     assert (await serving.recorder.wait())[0][1].endswith("Your tasks: Milk")
     assert asking.recorder.sent == []
@@ -183,7 +184,7 @@ async def test_revoked_grant_disconnects_and_gives_a_reconnect_link(fake, make_a
     assert sum(r.get("grant_type") == "refresh_token" for r in fake.token_requests) == 1
 
     model.add(call("task_list"), "No open tasks.")
-    assert (await h.follow(await fake.authorize(again.link["url"])))[0] == 200
+    assert (await h.follow(await h.authorize(again.link["url"])))[0] == 200
     _, text, _ = (await h.recorder.wait(2))[-1]  # the first: "connected" after h.link
     assert "No open tasks." in text
     assert (await h.sql("SELECT status FROM google_accounts"))[0]["status"] == "connected"
@@ -200,31 +201,41 @@ async def test_hostile_or_failed_callbacks_store_nothing(fake, make_app, clock):
 
     status, body = await h.follow("https://x/cb?code=4/0Aabc")
     assert status == 400 and "not valid" in body
-    real = await fake.authorize(await service.create_link(user.id))
+    # our short start link refuses what the callback refuses, before anything reaches Google
+    for bad in ("", "?state=bogus.value", "?state=" + "x" * 40):
+        status, body, _ = await h.get(f"/oauth/google/start{bad}")
+        assert status == 400 and "not valid" in body
+    stale = await service.create_link(user.id)
+    clock.advance(minutes=11)
+    status, body, _ = await h.get("/oauth/google/start?" + urlsplit(stale).query)
+    assert status == 400 and "expired" in body
+    clock.advance(minutes=-11)
+    real = await h.authorize(await service.create_link(user.id))
     query = parse_qs(urlsplit(real).query)
     nonce, _, _ = query["state"][0].partition(".")
     for forged in (f"{nonce}.AAAAAAAA", "bogus.value", "x" * 40):
         status, body = await h.follow(f"https://x/cb?state={forged}&code={query['code'][0]}")
         assert status == 400 and "altered" in body
 
-    expiring = await fake.authorize(await service.create_link(user.id))
+    expiring = await h.authorize(await service.create_link(user.id))
     clock.advance(minutes=11)
     status, body = await h.follow(expiring)
     assert status == 400 and "expired" in body
 
-    denied = await fake.authorize(await service.create_link(user.id), deny=True)
+    denied = await h.authorize(await service.create_link(user.id), deny=True)
     status, body = await h.follow(denied)
     assert status == 200 and "did not allow access" in body
 
-    no_refresh = await fake.authorize(await service.create_link(user.id), grant_refresh_token=False)
+    no_refresh = await h.authorize(await service.create_link(user.id), grant_refresh_token=False)
     status, body = await h.follow(no_refresh)
-    assert status == 400 and "lasting access" in body and 'href="' + fake.auth_uri in body
+    assert status == 400 and "lasting access" in body
+    assert 'href="https://panager.example/oauth/google/start?state=' in body
 
     assert await h.sql("SELECT * FROM google_accounts") == []
     exchanged = [r for r in fake.token_requests if r.get("grant_type") == "authorization_code"]
     assert len(exchanged) == 1  # only the no-refresh-token one reached Google
 
-    used = await fake.authorize(await service.create_link(user.id))
+    used = await h.authorize(await service.create_link(user.id))
     assert (await h.follow(used))[0] == 200
     stored = await h.sql("SELECT * FROM google_accounts")
     exchanges = len(fake.token_requests)
@@ -291,14 +302,11 @@ async def test_connect_and_disconnect_commands(fake, make_app):
 
     reply = await dispatch(ctx, "/connect google")
     assert reply.ok and reply.link["label"] == "Connect Google"
-    assert (
-        reply.link["url"].startswith(fake.auth_uri) and "access_type=offline" in reply.link["url"]
-    )
-    assert (
-        "code_challenge_method=S256" in reply.link["url"] and "prompt=consent" in reply.link["url"]
-    )
+    google_url = await h.consent(reply.link["url"])
+    assert google_url.startswith(fake.auth_uri) and "access_type=offline" in google_url
+    assert "code_challenge_method=S256" in google_url and "prompt=consent" in google_url
     assert not (await dispatch(ctx, "/connect dropbox")).ok
-    assert (await h.follow(await fake.authorize(reply.link["url"])))[0] == 200
+    assert (await h.follow(await fake.authorize(google_url)))[0] == 200
     assert (await h.recorder.wait())[0][
         1
     ] == "✅ Google Calendar and Tasks are connected (alice@example.com)."

@@ -88,5 +88,5 @@ async def test_chat_keeps_going_when_the_port_is_taken(db_url, tmp_path):
         code, out, err = await run_cli(["chat"], env, "/connect google\n")
     assert code == 0, err
     assert sum("Web server not started" in line for line in out.splitlines()) == 1
-    assert "Connect Google: https://accounts.google.com/o/oauth2/auth?" in out
+    assert "Connect Google: http://localhost:8765/oauth/google/start?state=" in out
     assert "Traceback" not in out + err

@@ -108,10 +108,10 @@ async def prepare_thread(app: App, user: User, texts: Sequence[str]) -> None:
     config = assistant.config_for(user)
     snapshot = await assistant.graph.aget_state(config)
     messages = list((snapshot.values or {}).get("messages", []))
-    auth_uri = app.deps.google.endpoints.auth_uri
-    updates: list[Any] = [_retry(m) for m in _failed_google_results(messages, auth_uri)]
+    prefix = app.deps.google.link_prefix
+    updates: list[Any] = [_retry(m) for m in _failed_google_results(messages, prefix)]
     last = messages[-1] if messages else None
-    trailing_link = _is_google_link(last, auth_uri)
+    trailing_link = _is_google_link(last, prefix)
     if trailing_link:
         updates.append(RemoveMessage(id=last.id))
     if not trailing_link or len(texts) > 1:
@@ -127,18 +127,18 @@ async def prepare_thread(app: App, user: User, texts: Sequence[str]) -> None:
     await assistant.graph.aupdate_state(config, {"messages": updates}, as_node="tools")
 
 
-def _is_google_link(message: AnyMessage | None, auth_uri: str) -> bool:
+def _is_google_link(message: AnyMessage | None, prefix: str) -> bool:
     if not isinstance(message, AIMessage):
         return False
     link = message.additional_kwargs.get("panager_link") or {}
-    return str(link.get("url", "")).startswith(auth_uri)
+    return str(link.get("url", "")).startswith(prefix)
 
 
-def _failed_google_results(messages: Sequence[AnyMessage], auth_uri: str) -> list[ToolMessage]:
+def _failed_google_results(messages: Sequence[AnyMessage], prefix: str) -> list[ToolMessage]:
     """Error results of Google tools in the tool rounds that ended with a Google link."""
     found: list[ToolMessage] = []
     for index, message in enumerate(messages):
-        if not _is_google_link(message, auth_uri):
+        if not _is_google_link(message, prefix):
             continue
         back = index - 1
         while back >= 0 and isinstance(messages[back], ToolMessage):

@@ -36,6 +36,7 @@ from panager.services.google_oauth import (
     CALLBACK_PATH,
     SCOPE_NAMES,
     SCOPES,
+    START_PATH,
     STATE_TTL,
     TASKS_SCOPE,
     GoogleEndpoints,
@@ -50,6 +51,7 @@ __all__ = [
     "CALLBACK_PATH",
     "NOT_CONFIGURED",
     "SCOPE_NAMES",
+    "START_PATH",
     "STATE_TTL",
     "TASKS_SCOPE",
     "GoogleAccount",
@@ -190,8 +192,17 @@ class GoogleService:
     # -- linking --------------------------------------------------------------------------
 
     async def create_link(self, user_id: int) -> str:
-        """A fresh consent URL bound to `user_id`, valid for STATE_TTL and usable once."""
+        """A fresh, short link bound to `user_id`, valid for STATE_TTL and usable once."""
         return await self.oauth.create_link(user_id)
+
+    @property
+    def link_prefix(self) -> str:
+        """How every link from create_link starts (to recognise them in a thread)."""
+        return self.oauth.redirect_uri.removesuffix(CALLBACK_PATH) + START_PATH
+
+    async def consent_url(self, state: str | None) -> str | LinkOutcome:
+        """Where a link from create_link sends the browser (Google), or why it cannot."""
+        return await self.oauth.consent_url(state)
 
     async def complete_link(
         self, *, state: str | None, code: str | None, error: str | None = None

@@ -21,6 +21,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -35,6 +36,7 @@ SCOPES = (CALENDAR_SCOPE, TASKS_SCOPE)
 SCOPE_NAMES = {CALENDAR_SCOPE: "Calendar", TASKS_SCOPE: "Tasks"}
 STATE_TTL = timedelta(minutes=10)
 CALLBACK_PATH = "/oauth/google/callback"
+START_PATH = "/oauth/google/start"
 
 INSERT_STATE = """
 INSERT INTO oauth_states (state_hash, user_id, code_verifier, created_at, expires_at)
@@ -166,22 +168,50 @@ class OAuthFlow:
         )
 
     async def create_link(self, user_id: int) -> str:
-        """A fresh consent URL bound to `user_id`, valid for STATE_TTL and usable once."""
+        """A fresh link bound to `user_id`, valid for STATE_TTL and usable once.
+
+        The link is our own short `/oauth/google/start?state=…` address, which
+        redirects to Google's consent page: Google's URL (client id, scopes,
+        redirect, PKCE challenge, state) runs past Discord's 512-character limit
+        for link buttons.
+        """
         now = self.clock.now()
         expires_at = (now + STATE_TTL).replace(microsecond=0)
         nonce = secrets.token_urlsafe(24)
         state = f"{nonce}.{self.sealer.sign(_state_message(nonce, user_id, expires_at))}"
-        flow = self._flow()
-        try:
-            url, _ = flow.authorization_url(access_type="offline", prompt="consent", state=state)
-        finally:
-            flow.oauth2session.close()
-        sealed_verifier = self.sealer.seal(flow.code_verifier or "")
+        sealed_verifier = self.sealer.seal(secrets.token_urlsafe(96))
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(PRUNE_STATES, (user_id, now - timedelta(days=1)))
             await conn.execute(
                 INSERT_STATE, (_state_hash(nonce), user_id, sealed_verifier, now, expires_at)
             )
+        base = self.redirect_uri.removesuffix(CALLBACK_PATH)
+        return f"{base}{START_PATH}?{urlencode({'state': state})}"
+
+    async def consent_url(self, state: str | None) -> str | LinkOutcome:
+        """Google's consent URL for a valid, unused, unexpired state — or why it is refused."""
+        nonce, _, signature = (state or "").partition(".")
+        if not nonce or not signature:
+            return LinkOutcome(False, "missing_state" if not state else "forged")
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(GET_STATE, (_state_hash(nonce),))).fetchone()
+        if row is None or not self.sealer.verify(
+            _state_message(nonce, row["user_id"], row["expires_at"]), signature
+        ):
+            return LinkOutcome(False, "forged")
+        if row["used_at"] is not None:
+            return LinkOutcome(False, "replayed", row["user_id"])
+        if self.clock.now() > row["expires_at"]:
+            return LinkOutcome(False, "expired", row["user_id"])
+        try:
+            verifier = self.sealer.open(row["code_verifier"])
+        except InvalidToken:
+            return LinkOutcome(False, "forged", row["user_id"])
+        flow = self._flow(verifier)
+        try:
+            url, _ = flow.authorization_url(access_type="offline", prompt="consent", state=state)
+        finally:
+            flow.oauth2session.close()
         return url
 
     async def claim_state(self, state: str | None) -> tuple[int, str] | LinkOutcome:

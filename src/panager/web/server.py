@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from panager.services.google import CALLBACK_PATH, SCOPE_NAMES, STATE_TTL, LinkOutcome
+from panager.services.google import (
+    CALLBACK_PATH,
+    SCOPE_NAMES,
+    START_PATH,
+    STATE_TTL,
+    LinkOutcome,
+)
 
 if TYPE_CHECKING:
     from panager.app import App
@@ -190,6 +196,7 @@ def build_web_app(app: App, server: WebServer) -> web.Application:
     web_app.add_routes(
         [
             web.get("/healthz", handlers.healthz),
+            web.get(START_PATH, handlers.google_start),
             web.get(CALLBACK_PATH, handlers.google_callback),
             web.get("/metrics", handlers.metrics),
         ]
@@ -230,6 +237,17 @@ class _Handlers:
                 {"status": "unavailable", "database": "unreachable"}, status=503
             )
         return web.json_response({"status": "ok", "database": "ok"})
+
+    async def google_start(self, request: web.Request) -> web.Response:
+        """Send the browser on to Google's consent page for a valid link, else explain."""
+        google = self.app.deps.google
+        if google is None:
+            return render_page("not_configured")
+        target = await google.consent_url(request.query.get("state"))
+        if isinstance(target, LinkOutcome):
+            self.server.counters[("oauth_start", target.reason)] += 1
+            return render_page(target.reason)
+        raise web.HTTPFound(target, headers={"Cache-Control": "no-store"})
 
     async def google_callback(self, request: web.Request) -> web.Response:
         """Finish linking; on success, replay the user's pending message in the background."""
