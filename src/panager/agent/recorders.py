@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import uuid
 from collections import defaultdict, deque
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ SAFE_FIELDS = (
 )
 BODY_FIELDS = ("text", "args", "result", "calls")  # message bodies: only when debugging
 ACTIVITY_SIZE = 20
+# An OAuth link's state lets whoever holds it link *their* account to the user's:
+# it never goes into a log line or a session file.
+SECRET_PARAMS = re.compile(r"\b(state|code)=[^&\s\"'\\]+")
 TAIL_BYTES = 65_536
 
 
@@ -47,7 +51,7 @@ class JsonEventLog:
         payload.update({k: event.data[k] for k in SAFE_FIELDS if k in event.data})
         if self.log.isEnabledFor(logging.DEBUG):
             payload.update({k: event.data[k] for k in BODY_FIELDS if k in event.data})
-        self.log.info(json.dumps(payload, ensure_ascii=False, default=str))
+        self.log.info(redact(json.dumps(payload, ensure_ascii=False, default=str)))
 
 
 class SessionRecorder:
@@ -98,8 +102,15 @@ class SessionRecorder:
         head = {"type": "message", "id": msg_id, "parent_id": self._last[user_id]}
         lines.append({**head, "timestamp": at.isoformat(), **record})
         with path.open("a", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(x, ensure_ascii=False, default=str) + "\n" for x in lines)
+            fh.writelines(
+                redact(json.dumps(x, ensure_ascii=False, default=str)) + "\n" for x in lines
+            )
         self._last[user_id] = msg_id
+
+
+def redact(text: str) -> str:
+    """`text` with OAuth `state=`/`code=` values replaced by a marker."""
+    return SECRET_PARAMS.sub(lambda m: f"{m.group(1)}=[redacted]", text)
 
 
 def _last_id(path: Path) -> str | None:
