@@ -359,7 +359,7 @@ async def test_messenger_delivers_dms_with_a_link_button(start_bot, fake):
 
 
 async def test_reminder_due_while_the_bot_runs_arrives_as_a_dm(start_bot, fake, openai, clock):
-    scheduling = pytest.importorskip("panager.agent.scheduling")
+    from panager.agent import scheduling
     bot = await start_bot()
     openai.script(
         tool_call("schedule_create", {"message": "stretch your legs", "at": "2026-11-21T12:05"}),
