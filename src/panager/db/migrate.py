@@ -11,14 +11,13 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
+from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import create_engine, pool
-
-from alembic import command
 
 MIGRATION_LOCK_KEY = 7_260_001
 ALEMBIC_DIR = Path(__file__).parent / "alembic"

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from sqlalchemy import create_engine, pool
-
 from alembic import context
+from sqlalchemy import create_engine, pool
 
 config = context.config
 
