@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -51,6 +52,9 @@ def run_async(factory: Callable[[], Awaitable[Any]]) -> Any:
     except OSError as exc:
         fail(f"cannot reach the database or a service: {exc.strerror or exc}")
     except Exception as exc:
+        if type(exc).__name__ == "PoolTimeout":
+            where = "DATABASE_URL" if os.environ.get("DATABASE_URL") else "the embedded database"
+            fail(f"cannot connect to {where} within 30 s; check that the server is running")
         if type(exc).__module__.startswith("psycopg"):
             fail(f"database error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         raise
@@ -65,6 +69,8 @@ def setup_logging(debug: bool = False) -> None:
     )
     for noisy in ("httpx", "openai", "httpcore", "pgserver", "discord", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # the pool retries a refused connection with a warning each time; we say it once
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 @app.command()
