@@ -147,3 +147,13 @@ async def test_auto_migrate_off_requires_upgrade(fresh_db, tmp_path):
     env["PANAGER_AUTO_MIGRATE"] = "false"
     code, _, err = await run_cli(["ask", "hi"], env)
     assert code == 2 and "panager db upgrade" in err
+
+
+async def test_chat_debug_prints_the_state_after_each_turn(db_url, tmp_path, openai):
+    env = cli_env(db_url, tmp_path, openai.base_url)
+    openai.script("first", "second")
+    code, out, err = await run_cli(["chat", "--debug"], env, "one\ntwo\n")
+    assert code == 0, err
+    snapshots = [line for line in out.splitlines() if line.startswith("debug ")]
+    assert len(snapshots) == 2
+    assert '"messages": 2' in out and '"messages": 4' in out
