@@ -60,7 +60,7 @@ ALL_CONTENTS = "SELECT id, content FROM memories ORDER BY id"
 DROP_INDEX = "DROP INDEX IF EXISTS memories_embedding_hnsw"
 CREATE_INDEX = (
     "CREATE INDEX memories_embedding_hnsw ON memories "
-    "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+    "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 256)"
 )
 UNTYPE_COLUMN = "ALTER TABLE memories ALTER COLUMN embedding TYPE vector"
 RETYPE_COLUMN = "ALTER TABLE memories ALTER COLUMN embedding TYPE vector({dim})"

@@ -46,7 +46,7 @@ def upgrade() -> None:
     op.execute("CREATE INDEX memories_user_created_idx ON memories (user_id, created_at DESC)")
     op.execute(
         "CREATE INDEX memories_embedding_hnsw ON memories "
-        "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+        "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 256)"
     )
     op.execute("CREATE INDEX memories_content_tsv_gin ON memories USING gin (content_tsv)")
     op.execute(
