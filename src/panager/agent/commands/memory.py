@@ -21,7 +21,7 @@ def _line(hit: MemoryHit) -> str:
     return f"  {hit.id[:SHORT_ID]}  {hit.created_at:%Y-%m-%d}  ({hit.category}) {text}"
 
 
-@command("memory", "/memory [search|forget|clear]", "list, search or forget your memories")
+@command("memory", "/memory [forget ID|clear]", "list your memories (also: /memory search TEXT)")
 async def memory_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """Dispatch the /memory subcommands."""
     service = ctx.deps.memory
