@@ -102,9 +102,13 @@ class App:
             graph, deps, model_for=_model_selector(settings, model), emitter=emitter
         )
         app = cls(settings, clock, url, pool, checkpointer, deps, assistant, emitter, model)
-        for path in INSTALLERS:
-            module, _, name = path.partition(":")
-            await getattr(importlib.import_module(module), name)(app)
+        try:
+            for path in INSTALLERS:
+                module, _, name = path.partition(":")
+                await getattr(importlib.import_module(module), name)(app)
+        except BaseException:
+            await app.stop()  # an installer refused (e.g. embedder mismatch): release the pool
+            raise
         return app
 
     @property
