@@ -37,9 +37,10 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path="/" + name))
 
 
-@asynccontextmanager
-async def bench_database() -> AsyncIterator[str]:
-    """A fresh, migrated database on the embedded server (or DATABASE_URL's); dropped after."""
+async def create_bench_database(
+    prefix: str = "bench", data_dir: str = "panager-bench-pg"
+) -> tuple[str, str]:
+    """(server URL, URL of a fresh migrated database) on the embedded server or DATABASE_URL's."""
     import os
 
     from panager.db import migrate
@@ -47,9 +48,9 @@ async def bench_database() -> AsyncIterator[str]:
     from panager.db.pool import open_pool
 
     server = os.environ.get("DATABASE_URL") or start_embedded(
-        Path(tempfile.gettempdir()) / "panager-bench-pg"
+        Path(tempfile.gettempdir()) / data_dir
     )
-    name = f"bench_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     url = with_database(server, name)
@@ -58,9 +59,19 @@ async def bench_database() -> AsyncIterator[str]:
         await migrate.upgrade(url, pool)
     finally:
         await pool.close()
+    return server, url
+
+
+@asynccontextmanager
+async def bench_database() -> AsyncIterator[str]:
+    """A fresh, migrated database (see create_bench_database); dropped after."""
+    server, url = await create_bench_database()
     try:
         yield url
     finally:
+        from urllib.parse import urlsplit
+
+        name = urlsplit(url).path.lstrip("/")
         with psycopg.connect(server, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 

@@ -29,7 +29,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -85,32 +84,13 @@ async def worker_main(url: str) -> dict:
 # -- coordinator -------------------------------------------------------------------------------
 
 
-def with_database(url: str, name: str) -> str:
-    """The same server URL pointing at database `name`."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    return urlunsplit(urlsplit(url)._replace(path="/" + name))
-
-
 async def make_database() -> tuple[str, str]:
     """(server URL, URL of a fresh migrated database)."""
-    from panager.db import migrate
-    from panager.db.embedded import start_embedded
-    from panager.db.pool import open_pool
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from bench.common import create_bench_database
 
-    server = os.environ.get("DATABASE_URL") or start_embedded(
-        Path(tempfile.gettempdir()) / "panager-bench-scheduler-pg"
-    )
-    name = f"bench_sched_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    url = with_database(server, name)
-    pool = await open_pool(url, max_size=2)
-    try:
-        await migrate.upgrade(url, pool)
-    finally:
-        await pool.close()
-    return server, url
+    return await create_bench_database("bench_sched", "panager-bench-scheduler-pg")
 
 
 def write_burst(url: str, users: int, reminders: int, due: datetime) -> None:
