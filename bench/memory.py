@@ -49,9 +49,9 @@ from bench.common import bench_database, machine_line, percentile
 from bench.memory_corpus import memories, questions
 from panager.config import Settings
 from panager.db.pool import open_pool
-from panager.services.memory import SEARCH_ANN, SET_EF_SEARCH, MemoryService
-from panager.services.memory_store import build_embedder
-from panager.services.memory_text import HANGUL, STOPWORDS, TOKEN
+from panager.services.memory.binding import build_embedder
+from panager.services.memory.service import SEARCH_ANN, SET_EF_SEARCH, MemoryService
+from panager.services.memory.text import HANGUL, STOPWORDS, TOKEN
 
 PAIRS = Path(__file__).resolve().parent.parent / "tests" / "data" / "memory_pairs.jsonl"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "panager-bench"
@@ -329,7 +329,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--embed-only", action="store_true", help="fill the embedding cache, then stop")
     args = parser.parse_args()
     args.sizes = args.sizes or ([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
-    from panager.services.memory import EF_SEARCH, EXACT_MAX
+    from panager.services.memory.service import EF_SEARCH, EXACT_MAX
 
     args.default_ef, args.exact_max = EF_SEARCH, EXACT_MAX
     return args

@@ -64,8 +64,8 @@ async def worker_main(url: str) -> dict:
     """Run one real worker until SIGTERM; return what it delivered."""
     from panager.clock import SystemClock
     from panager.db.pool import open_pool
-    from panager.services.scheduler import ScheduleService
-    from panager.services.scheduler_worker import SchedulerWorker
+    from panager.services.schedules.service import ScheduleService
+    from panager.services.schedules.worker import SchedulerWorker
 
     pool = await open_pool(url, max_size=10)
     clock = SystemClock()
@@ -95,7 +95,7 @@ async def make_database() -> tuple[str, str]:
 
 def write_burst(url: str, users: int, reminders: int, due: datetime) -> None:
     """Users and reminders (all due at `due`) with COPY; setup, not measured."""
-    from panager.services.scheduler import new_schedule_id
+    from panager.services.schedules.service import new_schedule_id
 
     with psycopg.connect(url, autocommit=True) as conn:
         with conn.cursor().copy("COPY users (id, username, timezone) FROM STDIN") as copy:
@@ -152,7 +152,7 @@ async def idle_phase(url: str, samples: int) -> dict[str, float]:
     """Create single reminders 1.5–2.5 s ahead, one at a time; message → due epoch."""
     from panager.clock import SystemClock
     from panager.db.pool import open_pool
-    from panager.services.scheduler import ScheduleService
+    from panager.services.schedules.service import ScheduleService
     from panager.services.users import UserService
 
     pool = await open_pool(url, max_size=2)

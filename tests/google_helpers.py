@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from panager.agent.tools import build_tools
-from panager.services.google import CALLBACK_PATH, START_PATH, GoogleEndpoints
+from panager.services.google.service import CALLBACK_PATH, START_PATH, GoogleEndpoints
 from panager.web.server import WebServer, start_web
 from tests.fakes.google_server import FakeGoogle
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from panager.clock import FakeClock
 from panager.db.pool import open_pool
-from panager.services.scheduler import ScheduleService
+from panager.services.schedules.service import ScheduleService
 
 
 async def main(url: str, now_iso: str, lease_seconds: float) -> None:

@@ -20,7 +20,7 @@ import pytest
 from panager.cli.run import INTENT_MISSING
 from panager.clock import SystemClock
 from panager.db.pool import open_pool
-from panager.services.scheduler import ScheduleService
+from panager.services.schedules.service import ScheduleService
 from panager.services.users import UserService
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI

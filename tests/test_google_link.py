@@ -15,7 +15,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.errors import ToolError
+from panager.errors import ToolError
 from tests.fakes.google_server import CALENDAR_SCOPE, FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 from tests.google_helpers import ALICE, BOB, start_harness

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from panager.agent.errors import ToolError
+from panager.errors import ToolError
 from tests.fakes.google_server import FakeGoogle
 from tests.google_helpers import ALICE, start_harness
 

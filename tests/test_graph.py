@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
 from panager.agent import tools as tools_pkg
-from panager.agent.errors import ToolError
+from panager.errors import ToolError
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from panager.services.memory import (
+from panager.services.memory.service import (
     MAX_CONTENT_CHARS,
     MemoryInputError,
     MemoryService,
     rrf_fuse,
 )
-from panager.services.memory_text import fts_query
+from panager.services.memory.text import fts_query
 
 PAIRS = [
     json.loads(line)
@@ -207,7 +207,7 @@ async def test_shared_index_never_starves_a_small_user(memory, alice, bob, monke
     all of theirs (the starved index scan is redone exactly)."""
     import numpy as np
 
-    from panager.services import memory as memory_module
+    from panager.services.memory import service as memory_module
 
     mine = await memory.save_many(alice.id, ["I collect vinyl records.", "My bike is a Brompton.",
                                              "I live near the river."])

@@ -10,8 +10,8 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.errors import ToolError
 from panager.agent.tools import build_tools
+from panager.errors import ToolError
 from tests.fakes.openai_server import FakeOpenAI, tool_call, tool_calls
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 

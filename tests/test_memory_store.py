@@ -13,8 +13,8 @@ from panager.cli.memory import reembed_command, status_command
 from panager.config import Settings
 from panager.db import migrate
 from panager.db.pool import open_pool
-from panager.services.memory import MemoryService
-from panager.services.memory_store import EmbedderMismatch, reembed, requested_model, store_status
+from panager.services.memory.binding import EmbedderMismatch, reembed, requested_model, store_status
+from panager.services.memory.service import MemoryService
 from tests.fakes.openai_server import FakeOpenAI
 
 INDEXES = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memories'"
@@ -126,14 +126,14 @@ async def test_an_empty_store_switches_embedder_freely(pool, tmp_path, fake_open
     meta, _, _ = await store_status(pool)
     assert meta.embedder == "openai:text-embedding-3-small"
     # the stale service (other process, old embedder) cannot write into the new space
-    from panager.services.memory import MemoryUnavailable
+    from panager.services.memory.service import MemoryUnavailable
 
     with pytest.raises(MemoryUnavailable, match="restart"):
         await local.save(1, "I like tea.")
 
 
 async def _embedder(s: Settings):
-    from panager.services.memory_store import build_embedder
+    from panager.services.memory.binding import build_embedder
 
     return build_embedder(requested_model(s), s)
 

@@ -10,7 +10,7 @@ from dateutil.rrule import rrulestr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from panager.services.recurrence import (
+from panager.services.schedules.recurrence import (
     ScheduleInputError,
     describe_schedule,
     first_occurrence,

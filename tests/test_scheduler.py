@@ -319,7 +319,7 @@ async def test_migration_creates_and_drops_scheduler_tables(fresh_db):
 
 
 async def test_coalescer_batches_concurrent_calls_and_propagates_errors():
-    from panager.services.coalesce import Coalescer
+    from panager.services.schedules.coalesce import Coalescer
 
     batches: list[list[int]] = []
 
@@ -342,8 +342,8 @@ async def test_coalescer_batches_concurrent_calls_and_propagates_errors():
 def test_plan_occurrence_grace_edges():
     from datetime import timedelta
 
-    from panager.services.schedule_occurrences import plan_occurrence
-    from panager.services.schedule_types import Schedule
+    from panager.services.schedules.occurrences import plan_occurrence
+    from panager.services.schedules.types import Schedule
 
     due = utc(2026, 11, 21, 12)
     s = Schedule(

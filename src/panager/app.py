@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 # registers closers (app.closers) — so features plug in without editing this module.
 INSTALLERS: list[str] = [
     "panager.agent.scheduling:install",
-    "panager.services.memory:install",
+    "panager.services.memory.service:install",
     "panager.agent.google_link:install",
     "panager.agent.runtime:install",
 ]

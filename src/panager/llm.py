@@ -20,8 +20,8 @@ from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from panager.agent.errors import ContextOverflow, ModelUnavailable
 from panager.config import Settings
+from panager.errors import ContextOverflow, ModelUnavailable
 
 log = logging.getLogger(__name__)
 

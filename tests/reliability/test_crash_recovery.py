@@ -16,7 +16,7 @@ import pytest
 
 from panager.clock import SystemClock
 from panager.db.pool import open_pool
-from panager.services.scheduler import ScheduleService
+from panager.services.schedules.service import ScheduleService
 from panager.services.users import UserService
 from tests.reliability.conftest import eventually, last_user_text, texts_to, write_home
 

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage, ToolMessage
 
-from panager.agent.errors import AuthRequired
 from panager.agent.state import TurnContext
 from panager.agent.tools.google import GOOGLE_TOOL_NAMES
 from panager.config import ConfigError
-from panager.services.google import GoogleAuthRequired, GoogleService
+from panager.errors import AuthRequired
+from panager.services.google.service import GoogleAuthRequired, GoogleService
 
 if TYPE_CHECKING:
     from panager.app import App

@@ -23,11 +23,11 @@ from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
 from panager.agent.effects import Effect, ModelCall
-from panager.agent.errors import AuthRequired, ContextOverflow, ModelUnavailable, ToolError
 from panager.agent.history import memo_counter, trim_history, truncate_text
 from panager.agent.prompts import build_system_prompt
 from panager.agent.state import AgentState, Recall, TurnContext
 from panager.clock import Clock, SystemClock
+from panager.errors import AuthRequired, ContextOverflow, ModelUnavailable, ToolError
 
 log = logging.getLogger(__name__)
 

@@ -24,12 +24,12 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage
 
 from panager.agent.deps import AgentDeps
-from panager.agent.errors import ModelUnavailable
 from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
 from panager.agent.state import TurnContext
 from panager.agent.tools import build_tools
 from panager.agent.turnlock import TurnLocks
+from panager.errors import ModelUnavailable
 from panager.services.users import User
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from panager.services.scheduler import ScheduleService
-from panager.services.scheduler_worker import AgentAnswer, SchedulerWorker
+from panager.services.schedules.service import ScheduleService
+from panager.services.schedules.worker import AgentAnswer, SchedulerWorker
 from panager.services.users import LOCAL_USER_ID, User
 
 log = logging.getLogger(__name__)

@@ -51,7 +51,7 @@ async def _open(settings: Settings):
 
 async def status_command(settings: Settings) -> None:
     """Print the store's embedder and what is configured."""
-    from panager.services.memory_store import build_embedder, requested_model, store_status
+    from panager.services.memory.binding import build_embedder, requested_model, store_status
 
     pool = await _open(settings)
     try:
@@ -69,7 +69,7 @@ async def status_command(settings: Settings) -> None:
 
 async def reembed_command(settings: Settings, model: str | None) -> None:
     """Re-embed all memories with `model` (default: the configured embedder)."""
-    from panager.services.memory_store import (
+    from panager.services.memory.binding import (
         build_embedder,
         reembed,
         requested_model,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from panager.services.google import (
+from panager.services.google.service import (
     CALLBACK_PATH,
     SCOPE_NAMES,
     START_PATH,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, available, command
-from panager.agent.errors import ToolError
 from panager.agent.tools.profile import validate_zone_name
+from panager.errors import ToolError
 
 
 @command("help", "/help", "list commands")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.services.memory import MemoryHit, MemoryInputError, MemoryUnavailable
+from panager.services.memory.service import MemoryHit, MemoryInputError, MemoryUnavailable
 
 LIST_LIMIT = 20
 PREVIEW_CHARS = 120

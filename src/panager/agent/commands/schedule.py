@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.services.schedule_occurrences import local_label
-from panager.services.scheduler import Schedule
+from panager.services.schedules.occurrences import local_label
+from panager.services.schedules.service import Schedule
 
 USAGE = "/schedules [cancel ID]"
 

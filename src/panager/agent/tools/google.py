@@ -17,10 +17,10 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.errors import ToolError
 from panager.agent.tools.base import tool
-from panager.services import google_api as api
-from panager.services.google import CALENDAR_SCOPE, NOT_CONFIGURED, TASKS_SCOPE
+from panager.errors import ToolError
+from panager.services.google import api
+from panager.services.google.service import CALENDAR_SCOPE, NOT_CONFIGURED, TASKS_SCOPE
 from panager.services.users import User
 
 GOOGLE_TOOL_NAMES = frozenset(

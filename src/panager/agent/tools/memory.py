@@ -7,9 +7,9 @@ from contextlib import contextmanager
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.errors import ToolError
 from panager.agent.tools.base import tool
-from panager.services.memory import (
+from panager.errors import ToolError
+from panager.services.memory.service import (
     MAX_SEARCH_LIMIT,
     MemoryHit,
     MemoryInputError,

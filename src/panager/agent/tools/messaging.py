@@ -23,8 +23,8 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool
 
-from panager.agent.errors import ToolError
 from panager.agent.tools.base import tool
+from panager.errors import ToolError
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from zoneinfo import ZoneInfo, available_timezones
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.errors import ToolError
 from panager.agent.tools.base import tool
+from panager.errors import ToolError
 from panager.services.users import User
 
 

@@ -7,10 +7,10 @@ from typing import Literal
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.errors import ToolError
 from panager.agent.tools.base import tool
-from panager.services.recurrence import ScheduleInputError
-from panager.services.scheduler import Schedule
+from panager.errors import ToolError
+from panager.services.schedules.recurrence import ScheduleInputError
+from panager.services.schedules.service import Schedule
 from panager.services.users import User
 
 

@@ -40,13 +40,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from panager.clock import Clock, SystemClock
 from panager.embeddings import Embedder
-from panager.services.memory_store import (
+from panager.services.memory.binding import (
     EmbedderChanged,
     choose_embedder,
     ensure_bound,
     read_meta,
 )
-from panager.services.memory_text import (
+from panager.services.memory.text import (
     MAX_CONTENT_CHARS,
     MemoryInputError,
     check_source,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from panager.services.recurrence import next_occurrence
-from panager.services.scheduler import MissedRun, Schedule
+from panager.services.schedules.recurrence import next_occurrence
+from panager.services.schedules.service import MissedRun, Schedule
 
 LATE_AFTER = timedelta(seconds=60)  # delivered later than this after the due time → marked late
 MAX_SCAN = 1000  # occurrences walked when skipping a backlog

@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 from googleapiclient.errors import HttpError
 
-from panager.agent.errors import ToolError
+from panager.errors import ToolError
 
 When = date | datetime
 MAX_EVENTS = 100

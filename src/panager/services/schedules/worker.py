@@ -3,7 +3,7 @@
 Any number of workers, in any number of processes or machines, can run
 against one database: rows are claimed with `FOR UPDATE SKIP LOCKED` and a
 lease, and the occurrence's `schedule_runs` row is the fence that lets only
-one worker send it (see `services/scheduler.py`).
+one worker send it (see `services/schedules/service.py`).
 
 Time: every decision reads the injected `Clock` (a `FakeClock` in tests).
 The run loop paces itself with real waits — at most `poll_seconds`, less when
@@ -34,8 +34,8 @@ from typing import Protocol
 import psycopg
 
 from panager.clock import Clock
-from panager.services.coalesce import Coalescer
-from panager.services.schedule_occurrences import (
+from panager.services.schedules.coalesce import Coalescer
+from panager.services.schedules.occurrences import (
     Occurrence,
     compose,
     error_text,
@@ -45,7 +45,7 @@ from panager.services.schedule_occurrences import (
     plan_occurrence,
     short,
 )
-from panager.services.scheduler import (
+from panager.services.schedules.service import (
     NOTIFY_CHANNEL,
     MissedRun,
     RunRecord,
@@ -136,7 +136,8 @@ class SchedulerWorker:
         self._wake = asyncio.Event()
         self._saturated = False
         self._missed_pending = False
-        # One statement per batch for the fence and for completions (see services/coalesce.py).
+        # One statement per batch for the fence and for completions (see
+        # services/schedules/coalesce.py).
         self._begin = Coalescer(self._begin_batch)
         self._complete = Coalescer(self._complete_batch)
 

@@ -28,10 +28,10 @@ from google.oauth2.credentials import Credentials
 from googleapiclient.errors import HttpError
 from psycopg_pool import AsyncConnectionPool
 
-from panager.agent.errors import AuthRequired, ToolError
 from panager.clock import Clock
 from panager.config import Settings
-from panager.services.google_oauth import (
+from panager.errors import AuthRequired, ToolError
+from panager.services.google.oauth import (
     CALENDAR_SCOPE,
     CALLBACK_PATH,
     SCOPE_NAMES,
@@ -44,7 +44,7 @@ from panager.services.google_oauth import (
     OAuthFlow,
     Tokens,
 )
-from panager.services.sealing import InvalidToken, Sealer
+from panager.services.google.sealing import InvalidToken, Sealer
 
 __all__ = [
     "CALENDAR_SCOPE",
@@ -234,7 +234,7 @@ class GoogleService:
 
     def _primary_email(self, tokens: Tokens, scopes: tuple[str, ...]) -> str | None:
         """The account's address (the primary calendar's id); None when unavailable."""
-        from panager.services.google_api import GoogleClients
+        from panager.services.google.api import GoogleClients
 
         if CALENDAR_SCOPE not in scopes:
             return None
@@ -384,7 +384,7 @@ class GoogleService:
         )
 
     def _run(self, credentials: Credentials, operation: Callable[[Any], T]) -> T:
-        from panager.services.google_api import GoogleClients
+        from panager.services.google.api import GoogleClients
 
         clients = GoogleClients(credentials, self.endpoints)
         try:

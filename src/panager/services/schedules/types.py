@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from panager.services.recurrence import describe_schedule
+from panager.services.schedules.recurrence import describe_schedule
 from panager.services.users import User
 
 _ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/1/i/l/o: easy to read and type

@@ -26,7 +26,7 @@ from urllib.parse import urlencode
 from psycopg_pool import AsyncConnectionPool
 
 from panager.clock import Clock
-from panager.services.sealing import InvalidToken, Sealer
+from panager.services.google.sealing import InvalidToken, Sealer
 
 log = logging.getLogger(__name__)
 

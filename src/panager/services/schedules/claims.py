@@ -24,7 +24,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from panager.services.schedule_types import (
+from panager.services.schedules.types import (
     MissedRun,
     RunRecord,
     RunRequest,

@@ -3,7 +3,7 @@
 The database is the source of truth; nothing about a schedule lives only in a
 worker's memory. User-facing methods are scoped by user id; the claim protocol
 workers use (`claim_due`, `begin_runs`, `complete_runs`, `settle`, …) comes
-from `ScheduleClaims` in `services/schedule_claims.py`. A new schedule sends
+from `ScheduleClaims` in `services/schedules/claims.py`. A new schedule sends
 `NOTIFY panager_schedules` in the same statement, so idle workers wake at once.
 """
 
@@ -15,9 +15,9 @@ from zoneinfo import ZoneInfo
 from psycopg_pool import AsyncConnectionPool
 
 from panager.clock import Clock
-from panager.services.recurrence import ScheduleInputError, parse_zone, plan_schedule
-from panager.services.schedule_claims import ScheduleClaims
-from panager.services.schedule_types import (
+from panager.services.schedules.claims import ScheduleClaims
+from panager.services.schedules.recurrence import ScheduleInputError, parse_zone, plan_schedule
+from panager.services.schedules.types import (
     MissedRun,
     RunRecord,
     RunRequest,
