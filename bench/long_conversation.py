@@ -134,7 +134,7 @@ async def one_turn(v: Variant, i: int) -> None:
     calls = list(zip(v.model.prompt_tokens[before:], v.model.summary_calls[before:], strict=True))
     v.prompts.append([tokens for tokens, summary in calls if not summary])
     v.summary_calls += [tokens for tokens, summary in calls if summary]
-    runtime = v.app.deps.extra["runtime"]
+    runtime = v.app.deps.runtime
     if runtime.pruner is not None:
         await runtime.pruner.drain()
 

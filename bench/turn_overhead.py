@@ -109,22 +109,25 @@ def create_agent_turn(app, model) -> Turn:
 
 def graph_turn(app, **invoke_options) -> Turn:
     """A turn of our graph with compaction off, invoked as the runner invokes it."""
+    from dataclasses import replace
+
     from panager.agent.effects.registry import UsageRecorder
     from panager.agent.graph import build_graph
     from panager.agent.state import TurnContext
 
     base = 2_000_000 if not invoke_options else 4_000_000
     assistant, users = app.assistant, Users(app, base)
-    nodes = app.graph_nodes
+    config = app.graph_config  # the app's graph, minus recall, compaction and the auth hook
     graph = build_graph(
-        checkpointer=app.checkpointer,
-        model=app.model,
-        clock=app.clock,
-        invoke=nodes.invoke,
-        effects=[UsageRecorder(app.deps)],
-        max_iterations=nodes.max_iterations,
-        history_max_tokens=nodes.history_max_tokens,
-        max_tool_result_chars=nodes.max_tool_result_chars,
+        replace(
+            config,
+            effects=[UsageRecorder(app.deps.usage)],
+            recall=None,
+            on_auth_required=None,
+            on_overflow=None,
+            skills_text=None,
+            context_window=None,
+        )
     )
 
     async def turn(uid: int, text: str) -> None:
@@ -154,8 +157,8 @@ def run_turn_turn(app) -> Turn:
 
 async def settle(app) -> None:
     """Wait for Panager's background work (checkpoint pruning) to finish."""
-    runtime = app.deps.extra.get("runtime")
-    if runtime is not None and runtime.pruner is not None:
+    runtime = app.deps.runtime
+    if runtime.pruner is not None:
         await runtime.pruner.drain()
 
 

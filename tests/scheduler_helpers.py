@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from panager.agent.scheduling import make_worker
-
 
 class RecordingMessenger:
     """Records every delivery; can be told to fail or to refuse (no route)."""
@@ -40,7 +38,7 @@ async def scheduler_app(make_app, model=None, **overrides):
 def worker(app, **options):
     """A worker for tests: no LISTEN connection unless asked, all users."""
     options.setdefault("listen_url", None)
-    return make_worker(app, **options)
+    return app.make_worker(**options)
 
 
 def utc(*args: int) -> datetime:

@@ -15,7 +15,6 @@ import pytest
 
 from panager.discord.bot import ATTACHMENT_NOTE, ERROR_MESSAGE, PanagerBot
 from panager.discord.chunking import FENCE
-from panager.services.access import access_service
 from tests.fakes.discord_server import FakeDiscord, dm_channel_id
 from tests.fakes.openai_server import FakeOpenAI, tool_call
 
@@ -83,7 +82,7 @@ async def ask(fake: FakeDiscord, user_id: int, text: str, **kw) -> str:
 
 
 async def invite_code(bot: PanagerBot, uses: int = 1) -> str:
-    invite = await access_service(bot.app.deps).create_invite(ADMIN, max_uses=uses)
+    invite = await bot.app.deps.access.create_invite(ADMIN, max_uses=uses)
     return invite.code
 
 
@@ -223,7 +222,7 @@ async def test_two_racing_redemptions_have_exactly_one_winner(start_bot, fake, o
 
 async def test_allowlist_and_block(start_bot, fake, openai):
     bot = await start_bot(access="allowlist")
-    access = access_service(bot.app.deps)
+    access = bot.app.deps.access
     assert f"panager users allow {ALICE}" in await ask(fake, ALICE, "hi")
     await access.allow(ALICE)
     openai.script("Welcome in.")
@@ -359,7 +358,6 @@ async def test_messenger_delivers_dms_with_a_link_button(start_bot, fake):
 
 
 async def test_reminder_due_while_the_bot_runs_arrives_as_a_dm(start_bot, fake, openai, clock):
-    from panager.agent import scheduling
     bot = await start_bot()
     openai.script(
         tool_call("schedule_create", {"message": "stretch your legs", "at": "2026-11-21T12:05"}),
@@ -369,7 +367,7 @@ async def test_reminder_due_while_the_bot_runs_arrives_as_a_dm(start_bot, fake, 
     await until(fake, lambda: "Okay, I'll remind you at 12:05." in texts(fake, ADMIN))
     before = len(fake.messages_to(ADMIN))
     clock.advance(minutes=5)
-    await scheduling.make_worker(bot.app).run_once()
+    await bot.app.make_worker().run_once()
     reminder = (await fake.wait_for_messages(ADMIN, before + 1, timeout=STEP))[before]
     assert reminder["content"].startswith("stretch your legs")
     assert len(openai.requests) == 2  # the reminder itself costs no model call

@@ -8,7 +8,11 @@ from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, Tool
 from panager.agent import tools as tools_pkg
 from panager.agent.effects.compact import Compact, digest_summary, parse_summary, split_point
 from panager.agent.effects.loop_detect import LoopDetect
-from panager.agent.effects.registry import build_effects, resolve_context_window
+from panager.agent.effects.registry import (
+    EffectServices,
+    build_effects,
+    resolve_context_window,
+)
 from panager.agent.effects.trim import TRIMMED_KEY, TrimToolResults
 from panager.agent.effects.windows import context_window_for
 from panager.config import ConfigError, EffectSpec, RuntimeConfig
@@ -164,17 +168,17 @@ def test_context_windows_per_family():
 
 def test_defaults_trim_and_compact_with_a_known_window_only():
     names = lambda effects: [e.name for e in effects]  # noqa: E731
-    assert names(build_effects(RuntimeConfig(), None, "gpt-4o-mini")) == [
+    assert names(build_effects(RuntimeConfig(), EffectServices(), "gpt-4o-mini")) == [
         "trim_tool_results", "compact"
     ]
-    assert names(build_effects(RuntimeConfig(), None, "unknown-model")) == []
-    assert names(build_effects(RuntimeConfig(context_window=0), None, "gpt-4o")) == []
-    assert names(build_effects(RuntimeConfig(context_window=8_000), None, "unknown")) == [
+    assert names(build_effects(RuntimeConfig(), EffectServices(), "unknown-model")) == []
+    assert names(build_effects(RuntimeConfig(context_window=0), EffectServices(), "gpt-4o")) == []
+    assert names(build_effects(RuntimeConfig(context_window=8_000), EffectServices(), "unknown")) == [
         "trim_tool_results", "compact"
     ]
     budget = RuntimeConfig(daily_token_budget=1_000)
-    assert names(build_effects(budget, None, "unknown")) == ["token_budget"]
-    assert names(build_effects(RuntimeConfig(effects=[]), None, "gpt-4o")) == []
+    assert names(build_effects(budget, EffectServices(), "unknown")) == ["token_budget"]
+    assert names(build_effects(RuntimeConfig(effects=[]), EffectServices(), "gpt-4o")) == []
 
 
 def test_configured_effects_get_params_and_bad_ones_fail_in_one_line():
@@ -186,7 +190,7 @@ def test_configured_effects_get_params_and_bad_ones_fail_in_one_line():
             EffectSpec(kind="trim_tool_results", params={"max_result_length": 300}),
         ],
     )
-    loop, compact, trim = build_effects(config, None, "x")
+    loop, compact, trim = build_effects(config, EffectServices(), "x")
     assert loop.max_repeats == 4 and trim.max_result_length == 300
     assert compact.threshold == 0.5 and compact.context_window == 10_000
     for spec, fragment in [
@@ -196,7 +200,7 @@ def test_configured_effects_get_params_and_bad_ones_fail_in_one_line():
         (EffectSpec(kind="token_budget"), "daily_tokens"),
     ]:
         with pytest.raises(ConfigError, match=fragment):
-            build_effects(RuntimeConfig(effects=[spec]), None, "x")
+            build_effects(RuntimeConfig(effects=[spec]), EffectServices(), "x")
 
 
 async def test_yaml_effects_reach_the_graph(make_app, tmp_path, monkeypatch):
@@ -209,7 +213,7 @@ async def test_yaml_effects_reach_the_graph(make_app, tmp_path, monkeypatch):
         script=[calls(call("lookup", {"n": 1})), calls(call("lookup", {"n": 2})), "done"]
     )
     app = await make_app(model=model, home=home)
-    assert [e.name for e in app.graph_nodes.effects] == ["usage", "trim_tool_results"]
+    assert [e.name for e in app.graph_config.effects] == ["usage", "trim_tool_results"]
     user = await app.local_user()
     assert (await app.assistant.run_turn(user, "look twice")).text == "done"
     snap = await app.assistant.graph.aget_state(app.assistant.config_for(user))

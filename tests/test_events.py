@@ -100,7 +100,7 @@ async def test_session_recording_is_jsonl_with_a_parent_chain(make_app, monkeypa
     assert {m["tool_call_id"] for m in messages[2:4]} == {c["id"] for c in messages[1]["tool_calls"]}
     assert len(parse_session(path.read_text()).messages) == 5  # /load can read a recording
     # a second turn continues the same file and chain
-    app.graph_nodes.model.add("again")
+    app.graph_config.model.add("again")
     await app.assistant.run_turn(user, "once more")
     more = [json.loads(line) for line in path.read_text().splitlines()]
     assert more[6]["parent_id"] == messages[-1]["id"] and more[-1]["content"] == "again"

@@ -60,7 +60,7 @@ async def test_pruning_keeps_one_checkpoint_and_the_whole_state(make_app, tmp_pa
     user = await app.local_user()
     for i in range(6):
         assert (await app.assistant.run_turn(user, f"message {i}")).ok
-    await app.deps.extra["runtime"].pruner.drain()
+    await app.deps.runtime.pruner.drain()
     assert await checkpoints(app, user) == 1
     messages = (await thread_values(app.assistant, user))["messages"]
     assert [m.content for m in messages[::2]] == [f"message {i}" for i in range(6)]
@@ -69,7 +69,7 @@ async def test_pruning_keeps_one_checkpoint_and_the_whole_state(make_app, tmp_pa
 async def test_without_pruning_checkpoints_accumulate(make_app, tmp_path):
     home = write_config(tmp_path / "h", checkpoint_pruning=False)
     app = await make_app(model=ScriptedChatModel(default="ok"), home=home)
-    assert app.deps.extra["runtime"].pruner is None
+    assert app.deps.runtime.pruner is None
     user = await app.local_user()
     for i in range(6):
         await app.assistant.run_turn(user, f"message {i}")

@@ -51,7 +51,7 @@ async def test_budget_refusal_costs_zero_model_calls(make_app, tmp_path, clock):
     home = write_config(tmp_path / "h", daily_token_budget=60, context_window=0)
     model = ScriptedChatModel(default="a fairly long answer to use up the budget")
     app = await make_app(model=model, home=home)
-    assert [e.name for e in app.graph_nodes.effects] == ["usage", "token_budget"]
+    assert [e.name for e in app.graph_config.effects] == ["usage", "token_budget"]
     user = await app.local_user()
     first = await app.assistant.run_turn(user, "spend tokens " * 40)
     assert first.ok and len(model.requests) == 1

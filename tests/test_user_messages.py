@@ -44,7 +44,7 @@ async def test_message_is_delivered_and_lands_in_the_recipients_thread(make_app,
     assert result.text == "Sent."
     assert inbox.sent == [(bob.id, inbox.sent[0][1])]
     assert "Message from Alice (@alice)" in inbox.sent[0][1] and "Dinner at 7?" in inbox.sent[0][1]
-    await app.deps.extra["user_messages"].drain()
+    await app.deps.relay.drain()
     bob_thread = (await thread_values(app.assistant, bob))["messages"]
     note = bob_thread[-1]
     assert isinstance(note, HumanMessage) and note.name == "relay"
@@ -71,4 +71,4 @@ async def test_unknown_recipient_and_rate_limit_are_clear_errors(make_app, tmp_p
     assert statuses.count("success") == 5 and statuses.count("error") == 1
     assert "Rate limit" in results[1 + statuses.index("error")].content
     assert len(inbox.sent) == 5
-    await app.deps.extra["user_messages"].drain()
+    await app.deps.relay.drain()

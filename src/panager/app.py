@@ -1,45 +1,61 @@
-"""Application wiring: config → database → model → services → graph → assistant.
+"""Application wiring: config → database → model → services → runtime → graph → assistant.
 
-`App.start()` owns start-up (embedded PostgreSQL or DATABASE_URL, schema
-upgrade under an advisory lock, the shared pool, the checkpointer) and
-`App.stop()` tears it down. Front ends (`cli/`, `discord/`, `web/`) receive an
-`App` and never build these pieces themselves.
+`App.start()` builds every piece once, in the order written below, and hands
+each one what it needs — nothing is attached to the graph or the app later.
+It owns start-up (embedded PostgreSQL or DATABASE_URL, schema upgrade under
+an advisory lock, the shared pool, the checkpointer) and `App.stop()` tears it
+down. Front ends (`cli/`, `discord/`, `web/`) receive an `App` and never build
+these pieces themselves; they add their own messenger to `deps.messenger`.
 """
 
 from __future__ import annotations
 
-import importlib
+import asyncio
+import getpass
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.tools import BaseTool
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg_pool import AsyncConnectionPool
 
+from panager.agent.delivery import AssistantDelivery
 from panager.agent.deps import AgentDeps
+from panager.agent.effects.registry import EffectServices
 from panager.agent.events import EventEmitter
-from panager.agent.graph import build_graph
+from panager.agent.google_link import GoogleLinkFlow, auth_hook
+from panager.agent.graph import GraphConfig, GraphLimits, ModelInvoker, build_graph
 from panager.agent.messaging import FanoutMessenger
-from panager.agent.runner import Assistant
+from panager.agent.runner import Assistant, ModelSelector
+from panager.agent.runtime import build_runtime
+from panager.agent.state import Recall
+from panager.agent.threads import Threads, update_thread
+from panager.agent.tools.messaging import UserMessageRelay
+from panager.agent.turnlock import TurnLocks
 from panager.clock import Clock, SystemClock
-from panager.config import ConfigError, Settings
+from panager.config import ConfigError, RuntimeConfig, Settings
 from panager.db import migrate
 from panager.db.pool import open_pool, resolve_database_url
 from panager.llm import invoke_with_retries, make_chat_model
-from panager.services.users import User, UserService
+from panager.services.access import AccessService
+from panager.services.google.service import GoogleService
+from panager.services.memory.service import MemoryHit, MemoryService
+from panager.services.schedules.service import ScheduleService
+from panager.services.schedules.worker import SchedulerWorker
+from panager.services.usage import UsageService
+from panager.services.users import LOCAL_USER_ID, User, UserService
 
 log = logging.getLogger(__name__)
 
-# Feature installers, run in order by App.start: `async def install(app: App) -> None`.
-# Each creates its service, sets it on app.deps, hooks the graph (app.graph_nodes) and
-# registers closers (app.closers) — so features plug in without editing this module.
-INSTALLERS: list[str] = [
-    "panager.agent.scheduling:install",
-    "panager.services.memory.service:install",
-    "panager.agent.google_link:install",
-    "panager.agent.runtime:install",
-]
+Closer = Callable[[], Awaitable[None]]
+SECRET_KEY_MISSING = (
+    "PANAGER_SECRET_KEY is not set: it is required once Google is configured "
+    "(generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+)
 
 
 class SchemaBehind(ConfigError):
@@ -55,11 +71,13 @@ class App:
     url: str
     pool: AsyncConnectionPool
     checkpointer: AsyncPostgresSaver
+    model: BaseChatModel | None
     deps: AgentDeps
+    graph_config: GraphConfig
     assistant: Assistant
     emitter: EventEmitter
-    model: BaseChatModel | None
-    closers: list[Any] = field(default_factory=list)
+    google_link: GoogleLinkFlow | None  # None when Google is not configured
+    closers: list[Closer] = field(default_factory=list)  # run newest first by stop()
 
     @classmethod
     async def start(
@@ -73,70 +91,156 @@ class App:
     ) -> App:
         """Open the database (migrating when allowed) and wire everything."""
         clock = clock or SystemClock()
+        config = settings.runtime
         url = resolve_database_url(settings)
-        await ensure_schema(
-            url, settings.auto_migrate if migrate_schema is None else migrate_schema
-        )
+        auto_migrate = settings.auto_migrate if migrate_schema is None else migrate_schema
+        await ensure_schema(url, auto_migrate)
+        if settings.google_configured and not settings.secret_key:
+            raise ConfigError(SECRET_KEY_MISSING)
         pool = await open_pool(url, max_size=pool_size)
+        try:
+            return await cls._wire(settings, config, clock, url, pool, model)
+        except BaseException:
+            await pool.close()  # a service refused (e.g. embedder mismatch): release the pool
+            raise
+
+    @classmethod
+    async def _wire(
+        cls,
+        settings: Settings,
+        config: RuntimeConfig,
+        clock: Clock,
+        url: str,
+        pool: AsyncConnectionPool,
+        model: BaseChatModel | None,
+    ) -> App:
+        """Services, runtime, graph and assistant, each built once, in this order."""
         checkpointer = AsyncPostgresSaver(pool)
         model = model or make_chat_model(settings)
+        # 1. Services (each takes the pool; none knows about the agent).
+        users = UserService(pool, settings.timezone)
+        access = AccessService(
+            pool, users, clock, mode=settings.access, admin_ids=settings.admin_ids
+        )
+        usage = UsageService(pool, clock)
+        memory = await MemoryService.create(pool, settings, clock=clock)
+        scheduler = ScheduleService(pool, clock, max_message_chars=config.max_message_chars)
+        google = GoogleService(pool, settings, clock) if settings.google_configured else None
+        messenger = FanoutMessenger()
+        # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity.
+        runtime = build_runtime(settings, checkpointer, EffectServices(usage, memory))
+        # 3. The graph, configured before it is built.
+        graph_config = GraphConfig(
+            model=model,
+            checkpointer=checkpointer,
+            effects=runtime.graph_effects,
+            recall=_recall(memory, config.memory_inject_limit),
+            on_auth_required=auth_hook(google) if google is not None else None,
+            on_overflow=runtime.compactor.on_overflow,
+            skills_text=runtime.skills.prompt_sections,
+            invoke=_retrying_invoker(config.model_retries),
+            clock=clock,
+            limits=GraphLimits(
+                max_iterations=config.max_iterations,
+                history_max_tokens=config.history_max_tokens,
+                max_tool_result_chars=config.max_tool_result_chars,
+            ),
+            context_window=runtime.context_window,
+        )
+        threads = Threads(build_graph(graph_config), TurnLocks(url), config.max_iterations)
+        # 4. What tools and commands use, then the assistant every front end calls.
+        relay = None
+        if config.allow_user_messages:
+            relay = UserMessageRelay(users, messenger, clock, _thread_injector(threads))
         deps = AgentDeps(
             settings=settings,
-            config=settings.runtime,
+            config=config,
             clock=clock,
-            users=UserService(pool, settings.timezone),
             pool=pool,
-            messenger=FanoutMessenger(),
+            users=users,
+            access=access,
+            usage=usage,
+            scheduler=scheduler,
+            messenger=messenger,
+            runtime=runtime,
+            memory=memory,
+            google=google,
+            relay=relay,
         )
         emitter = EventEmitter()
-        graph = build_graph(
-            checkpointer=checkpointer,
-            model=model,
-            clock=clock,
-            invoke=_retrying_invoker(settings.runtime.model_retries),
-            max_iterations=settings.runtime.max_iterations,
-            history_max_tokens=settings.runtime.history_max_tokens,
-            max_tool_result_chars=settings.runtime.max_tool_result_chars,
-        )
+        for subscriber in runtime.subscribers():
+            emitter.subscribe(subscriber)
         assistant = Assistant(
-            graph, deps, model_for=_model_selector(settings, model), emitter=emitter
+            threads, deps, model_for=_model_selector(settings, model), emitter=emitter
         )
-        app = cls(settings, clock, url, pool, checkpointer, deps, assistant, emitter, model)
-        try:
-            for path in INSTALLERS:
-                module, _, name = path.partition(":")
-                await getattr(importlib.import_module(module), name)(app)
-        except BaseException:
-            await app.stop()  # an installer refused (e.g. embedder mismatch): release the pool
-            raise
-        return app
-
-    @property
-    def graph_nodes(self):
-        """The graph's node object: set `recall`, `effects`, `on_auth_required` here."""
-        return self.assistant.graph.nodes_impl
+        google_link = None
+        if google is not None:
+            google_link = GoogleLinkFlow(google, users, assistant, messenger)
+        closers: list[Closer] = [threads.locks.close]
+        if runtime.pruner is not None:
+            closers.append(runtime.pruner.drain)
+        if relay is not None:
+            closers.append(relay.drain)
+        return cls(
+            settings, clock, url, pool, checkpointer, model, deps, graph_config, assistant,
+            emitter, google_link, closers,
+        )  # fmt: skip
 
     async def stop(self) -> None:
-        """Close everything this app opened, newest first."""
+        """Close everything this app opened, newest first, then the pool."""
         for closer in reversed(self.closers):
             try:
                 await closer()
             except Exception:
                 log.exception("error while stopping")
-        await self.assistant.turn_locks.close()
         await self.pool.close()
 
     async def local_user(self) -> User:
         """The terminal user (created on first use)."""
-        import getpass
-
-        from panager.services.users import LOCAL_USER_ID
-
         try:
             name = getpass.getuser()
         except Exception:
             name = "me"
         return await self.deps.users.ensure(LOCAL_USER_ID, name, role="admin")
+
+    # -- scheduler workers --------------------------------------------------------------------
+
+    def make_worker(
+        self,
+        *,
+        only_users: Sequence[int] | None = None,
+        skip_users: Sequence[int] = (),
+        **options: Any,
+    ) -> SchedulerWorker:
+        """A worker on the app's pool, clock and runtime config (grace, poll, lease)."""
+        config = self.settings.runtime
+        settings: dict[str, Any] = {
+            "clock": self.clock,
+            "grace_seconds": config.schedule_grace_seconds,
+            "poll_seconds": config.scheduler_poll_seconds,
+            "lease_seconds": config.scheduler_lease_seconds,
+            "listen_url": self.url,
+            "only_users": only_users,
+            "skip_users": skip_users,
+            **options,
+        }
+        delivery = AssistantDelivery(self.deps.messenger, self.assistant)
+        return SchedulerWorker(self.deps.scheduler, delivery, **settings)
+
+    async def run_worker(
+        self,
+        stop: asyncio.Event,
+        *,
+        only_users: Sequence[int] | None = None,
+        skip_users: Sequence[int] = (LOCAL_USER_ID,),
+        **options: Any,
+    ) -> None:
+        """Deliver schedules until `stop` is set (`panager run --components worker`).
+
+        By default every user but the terminal's local user, whose reminders only a
+        terminal can show (`panager chat` runs its own worker for them)."""
+        worker = self.make_worker(only_users=only_users, skip_users=skip_users, **options)
+        await worker.run(stop)
 
 
 async def ensure_schema(url: str, auto_migrate: bool) -> None:
@@ -156,14 +260,34 @@ async def ensure_schema(url: str, auto_migrate: bool) -> None:
         await pool.close()
 
 
-def _retrying_invoker(retries: int):
-    async def invoke(model, tools, messages):
+def _recall(memory: MemoryService, limit: int) -> Recall:
+    """The graph's recall: the user's memories relevant to the latest message."""
+
+    async def recall(user: User, query: str) -> list[MemoryHit]:
+        return await memory.recall(user.id, query, limit)
+
+    return recall
+
+
+def _thread_injector(threads: Threads) -> Callable[[User, HumanMessage], Awaitable[None]]:
+    """Adds a relayed message to the recipient's thread, under their turn lock."""
+
+    async def inject(recipient: User, message: HumanMessage) -> None:
+        await update_thread(threads, recipient, {"messages": [message]})
+
+    return inject
+
+
+def _retrying_invoker(retries: int) -> ModelInvoker:
+    async def invoke(
+        model: BaseChatModel, tools: Sequence[BaseTool], messages: list[AnyMessage]
+    ) -> AIMessage:
         return await invoke_with_retries(model, tools, messages, retries=retries)
 
     return invoke
 
 
-def _model_selector(settings: Settings, default: BaseChatModel | None):
+def _model_selector(settings: Settings, default: BaseChatModel | None) -> ModelSelector:
     """Per-user model override (`/model NAME`), cached per name."""
     cache: dict[str, BaseChatModel | None] = {}
 

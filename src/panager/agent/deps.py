@@ -1,27 +1,45 @@
-"""What tools and slash commands may use: services, settings, clock. Built once by the app."""
+"""What tools and slash commands may use: the services, settings and clock. Built once by the app.
+
+Every field is created in exactly one place (`App.start`); nothing here builds a
+service on demand. `memory` and `google` are None where the feature is off (a
+bare graph in a test; Google not configured).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from panager.clock import Clock
-from panager.config import RuntimeConfig, Settings
-from panager.services.users import UserService
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from panager.agent.messaging import FanoutMessenger
+    from panager.agent.runtime import AgentRuntime
+    from panager.agent.tools.messaging import UserMessageRelay
+    from panager.clock import Clock
+    from panager.config import RuntimeConfig, Settings
+    from panager.services.access import AccessService
+    from panager.services.google.service import GoogleService
+    from panager.services.memory.service import MemoryService
+    from panager.services.schedules.service import ScheduleService
+    from panager.services.usage import UsageService
+    from panager.services.users import UserService
 
 
-@dataclass
+@dataclass(frozen=True)
 class AgentDeps:
     """Shared services; per-user tools close over one user plus these."""
 
     settings: Settings
     config: RuntimeConfig
     clock: Clock
+    pool: AsyncConnectionPool
     users: UserService
-    pool: Any = None
-    memory: Any = None  # services.memory.MemoryService
-    scheduler: Any = None  # services.scheduler.ScheduleService
-    google: Any = None  # services.google.GoogleService
-    usage: Any = None  # services.usage.UsageService
-    messenger: Any = None  # agent.messaging.FanoutMessenger (delivery to users)
-    extra: dict[str, Any] = field(default_factory=dict)
+    access: AccessService
+    usage: UsageService
+    scheduler: ScheduleService
+    messenger: FanoutMessenger  # delivery to users (terminal, Discord), filled by front ends
+    runtime: AgentRuntime  # effects, compactor, skills, sessions, activity (commands)
+    memory: MemoryService | None = None
+    google: GoogleService | None = None  # None when Google is not configured
+    relay: UserMessageRelay | None = None  # send_user_message; None unless enabled

@@ -1,9 +1,9 @@
 """The Google feature's wiring: the service, the link hook, and the replay after linking.
 
-When a Google tool finds no usable link, the tools node calls the hook
-installed here: it stores the user's message in `pending_messages` and returns
+When a Google tool finds no usable link, the tools node calls `auth_hook`
+(the graph's `on_auth_required`): it stores the user's message in `pending_messages` and returns
 a fresh consent link. After a successful callback (in whichever process
-serves it) `replay_pending` prepares the thread and runs the graph again with
+serves it) `GoogleLinkFlow.replay_pending` prepares the thread and runs the graph again with
 no new input — the user's message is already in the thread — then delivers
 the answer through the messenger.
 
@@ -20,19 +20,20 @@ import json
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage, ToolMessage
 
+from panager.agent.graph import AuthHandler
 from panager.agent.state import TurnContext
 from panager.agent.tools.google import GOOGLE_TOOL_NAMES
-from panager.config import ConfigError
 from panager.errors import AuthRequired
 from panager.services.google.service import GoogleAuthRequired, GoogleService
 
 if TYPE_CHECKING:
-    from panager.app import App
-    from panager.services.users import User
+    from panager.agent.messaging import Messenger
+    from panager.agent.runner import Assistant
+    from panager.services.users import User, UserService
 
 log = logging.getLogger(__name__)
 
@@ -47,28 +48,12 @@ LINKED_TEXT = "✅ Google Calendar and Tasks are connected{who}."
 REPLAY_PREFIX = "✅ Google is connected. "
 
 
-async def install(app: App) -> None:
-    """Create the Google service when configured and hook the graph's link handling."""
-    settings = app.settings
-    if not settings.google_configured:
-        return  # deps.google stays None: the tools explain that Google is not configured
-    if not settings.secret_key:
-        raise ConfigError(
-            "PANAGER_SECRET_KEY is not set: it is required once Google is configured "
-            "(generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
-        )
-    service = GoogleService(app.pool, settings, app.clock)
-    app.deps.google = service
-    nodes = app.graph_nodes
-    nodes.on_auth_required = auth_hook(service, nodes.on_auth_required)
-
-
-def auth_hook(service: GoogleService, fallback: Any = None):
+def auth_hook(service: GoogleService) -> AuthHandler:
     """The graph's `on_auth_required`: keep the message for replay, hand out a link."""
 
     async def on_auth_required(ctx: TurnContext, auth: AuthRequired) -> str | None:
         if not isinstance(auth, GoogleAuthRequired):
-            return await fallback(ctx, auth) if fallback is not None else None
+            return None
         if ctx.user_text and not ctx.is_system_trigger:
             try:
                 await service.add_pending(ctx.user.id, ctx.user_text)
@@ -79,52 +64,64 @@ def auth_hook(service: GoogleService, fallback: Any = None):
     return on_auth_required
 
 
-async def replay_pending(app: App, user_id: int) -> bool:
-    """After linking: answer the user's pending messages and deliver the answer."""
-    service: GoogleService = app.deps.google
-    user = await app.deps.users.get(user_id)
-    if user is None:
-        return False
-    texts = await service.claim_pending(user_id)
-    if not texts:
-        account = await service.account(user_id)
-        who = f" ({account.email})" if account and account.email else ""
-        return await _deliver(app, user, LINKED_TEXT.format(who=who))
-    await prepare_thread(app, user, texts)
-    result = await app.assistant.run_turn(user, texts[-1], replay=True)
-    return await _deliver(app, user, REPLAY_PREFIX + result.text, result.link)
+class GoogleLinkFlow:
+    """After a successful link: answer the user's pending messages and deliver the answer."""
 
+    def __init__(
+        self,
+        service: GoogleService,
+        users: UserService,
+        assistant: Assistant,
+        messenger: Messenger,
+    ) -> None:
+        self.service = service
+        self.users = users
+        self.assistant = assistant
+        self.messenger = messenger
 
-async def _deliver(app: App, user: User, text: str, link: dict | None = None) -> bool:
-    delivered = await app.deps.messenger.send(user, text, link=link)
-    if not delivered:
-        log.warning("no front end in this process could deliver to user %s", user.id)
-    return delivered
+    async def replay_pending(self, user_id: int) -> bool:
+        """Answer the pending messages (or say Google is connected); True when delivered."""
+        user = await self.users.get(user_id)
+        if user is None:
+            return False
+        texts = await self.service.claim_pending(user_id)
+        if not texts:
+            account = await self.service.account(user_id)
+            who = f" ({account.email})" if account and account.email else ""
+            return await self._deliver(user, LINKED_TEXT.format(who=who))
+        await self.prepare_thread(user, texts)
+        result = await self.assistant.run_turn(user, texts[-1], replay=True)
+        return await self._deliver(user, REPLAY_PREFIX + result.text, result.link)
 
+    async def _deliver(self, user: User, text: str, link: dict[str, str] | None = None) -> bool:
+        delivered = await self.messenger.send(user, text, link=link)
+        if not delivered:
+            log.warning("no front end in this process could deliver to user %s", user.id)
+        return delivered
 
-async def prepare_thread(app: App, user: User, texts: Sequence[str]) -> None:
-    """Rewrite the linking turn so a replay with no new input finishes the request."""
-    assistant = app.assistant
-    config = assistant.config_for(user)
-    snapshot = await assistant.graph.aget_state(config)
-    messages = list((snapshot.values or {}).get("messages", []))
-    prefix = app.deps.google.link_prefix
-    updates: list[Any] = [_retry(m) for m in _failed_google_results(messages, prefix)]
-    last = messages[-1] if messages else None
-    trailing_link = _is_google_link(last, prefix)
-    if trailing_link:
-        updates.append(RemoveMessage(id=last.id))
-    if not trailing_link or len(texts) > 1:
-        quoted = "; ".join(json.dumps(t, ensure_ascii=False) for t in texts)
-        updates.append(
-            HumanMessage(
-                REPLAY_NOTE.format(requests=quoted),
-                name="panager",
-                additional_kwargs={"panager_replay": True},
-                id=str(uuid.uuid4()),
+    async def prepare_thread(self, user: User, texts: Sequence[str]) -> None:
+        """Rewrite the linking turn so a replay with no new input finishes the request."""
+        assistant = self.assistant
+        config = assistant.config_for(user)
+        snapshot = await assistant.graph.aget_state(config)
+        messages = list((snapshot.values or {}).get("messages", []))
+        prefix = self.service.link_prefix
+        updates: list[AnyMessage] = [_retry(m) for m in _failed_google_results(messages, prefix)]
+        last = messages[-1] if messages else None
+        trailing_link = _is_google_link(last, prefix)
+        if trailing_link and last is not None and last.id:
+            updates.append(RemoveMessage(id=last.id))
+        if not trailing_link or len(texts) > 1:
+            quoted = "; ".join(json.dumps(t, ensure_ascii=False) for t in texts)
+            updates.append(
+                HumanMessage(
+                    REPLAY_NOTE.format(requests=quoted),
+                    name="panager",
+                    additional_kwargs={"panager_replay": True},
+                    id=str(uuid.uuid4()),
+                )
             )
-        )
-    await assistant.graph.aupdate_state(config, {"messages": updates}, as_node="tools")
+        await assistant.graph.aupdate_state(config, {"messages": updates}, as_node="tools")
 
 
 def _is_google_link(message: AnyMessage | None, prefix: str) -> bool:

@@ -13,12 +13,15 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
@@ -48,6 +51,8 @@ ModelInvoker = Callable[[BaseChatModel, Sequence[BaseTool], list[AnyMessage]], A
 AuthHandler = Callable[[TurnContext, AuthRequired], Awaitable[str | None]]
 # Called when the API refuses the prompt as too long: shrink `call` (attempt 1, 2, …).
 OverflowHandler = Callable[[ModelCall, int], Awaitable[None]]
+# The prompt sections of the skills loaded into the thread (by name).
+SkillsText = Callable[[Sequence[str]], Sequence[str]]
 
 
 async def plain_invoke(
@@ -114,39 +119,43 @@ def _validation_text(exc: ValidationError) -> str:
     return "Invalid arguments — " + "; ".join(parts)
 
 
-class Graph:
-    """Holds the graph's collaborators; its bound methods are the nodes."""
+@dataclass(frozen=True)
+class GraphLimits:
+    """How far one turn may go."""
 
-    def __init__(
-        self,
-        *,
-        model: BaseChatModel | None,
-        effects: Sequence[Effect] = (),
-        recall: Recall | None = None,
-        on_auth_required: AuthHandler | None = None,
-        invoke: ModelInvoker = plain_invoke,
-        clock: Clock | None = None,
-        max_iterations: int = 10,
-        history_max_tokens: int = 12_000,
-        max_tool_result_chars: int = 20_000,
-        context_window: int | None = None,
-        skills_text: Callable[[TurnContext, dict], Sequence[str]] | None = None,
-        on_overflow: OverflowHandler | None = None,
-        overflow_retries: int = 2,
-    ) -> None:
-        self.model = model
-        self.effects = list(effects)
-        self.recall = recall
-        self.on_auth_required = on_auth_required
-        self.invoke = invoke
-        self.clock = clock or SystemClock()
-        self.max_iterations = max_iterations
-        self.history_max_tokens = history_max_tokens
-        self.max_tool_result_chars = max_tool_result_chars
-        self.context_window = context_window
-        self.skills_text = skills_text
-        self.on_overflow = on_overflow
-        self.overflow_retries = overflow_retries
+    max_iterations: int = 10  # model calls per turn; the last one gets no tools
+    history_max_tokens: int = 12_000  # trim_messages budget for the history sent
+    max_tool_result_chars: int = 20_000  # longer tool results are truncated
+    overflow_retries: int = 2  # compactions + retries after a context-length refusal
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """Everything the graph uses, named and typed; built before the graph, never changed.
+
+    The app assembles it from its services (app.py); tests pass only what they need.
+    Per-run data (the user, their tools, the emitter, a per-user model) arrives as
+    `TurnContext`, not here.
+    """
+
+    model: BaseChatModel | None  # the default model; a user's /model choice rides on the turn
+    checkpointer: BaseCheckpointSaver | None = None
+    effects: Sequence[Effect] = ()  # run in order before and after each model call
+    recall: Recall | None = None  # memories for the system prompt (once per turn)
+    on_auth_required: AuthHandler | None = None  # a tool needs a linked account: the link
+    on_overflow: OverflowHandler | None = None  # the prompt was too long: shrink the call
+    skills_text: SkillsText | None = None  # prompt sections of the loaded skills
+    invoke: ModelInvoker = plain_invoke  # how the model is called (retries live in llm.py)
+    clock: Clock = field(default_factory=SystemClock)
+    limits: GraphLimits = GraphLimits()
+    context_window: int | None = None  # tokens; None when unknown (compaction decides)
+
+
+class Graph:
+    """The nodes of the agent graph, as bound methods over one `GraphConfig`."""
+
+    def __init__(self, config: GraphConfig) -> None:
+        self.config = config
 
     # -- agent node -------------------------------------------------------------------------
 
@@ -155,13 +164,13 @@ class Graph:
         ctx = runtime.context
         iteration = state.get("model_calls", 0) + 1
         call = self._model_call(state, ctx, iteration)
-        for effect in self.effects:
+        for effect in self.config.effects:
             await effect.before_model(call)
             if call.stop_reply:
                 return await self._stop(call, ctx, iteration)
         await self._emit(ctx, "turn_start", iteration=iteration)
         call.phase, call.response = "after", await self._call_model(state, ctx, call)
-        for effect in self.effects:
+        for effect in self.config.effects:
             await effect.after_model(call)
         response = call.response
         await self._emit_message_end(ctx, response, iteration)
@@ -173,18 +182,19 @@ class Graph:
 
     async def _call_model(self, state: AgentState, ctx: TurnContext, call: ModelCall) -> AIMessage:
         """One model call; a context-length refusal shrinks the call (on_overflow) and retries."""
-        last_round = call.iteration >= self.max_iterations
+        last_round = call.iteration >= self.config.limits.max_iterations
         attempt = 0
         while True:
             messages = await self._model_messages(state, ctx, call, last_round)
             try:
-                response = await self.invoke(call.model, [] if last_round else ctx.tools, messages)
+                tools = [] if last_round else ctx.tools
+                response = await self.config.invoke(call.model, tools, messages)
             except ContextOverflow:
                 attempt += 1
-                if self.on_overflow is None or attempt > self.overflow_retries:
+                if self.config.on_overflow is None or attempt > self.config.limits.overflow_retries:
                     raise ModelUnavailable(OVERFLOW_MESSAGE) from None
                 log.info("context overflow for user %s; compacting (%d)", ctx.user.id, attempt)
-                await self.on_overflow(call, attempt)
+                await self.config.on_overflow(call, attempt)
                 continue
             response = promote_unparsed_calls(response)
             if last_round and response.tool_calls:
@@ -202,8 +212,8 @@ class Graph:
         system = "\n\n".join([system, *notes])
         history = trim_history(
             call.model_input,
-            self.history_max_tokens,
-            max_tool_chars=self.max_tool_result_chars,
+            self.config.limits.history_max_tokens,
+            max_tool_chars=self.config.limits.max_tool_result_chars,
             token_counter=call.count_tokens,
         )
         return [SystemMessage(system), *history]
@@ -218,7 +228,7 @@ class Graph:
             ),
             None,
         )
-        model = ctx.model or self.model
+        model = ctx.model or self.config.model
         counter = memo_counter()
         return ModelCall(
             phase="before",
@@ -229,7 +239,7 @@ class Graph:
             turn=ctx,
             state=dict(state),
             last_input_tokens=last_input,
-            context_window=self.context_window,
+            context_window=self.config.context_window,
             model=model,
             count_tokens=counter,
         )
@@ -247,15 +257,16 @@ class Graph:
     async def _system_prompt(self, state: AgentState, ctx: TurnContext, call: ModelCall) -> str:
         latest = _latest_human_text(call.model_input)
         memories: Sequence[Any] = ctx.extra.get("recalled", ())
-        if self.recall is not None and latest and "recalled" not in ctx.extra:
+        if self.config.recall is not None and latest and "recalled" not in ctx.extra:
             try:  # once per turn (first model call); later calls and retries reuse it
-                memories = await self.recall(ctx.user, latest)
+                memories = await self.config.recall(ctx.user, latest)
             except Exception:
                 log.exception("memory recall failed; answering without memories")
         ctx.extra["recalled"] = memories
-        skills = self.skills_text(ctx, dict(state)) if self.skills_text else ()
+        loaded = list(state.get("loaded_skills") or [])
+        skills = self.config.skills_text(loaded) if self.config.skills_text else ()
         return build_system_prompt(
-            now=self.clock.now(),
+            now=self.config.clock.now(),
             zone_name=ctx.user.timezone,
             user_name=ctx.user.name,
             latest_text=latest,
@@ -277,7 +288,7 @@ class Graph:
             ctx,
             "message_end",
             iteration=iteration,
-            model=_model_name(ctx.model or self.model),
+            model=_model_name(ctx.model or self.config.model),
             id=response.id,
             tool_calls=[c["name"] for c in response.tool_calls],
             calls=[{k: c[k] for k in ("id", "name", "args")} for c in response.tool_calls],
@@ -360,13 +371,13 @@ class Graph:
                 call,
                 f"The tool failed unexpectedly ({type(exc).__name__}). Try again or tell the user.",
             )
-        content = _result_content(value, self.max_tool_result_chars)
+        content = _result_content(value, self.config.limits.max_tool_result_chars)
         return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
 
     async def _auth_reply(self, ctx: TurnContext, auth: AuthRequired) -> AIMessage:
         link = auth.link
-        if self.on_auth_required is not None:
-            link = await self.on_auth_required(ctx, auth) or link
+        if self.config.on_auth_required is not None:
+            link = await self.config.on_auth_required(ctx, auth) or link
         text = f"{auth.message} Connect it here: {link}\nI'll finish your request once it's linked."
         return AIMessage(
             content=text,
@@ -393,15 +404,13 @@ def route_after_tools(state: AgentState) -> str:
     return END if isinstance(state["messages"][-1], AIMessage) else "agent"
 
 
-def build_graph(*, checkpointer: Any = None, **kwargs: Any):
-    """Compile the agent graph; keyword arguments configure `Graph`."""
-    nodes = Graph(**kwargs)
+def build_graph(config: GraphConfig) -> CompiledStateGraph:
+    """Compile the agent graph: START → agent → (tools → agent)* → END."""
+    nodes = Graph(config)
     builder = StateGraph(AgentState, context_schema=TurnContext)
     builder.add_node("agent", nodes.agent)
     builder.add_node("tools", nodes.tools)
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", route_after_agent, ["tools", END])
     builder.add_conditional_edges("tools", route_after_tools, ["agent", END])
-    compiled = builder.compile(checkpointer=checkpointer)
-    compiled.nodes_impl = nodes  # type: ignore[attr-defined]
-    return compiled
+    return builder.compile(checkpointer=config.checkpointer)

@@ -17,19 +17,22 @@ from __future__ import annotations
 import logging
 import unicodedata
 import uuid
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 
 from panager.agent.deps import AgentDeps
 from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
 from panager.agent.state import TurnContext
+from panager.agent.threads import Threads
 from panager.agent.tools import build_tools
-from panager.agent.turnlock import TurnLocks
 from panager.errors import ModelUnavailable
+from panager.llm import NO_MODEL_MESSAGE
 from panager.services.users import User
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,8 @@ FAILURE_MESSAGE = (
     "Sorry, something went wrong on my side while answering. Your message is kept; "
     "please try again."
 )
+# The model for a user: their /model choice, else the instance default (None: no model).
+ModelSelector = Callable[[User], BaseChatModel | None]
 SYSTEM_TRIGGER_PREFIX = "[Scheduled task started by the scheduler, not a message from the user] "
 
 
@@ -73,30 +78,29 @@ class Assistant:
 
     def __init__(
         self,
-        graph: Any,
+        threads: Threads,
         deps: AgentDeps,
         *,
-        model_for: Any = None,
-        emitter: EventEmitter | None = None,
+        model_for: ModelSelector,
+        emitter: EventEmitter,
     ) -> None:
-        self.graph = graph
+        self.threads = threads
+        self.graph = threads.graph
         self.deps = deps
-        self.model_for = model_for  # callable(user) -> BaseChatModel | None (per-user override)
-        self.emitter = emitter or EventEmitter()
-        self.turn_locks = TurnLocks(deps.pool.conninfo if deps.pool is not None else None)
+        self.model_for = model_for  # the user's /model choice, else the default model
+        self.emitter = emitter
         self.invoke_options = {"durability": deps.config.checkpoint_durability}
         # Users whose thread this process left without unanswered tool calls: no repair
         # read needed. (A stale entry is harmless: the model input is repaired anyway.)
         self._clean_threads: set[int] = set()
 
-    def config_for(self, user: User) -> dict:
+    def config_for(self, user: User) -> RunnableConfig:
         """LangGraph config for the user's thread."""
-        limit = 2 * self.deps.config.max_iterations + 6
-        return {"configurable": {"thread_id": user.thread_id}, "recursion_limit": limit}
+        return self.threads.config_for(user)
 
     def user_lock(self, user_id: int) -> AbstractAsyncContextManager[None]:
         """One turn at a time per user: in this process and, via an advisory lock, across all."""
-        return self.turn_locks.hold(user_id)
+        return self.threads.user_lock(user_id)
 
     def check_message(self, text: str) -> str | None:
         """A user-facing refusal for unusable input, or None when it is fine."""
@@ -129,12 +133,8 @@ class Assistant:
         refusal = self.check_message(text)
         if refusal:
             return TurnResult(refusal, ok=False)
-        model = self.model_for(user) if self.model_for else None
-        if model is None and getattr(self.graph, "nodes_impl", None) is not None:
-            model = self.graph.nodes_impl.model
+        model = self.model_for(user)
         if model is None:
-            from panager.llm import NO_MODEL_MESSAGE
-
             return TurnResult(NO_MODEL_MESSAGE, ok=False)
         async with self.user_lock(user.id):
             if resume and message_key:

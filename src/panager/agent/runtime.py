@@ -1,11 +1,10 @@
-"""Wiring the agent runtime into the app: effects, overflow handling, usage, events, skills.
+"""The agent runtime around the graph: effects, compaction, skills, sessions, activity, pruning.
 
-`install(app)` (in `INSTALLERS`) builds the effects from the YAML config,
-hooks them into the graph (`effects`, `on_overflow`, `context_window`,
-`skills_text`), creates the usage service, subscribes the JSON log, the
-session recorder, the activity log and checkpoint pruning to `app.emitter`,
-and enables `send_user_message` when the config allows it. Commands reach the
-pieces through `runtime_of(deps)`.
+`build_runtime` makes these pieces from the YAML runtime config before the
+graph is built; the app passes `graph_effects` and the compactor's
+`on_overflow` into `GraphConfig`, subscribes `subscribers()` to its event
+emitter, and hands the whole `AgentRuntime` to slash commands through
+`AgentDeps.runtime` (/debug, /compact, /skills, /save, …).
 """
 
 from __future__ import annotations
@@ -14,41 +13,48 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from langchain_core.messages import HumanMessage
-
+from panager.agent.effects import Effect
 from panager.agent.effects.compact import Compact
-from panager.agent.effects.registry import UsageRecorder, build_effects, resolve_context_window
-from panager.agent.events import Event
+from panager.agent.effects.registry import (
+    EffectServices,
+    UsageRecorder,
+    build_effects,
+    resolve_context_window,
+)
+from panager.agent.events import Event, Subscriber
 from panager.agent.recorders import ActivityLog, JsonEventLog, SessionRecorder
-from panager.agent.threads import update_thread
-from panager.agent.tools.messaging import UserMessageRelay
 from panager.services.sessions import SessionStore
 from panager.services.skills import SkillLibrary
-from panager.services.usage import UsageService
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    from panager.config import Settings
 
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY_RUNS = 5
 
 
-@dataclass
-class Runtime:
-    """The runtime pieces commands need."""
+@dataclass(frozen=True)
+class AgentRuntime:
+    """The runtime pieces the graph, the event emitter and the commands share."""
 
-    effects: list
-    compactor: Compact
+    effects: list[Effect]  # as configured (shown by /debug)
+    graph_effects: list[Effect]  # what the graph runs: the usage recorder, then `effects`
+    compactor: Compact  # also used on a context-length refusal and by /compact
     skills: SkillLibrary
     sessions: SessionStore
     activity: ActivityLog
     context_window: int | None
     pruner: CheckpointPruner | None = None
 
-
-def runtime_of(deps: Any) -> Runtime | None:
-    """The installed runtime, or None (e.g. a bare graph in a test)."""
-    return deps.extra.get("runtime")
+    def subscribers(self) -> list[Subscriber]:
+        """Event subscribers: JSON log, session recording, /debug activity, pruning."""
+        found: list[Subscriber] = [JsonEventLog(), SessionRecorder(self.sessions), self.activity]
+        return [*found, self.pruner] if self.pruner is not None else found
 
 
 class CheckpointPruner:
@@ -60,11 +66,11 @@ class CheckpointPruner:
     it never delays an answer. At most one prune per thread is in flight.
     """
 
-    def __init__(self, checkpointer: Any, every: int = PRUNE_EVERY_RUNS) -> None:
+    def __init__(self, checkpointer: BaseCheckpointSaver, every: int = PRUNE_EVERY_RUNS) -> None:
         self.checkpointer = checkpointer
         self.every = every
         self._runs: Counter[int] = Counter()
-        self._running: dict[int, asyncio.Task] = {}
+        self._running: dict[int, asyncio.Task[None]] = {}
 
     async def __call__(self, event: Event) -> None:
         """On agent_end: maybe start a background prune of that user's thread."""
@@ -91,42 +97,25 @@ class CheckpointPruner:
             await asyncio.gather(*list(self._running.values()), return_exceptions=True)
 
 
-async def install(app: Any) -> None:
-    """Build and hook the runtime into `app`."""
-    settings, config, deps = app.settings, app.settings.runtime, app.deps
-    deps.usage = UsageService(app.pool, app.clock)
-    effects = build_effects(config, deps, settings.model)
+def build_runtime(
+    settings: Settings, checkpointer: BaseCheckpointSaver, services: EffectServices
+) -> AgentRuntime:
+    """The runtime for `settings.runtime` (effects from YAML, or the defaults)."""
+    config = settings.runtime
+    effects = build_effects(config, services, settings.model)
     compactor = next((e for e in effects if isinstance(e, Compact)), None) or Compact(
         context_window=config.context_window,
         history_max_tokens=config.history_max_tokens,
-        deps=deps,
+        usage=services.usage,
+        memory=services.memory,
     )
-    nodes = app.graph_nodes
-    nodes.effects = [UsageRecorder(deps), *effects, *nodes.effects]
-    nodes.context_window = resolve_context_window(config, settings.model)
-    nodes.on_overflow = compactor.on_overflow
-    skills = SkillLibrary(settings.home / "skills", enabled=config.skills)
-    nodes.skills_text = lambda ctx, state: skills.prompt_sections(
-        list(state.get("loaded_skills") or [])
+    return AgentRuntime(
+        effects=effects,
+        graph_effects=[UsageRecorder(services.usage), *effects],
+        compactor=compactor,
+        skills=SkillLibrary(settings.home / "skills", enabled=config.skills),
+        sessions=SessionStore(settings.home),
+        activity=ActivityLog(),
+        context_window=resolve_context_window(config, settings.model),
+        pruner=CheckpointPruner(checkpointer) if config.checkpoint_pruning else None,
     )
-    sessions = SessionStore(settings.home)
-    activity = ActivityLog()
-    for subscriber in (JsonEventLog(), SessionRecorder(sessions), activity):
-        app.emitter.subscribe(subscriber)
-    pruner = CheckpointPruner(app.checkpointer) if config.checkpoint_pruning else None
-    if pruner is not None:
-        app.emitter.subscribe(pruner)
-        app.closers.append(pruner.drain)
-    _install_user_messages(app)
-    deps.extra["runtime"] = Runtime(
-        effects, compactor, skills, sessions, activity, nodes.context_window, pruner
-    )
-
-
-def _install_user_messages(app: Any) -> None:
-    async def inject(recipient: Any, message: HumanMessage) -> None:
-        await update_thread(app.assistant, recipient, {"messages": [message]})
-
-    relay = UserMessageRelay(app.deps, inject)
-    app.deps.extra["user_messages"] = relay
-    app.closers.append(relay.drain)

@@ -1,40 +1,86 @@
-"""Reading and changing a user's checkpointed thread outside a turn (slash commands).
+"""A user's conversation thread: its LangGraph config, its turn lock, and edits outside a turn.
 
-Every change runs under the user's turn lock, so it never interleaves with a
-running turn. Updates go through `aupdate_state`, so reducers apply:
-`RemoveMessage`s delete, messages with a known id replace, new ones append.
+`Threads` names the thread of a user (`thread_id = str(user.id)`) and the lock
+that keeps one turn at a time per user. The helpers below read and change a
+thread outside a turn (slash commands, relayed messages); every change runs
+under the user's turn lock, so it never interleaves with a running turn.
+Updates go through `aupdate_state`, so reducers apply: `RemoveMessage`s
+delete, messages with a known id replace, new ones append.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.messages import AnyMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
 
 from panager.agent.history import repair_tool_pairs
 
+if TYPE_CHECKING:
+    from panager.agent.turnlock import TurnLocks
+    from panager.services.users import User
 
-async def thread_values(assistant: Any, user: Any) -> dict[str, Any]:
+
+class ThreadOwner(Protocol):
+    """Anything that knows the graph, a user's thread config and their turn lock."""
+
+    @property
+    def graph(self) -> CompiledStateGraph[Any, Any, Any, Any]:
+        """The compiled agent graph (its checkpointer holds the threads)."""
+        ...
+
+    def config_for(self, user: User) -> RunnableConfig:
+        """LangGraph config for the user's thread."""
+        ...
+
+    def user_lock(self, user_id: int) -> AbstractAsyncContextManager[None]:
+        """The user's turn lock."""
+        ...
+
+
+@dataclass(frozen=True)
+class Threads:
+    """The graph's threads, one per user, and the per-user turn locks."""
+
+    graph: CompiledStateGraph[Any, Any, Any, Any]
+    locks: TurnLocks
+    max_iterations: int = 10
+
+    def config_for(self, user: User) -> RunnableConfig:
+        """LangGraph config for the user's thread (recursion limit from max_iterations)."""
+        limit = 2 * self.max_iterations + 6
+        return {"configurable": {"thread_id": user.thread_id}, "recursion_limit": limit}
+
+    def user_lock(self, user_id: int) -> AbstractAsyncContextManager[None]:
+        """One turn at a time per user: in this process and, via an advisory lock, across all."""
+        return self.locks.hold(user_id)
+
+
+async def thread_values(owner: ThreadOwner, user: User) -> dict[str, Any]:
     """The user's checkpointed state (empty dict for a new conversation)."""
-    snapshot = await assistant.graph.aget_state(assistant.config_for(user))
+    snapshot = await owner.graph.aget_state(owner.config_for(user))
     return dict(snapshot.values or {})
 
 
-async def update_thread(assistant: Any, user: Any, values: dict[str, Any]) -> None:
+async def update_thread(owner: ThreadOwner, user: User, values: dict[str, Any]) -> None:
     """Apply a partial state update to the user's thread, under the turn lock."""
-    async with assistant.user_lock(user.id):
-        await assistant.graph.aupdate_state(assistant.config_for(user), values)
+    async with owner.user_lock(user.id):
+        await owner.graph.aupdate_state(owner.config_for(user), values)
 
 
 async def replace_thread(
-    assistant: Any, user: Any, messages: Sequence[AnyMessage], summary: str | None
+    owner: ThreadOwner, user: User, messages: Sequence[AnyMessage], summary: str | None
 ) -> int:
     """Start a new conversation holding `messages` (tool pairs repaired); returns the count."""
     repaired = repair_tool_pairs(messages)
-    async with assistant.user_lock(user.id):
-        if assistant.graph.checkpointer is not None:
-            await assistant.graph.checkpointer.adelete_thread(user.thread_id)
+    async with owner.user_lock(user.id):
+        if owner.graph.checkpointer is not None:
+            await owner.graph.checkpointer.adelete_thread(user.thread_id)
         values = {"messages": repaired, "summary": summary or "", "loaded_skills": []}
-        await assistant.graph.aupdate_state(assistant.config_for(user), values)
+        await owner.graph.aupdate_state(owner.config_for(user), values)
     return len(repaired)

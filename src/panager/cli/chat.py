@@ -12,18 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from panager.agent.commands import CommandContext, dispatch, is_command
 from panager.agent.events import Event
 from panager.agent.messaging import tool_status_label
-from panager.agent.scheduling import start_terminal_worker
 from panager.app import App
 from panager.config import Settings
-from panager.services.users import User
+from panager.services.users import LOCAL_USER_ID, User
 from panager.web.server import start_for_terminal
+
+log = logging.getLogger(__name__)
 
 EXIT_WORDS = {"exit", "quit", "/q", "/quit", "/exit"}
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -288,7 +290,27 @@ async def start_background(app: App) -> None:
         await starter(app)
 
 
-BACKGROUND_STARTERS: list = [start_terminal_worker, start_for_terminal]
+async def start_terminal_worker(app: App) -> None:
+    """Run a scheduler worker for the local user, so reminders print in this terminal."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(app.run_worker(stop, only_users=[LOCAL_USER_ID], skip_users=()))
+
+    async def close() -> None:
+        stop.set()
+        try:
+            await asyncio.wait_for(task, timeout=10)
+        except (TimeoutError, asyncio.CancelledError):
+            task.cancel()
+        except Exception:
+            log.exception("scheduler worker stopped with an error")
+
+    app.closers.append(close)
+
+
+BACKGROUND_STARTERS: list[Callable[[App], Awaitable[object]]] = [
+    start_terminal_worker,
+    start_for_terminal,
+]
 
 
 async def ask_once(settings: Settings, text: str) -> bool:

@@ -114,14 +114,8 @@ async def start_discord(app) -> Running:
 
 async def start_worker(app) -> Running:
     """Run the scheduler worker until stopped."""
-    try:
-        from panager.agent.scheduling import run_worker
-    except ImportError:
-        raise ComponentUnavailable(
-            "the scheduler worker is not available in this build; leave out 'worker'."
-        ) from None
     stop = asyncio.Event()
-    task = asyncio.create_task(run_worker(app, stop), name="worker")
+    task = asyncio.create_task(app.run_worker(stop), name="worker")
 
     async def close() -> None:
         stop.set()

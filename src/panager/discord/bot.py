@@ -52,7 +52,6 @@ from panager.discord.answers import ATTACHMENT_NOTE, Answerer
 from panager.discord.messenger import DiscordMessenger
 from panager.discord.replies import nonce
 from panager.discord.slash import build_tree, sync_if_changed
-from panager.services.access import access_service
 from panager.services.inbox import InboxMessage, InboxService
 
 if TYPE_CHECKING:
@@ -131,7 +130,7 @@ class PanagerBot(discord.Client):
         client_options.setdefault("intents", default_intents())
         super().__init__(**client_options)
         self.app = app
-        self.access = access_service(app.deps)
+        self.access = app.deps.access
         lease = timedelta(seconds=app.settings.runtime.inbox_lease_seconds)
         self.inbox = InboxService(app.pool, app.clock, worker_name(), lease=lease)
         self.answerer = Answerer(app, self.access, self.inbox, status_interval=status_interval)

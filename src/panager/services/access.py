@@ -261,19 +261,3 @@ def _welcome(user: User) -> str:
         "I remember what you tell me, keep your reminders and (once connected) manage your "
         "Google Calendar and Tasks. Type /help for commands."
     )
-
-
-def access_service(deps: Any) -> AccessService:
-    """The app's AccessService (kept in deps.extra; created on first use)."""
-    service = deps.extra.get("access")
-    if service is None:
-        settings = deps.settings
-        service = AccessService(
-            deps.pool,
-            deps.users,
-            deps.clock,
-            mode=settings.access,
-            admin_ids=settings.admin_ids,
-        )
-        deps.extra["access"] = service
-    return service

@@ -264,10 +264,9 @@ class _Handlers:
             self.server.counters[("oauth", "error")] += 1
             return render_page("error")
         self.server.counters[("oauth", outcome.reason)] += 1
-        if outcome.ok and outcome.user_id is not None:
-            from panager.agent.google_link import replay_pending
-
-            self.server.spawn(replay_pending(self.app, outcome.user_id))
+        flow = self.app.google_link
+        if outcome.ok and outcome.user_id is not None and flow is not None:
+            self.server.spawn(flow.replay_pending(outcome.user_id))
         return render_page(outcome.reason, outcome)
 
     async def metrics(self, request: web.Request) -> web.Response:

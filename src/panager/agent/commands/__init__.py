@@ -8,10 +8,11 @@ commands get a helpful answer listing what exists.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from panager.agent.deps import AgentDeps
     from panager.agent.runner import Assistant
     from panager.services.users import User
 
@@ -32,10 +33,9 @@ class CommandContext:
     user: User
     assistant: Assistant
     front_end: str = "terminal"  # or "discord"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def deps(self):
+    def deps(self) -> AgentDeps:
         """Shared services."""
         return self.assistant.deps
 

@@ -8,7 +8,6 @@ from panager.agent.commands import CommandContext, CommandReply, command
 from panager.services.access import (
     DEFAULT_INVITE_TTL,
     AccessError,
-    access_service,
     describe_invite,
     parse_duration,
 )
@@ -17,7 +16,7 @@ from panager.services.access import (
 @command("start", "/start CODE", "join with an invite code")
 async def start_command(ctx: CommandContext, args: str) -> CommandReply:
     """Redeem an invite code; already registered users are simply greeted."""
-    access = access_service(ctx.deps)
+    access = ctx.deps.access
     if ctx.user.status == "active":
         return CommandReply(
             f"Hi {ctx.user.name}, you're all set — just send me a message. Type /help for commands."
@@ -40,7 +39,7 @@ async def invite_command(ctx: CommandContext, args: str) -> CommandReply:
     """Create an invite code: single use and valid for 7 days unless told otherwise."""
     try:
         uses, expires_in = parse_invite_args(args)
-        invite = await access_service(ctx.deps).create_invite(
+        invite = await ctx.deps.access.create_invite(
             ctx.user.id, max_uses=uses, expires_in=expires_in
         )
     except AccessError as exc:

@@ -9,7 +9,6 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.commands import CommandContext, CommandReply, command
 from panager.agent.effects.windows import context_window_for
-from panager.agent.runtime import runtime_of
 from panager.agent.threads import thread_values, update_thread
 from panager.services.usage import ModelUsage, UsageReport
 
@@ -31,8 +30,6 @@ def _usage_lines(title: str, rows: list[ModelUsage]) -> list[str]:
 async def usage_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """Show the user's token usage per model."""
     usage = ctx.deps.usage
-    if usage is None:
-        return CommandReply("Usage tracking is not available in this instance.", ok=False)
     report = await usage.report(ctx.user)
     lines = _usage_lines(f"Today ({usage.local_day(ctx.user):%Y-%m-%d})", report.today)
     lines += _usage_lines("This month", report.month)
@@ -75,22 +72,20 @@ async def debug_command(ctx: CommandContext, args: str) -> str:
     values = await thread_values(ctx.assistant, ctx.user)
     messages = values.get("messages", [])
     summary = values.get("summary") or ""
-    runtime = runtime_of(ctx.deps)
+    runtime = ctx.deps.runtime
     lines = [
         f"model: {_current_model(ctx)}",
         f"messages: {len(messages)} (≈ {count_tokens_approximately(messages):,} tokens)",
         "summary: " + (f"{len(summary):,} chars — {summary[:300]}" if summary else "none"),
         "loaded skills: " + (", ".join(values.get("loaded_skills") or []) or "none"),
     ]
-    if runtime is not None:
-        window = runtime.context_window
-        lines.append(f"context window: {window:,} tokens" if window else "context window: unknown")
-        lines.append("effects: " + (", ".join(e.name for e in runtime.effects) or "none"))
-    if ctx.deps.usage is not None:
-        today = (await ctx.deps.usage.report(ctx.user)).today
-        per_model = ", ".join(f"{r.model} {r.total:,}" for r in today) or "none"
-        lines.append(f"usage today: {UsageReport.total(today):,} tokens ({per_model})")
-    actions = runtime.activity.recent(ctx.user.id) if runtime is not None else []
+    window = runtime.context_window
+    lines.append(f"context window: {window:,} tokens" if window else "context window: unknown")
+    lines.append("effects: " + (", ".join(e.name for e in runtime.effects) or "none"))
+    today = (await ctx.deps.usage.report(ctx.user)).today
+    per_model = ", ".join(f"{r.model} {r.total:,}" for r in today) or "none"
+    lines.append(f"usage today: {UsageReport.total(today):,} tokens ({per_model})")
+    actions = runtime.activity.recent(ctx.user.id)
     lines.append("recent actions:" if actions else "recent actions: none")
     zone = ctx.user.zone
     lines += [f"  {a.at.astimezone(zone):%H:%M:%S} {a.text}" for a in actions[-10:]]
@@ -100,16 +95,12 @@ async def debug_command(ctx: CommandContext, args: str) -> str:
 @command("compact", "/compact", "summarise older messages now to free context")
 async def compact_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """Run compaction on demand: summarise and remove all but the recent messages."""
-    runtime = runtime_of(ctx.deps)
-    if runtime is None:
-        return CommandReply("Compaction is not available in this instance.", ok=False)
     values = await thread_values(ctx.assistant, ctx.user)
     messages = values.get("messages", [])
     assistant = ctx.assistant
-    model = assistant.model_for(ctx.user) if assistant.model_for else None
-    model = model or getattr(assistant.graph.nodes_impl, "model", None)
+    model = assistant.model_for(ctx.user)
     name = _current_model(ctx)
-    compactor = runtime.compactor
+    compactor = ctx.deps.runtime.compactor
     result = await compactor.compact(
         ctx.user, model, name, messages, values.get("summary"),
         keep_tokens=compactor.on_demand_keep(name), budget=compactor.usable_window(name),

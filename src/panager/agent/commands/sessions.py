@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.agent.runtime import runtime_of
 from panager.agent.threads import replace_thread, thread_values
 from panager.services.sessions import (
     SessionFormatError,
@@ -17,8 +16,7 @@ from panager.services.sessions import (
 
 
 def _store(ctx: CommandContext) -> SessionStore:
-    runtime = runtime_of(ctx.deps)
-    return runtime.sessions if runtime is not None else SessionStore(ctx.deps.settings.home)
+    return ctx.deps.runtime.sessions
 
 
 @command("sessions", "/sessions", "list your saved conversations")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.agent.runtime import runtime_of
 from panager.agent.threads import thread_values, update_thread
 from panager.services.skills import MAX_SKILL_BYTES, SkillError, SkillLibrary
 
@@ -11,11 +10,7 @@ DISABLED = "Skills are turned off in this instance (skills: false in the config)
 
 
 def _library(ctx: CommandContext) -> SkillLibrary:
-    runtime = runtime_of(ctx.deps)
-    if runtime is not None:
-        return runtime.skills
-    config = ctx.deps.config
-    return SkillLibrary(ctx.deps.settings.home / "skills", enabled=config.skills)
+    return ctx.deps.runtime.skills
 
 
 @command("skills", "/skills", "list the available skills")

@@ -9,9 +9,12 @@ answer that takes the user past `warn_at` of the cap carries a one-line notice.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from panager.agent.effects import ModelCall
+
+if TYPE_CHECKING:
+    from panager.services.usage import UsageService
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +32,11 @@ class TokenBudget:
     params = ("daily_tokens", "warn_at")
 
     def __init__(
-        self, daily_tokens: int | None = None, warn_at: float = 0.8, *, deps: Any = None
+        self,
+        daily_tokens: int | None = None,
+        warn_at: float = 0.8,
+        *,
+        usage: UsageService | None = None,
     ) -> None:
         if daily_tokens is None:
             raise ValueError("set daily_tokens (or daily_token_budget in the config)")
@@ -39,15 +46,14 @@ class TokenBudget:
             raise ValueError("warn_at must be in (0, 1]")
         self.daily_tokens = daily_tokens
         self.warn_at = warn_at
-        self.deps = deps
+        self.usage = usage
         self._warned: set[tuple[int, Any]] = set()  # (user id, local day)
 
     async def _used(self, call: ModelCall) -> int | None:
-        usage = getattr(self.deps, "usage", None)
-        if usage is None:
+        if self.usage is None:
             return None
         try:
-            return await usage.today_total(call.user)
+            return await self.usage.today_total(call.user)
         except Exception:
             log.exception("could not read today's usage; not enforcing the budget")
             return None
@@ -64,9 +70,9 @@ class TokenBudget:
         if response is None or response.tool_calls:
             return
         used = await self._used(call)
-        if used is None or used < self.warn_at * self.daily_tokens:
+        if used is None or self.usage is None or used < self.warn_at * self.daily_tokens:
             return
-        key = (call.user.id, self.deps.usage.local_day(call.user))
+        key = (call.user.id, self.usage.local_day(call.user))
         if key in self._warned:
             return
         self._warned.add(key)

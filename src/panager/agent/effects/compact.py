@@ -27,7 +27,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import (
     AIMessage,
@@ -42,6 +42,10 @@ from panager.agent.effects import ModelCall
 from panager.agent.effects.trim import trim_old_tool_results
 from panager.agent.effects.windows import context_window_for
 from panager.agent.history import cap_tool_results, truncate_text
+
+if TYPE_CHECKING:
+    from panager.services.memory.service import MemoryService
+    from panager.services.usage import UsageService
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +169,8 @@ class Compact:
         summary_max_chars: int = 4_000,
         *,
         history_max_tokens: int | None = None,
-        deps: Any = None,
+        usage: UsageService | None = None,
+        memory: MemoryService | None = None,
     ) -> None:
         if not 0 < threshold <= 1:
             raise ValueError("threshold must be in (0, 1]")
@@ -180,7 +185,8 @@ class Compact:
         self.max_result_length = max_result_length
         self.summary_max_chars = summary_max_chars
         self.history_max_tokens = history_max_tokens
-        self.deps = deps
+        self.usage = usage
+        self.memory = memory
         self._learned: dict[str, int] = {}  # model name -> window learned from an overflow
 
     # -- when ------------------------------------------------------------------------------
@@ -330,19 +336,17 @@ class Compact:
         return parse_summary(reply.text, self.summary_max_chars)
 
     async def _record_usage(self, user: Any, model_name: str, reply: AIMessage) -> None:
-        usage = getattr(self.deps, "usage", None)
-        if usage is None or not reply.usage_metadata:
+        if self.usage is None or not reply.usage_metadata:
             return
         try:
-            await usage.record(user, model_name, dict(reply.usage_metadata))
+            await self.usage.record(user, model_name, dict(reply.usage_metadata))
         except Exception:
             log.exception("could not record the usage of a compaction summary")
 
     async def _save_memories(self, user: Any, memories: list[str]) -> None:
-        memory = getattr(self.deps, "memory", None)
-        if memory is None or not memories or not hasattr(memory, "save_many"):
+        if self.memory is None or not memories:
             return
         try:
-            await memory.save_many(user.id, memories, source="compaction")
+            await self.memory.save_many(user.id, memories, source="compaction")
         except Exception:
             log.exception("could not save memories from compaction for user %s", user.id)

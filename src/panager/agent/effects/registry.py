@@ -23,7 +23,8 @@ after each model call; the usage recorder always runs first.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from panager.agent.effects import Effect, ModelCall
 from panager.agent.effects.budget import TokenBudget
@@ -32,6 +33,10 @@ from panager.agent.effects.loop_detect import LoopDetect
 from panager.agent.effects.trim import TrimToolResults
 from panager.agent.effects.windows import context_window_for
 from panager.config import ConfigError, EffectSpec, RuntimeConfig
+
+if TYPE_CHECKING:
+    from panager.services.memory.service import MemoryService
+    from panager.services.usage import UsageService
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +53,18 @@ class UsageRecorder:
 
     name = "usage"
 
-    def __init__(self, deps: Any) -> None:
-        self.deps = deps
+    def __init__(self, usage: UsageService | None) -> None:
+        self.usage = usage
 
     async def before_model(self, call: ModelCall) -> None:
         """Nothing before the call."""
 
     async def after_model(self, call: ModelCall) -> None:
         """Record the reply's usage metadata for the user, today, this model."""
-        usage = getattr(self.deps, "usage", None)
-        if usage is None or call.response is None or not call.response.usage_metadata:
+        if self.usage is None or call.response is None or not call.response.usage_metadata:
             return
         try:
-            await usage.record(call.user, call.model_name, dict(call.response.usage_metadata))
+            await self.usage.record(call.user, call.model_name, dict(call.response.usage_metadata))
         except Exception:
             log.exception("could not record token usage for user %s", call.user.id)
 
@@ -82,7 +86,7 @@ def default_specs(config: RuntimeConfig, model_name: str | None) -> list[EffectS
     return specs
 
 
-def build_effect(spec: EffectSpec, config: RuntimeConfig, deps: Any) -> Effect:
+def build_effect(spec: EffectSpec, config: RuntimeConfig, services: EffectServices) -> Effect:
     """One effect from its spec; a bad kind or parameter raises ConfigError (one line)."""
     cls = EFFECT_KINDS.get(spec.kind)
     if cls is None:
@@ -95,21 +99,35 @@ def build_effect(spec: EffectSpec, config: RuntimeConfig, deps: Any) -> Effect:
             f"effects: {spec.kind} has no parameter {unknown[0]!r}; valid: {valid}."
         )
     try:
-        return cls(**spec.params, **_injected(spec.kind, config, deps))
+        return cls(**spec.params, **_injected(spec.kind, config, services))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"effects: {spec.kind}: {exc}.") from None
 
 
-def _injected(kind: str, config: RuntimeConfig, deps: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EffectServices:
+    """The services effects use (usage for budgets and summaries, memory for compaction)."""
+
+    usage: UsageService | None = None
+    memory: MemoryService | None = None
+
+
+def _injected(kind: str, config: RuntimeConfig, services: EffectServices) -> dict[str, Any]:
     """What an effect gets from the app rather than from YAML."""
     if kind == "compact":
-        return {"history_max_tokens": config.history_max_tokens, "deps": deps}
+        return {
+            "history_max_tokens": config.history_max_tokens,
+            "usage": services.usage,
+            "memory": services.memory,
+        }
     if kind == "token_budget":
-        return {"deps": deps}
+        return {"usage": services.usage}
     return {}
 
 
-def build_effects(config: RuntimeConfig, deps: Any, model_name: str | None = None) -> list:
+def build_effects(
+    config: RuntimeConfig, services: EffectServices, model_name: str | None = None
+) -> list[Effect]:
     """The configured effects (or the defaults), in order."""
     specs = config.effects if config.effects is not None else default_specs(config, model_name)
     effects = []
@@ -119,5 +137,5 @@ def build_effects(config: RuntimeConfig, deps: Any, model_name: str | None = Non
             params.setdefault("daily_tokens", config.daily_token_budget)
         if spec.kind == "compact" and config.context_window is not None:
             params.setdefault("context_window", config.context_window)
-        effects.append(build_effect(EffectSpec(kind=spec.kind, params=params), config, deps))
+        effects.append(build_effect(EffectSpec(kind=spec.kind, params=params), config, services))
     return effects

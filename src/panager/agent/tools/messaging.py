@@ -18,7 +18,7 @@ import logging
 import uuid
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool
@@ -26,12 +26,18 @@ from langchain_core.tools import BaseTool
 from panager.agent.tools.base import tool
 from panager.errors import ToolError
 
+if TYPE_CHECKING:
+    from panager.agent.deps import AgentDeps
+    from panager.agent.messaging import Messenger
+    from panager.clock import Clock
+    from panager.services.users import User, UserService
+
 log = logging.getLogger(__name__)
 
 MAX_TEXT_CHARS = 2_000
 RATE_LIMIT = 5
 RATE_WINDOW = 600.0
-Injector = Callable[[Any, HumanMessage], Awaitable[None]]
+Injector = Callable[["User", HumanMessage], Awaitable[None]]
 
 
 def relayed_text(sender: Any, text: str) -> str:
@@ -56,14 +62,18 @@ def relay_note(sender: Any, text: str) -> HumanMessage:
 class UserMessageRelay:
     """Validates, rate-limits, delivers and records messages between users."""
 
-    def __init__(self, deps: Any, inject: Injector) -> None:
-        self.deps = deps
-        self.inject = inject
+    def __init__(
+        self, users: UserService, messenger: Messenger, clock: Clock, inject: Injector
+    ) -> None:
+        self.users = users
+        self.messenger = messenger
+        self.clock = clock
+        self.inject = inject  # adds the relay note to the recipient's thread
         self._sent: dict[int, deque[float]] = defaultdict(deque)
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def _check_rate(self, sender_id: int) -> None:
-        now = self.deps.clock.now().timestamp()
+        now = self.clock.now().timestamp()
         sent = self._sent[sender_id]
         while sent and now - sent[0] > RATE_WINDOW:
             sent.popleft()
@@ -76,7 +86,7 @@ class UserMessageRelay:
         sent.append(now)
 
     async def _recipient(self, sender: Any, name: str) -> Any:
-        recipient = await self.deps.users.by_username(name.strip().lstrip("@"))
+        recipient = await self.users.by_username(name.strip().lstrip("@"))
         if recipient is None or recipient.status == "blocked":
             raise ToolError(
                 f"No registered user named {name!r}. Ask the user for the exact username of "
@@ -101,11 +111,10 @@ class UserMessageRelay:
         self._check_rate(sender.id)
         body = relayed_text(sender, text)
         delivered = False
-        if self.deps.messenger is not None:
-            try:
-                delivered = bool(await self.deps.messenger.send(recipient, body))
-            except Exception:
-                log.exception("DM to user %s failed", recipient.id)
+        try:
+            delivered = bool(await self.messenger.send(recipient, body))
+        except Exception:
+            log.exception("DM to user %s failed", recipient.id)
         task = asyncio.create_task(self._inject(recipient, relay_note(sender, text)))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -123,9 +132,9 @@ class UserMessageRelay:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
-def messaging_tools(deps: Any, user: Any) -> list[BaseTool]:
-    """`send_user_message` for `user`, when enabled in the config and installed."""
-    relay = deps.extra.get("user_messages")
+def messaging_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
+    """`send_user_message` for `user`, when enabled in the config."""
+    relay = deps.relay
     if not deps.config.allow_user_messages or relay is None:
         return []
 

@@ -449,15 +449,3 @@ def rrf_fuse(rankings: Sequence[Sequence[dict]], limit: int, k: int = RRF_K) -> 
             rows.setdefault(row["id"], row)
     best = sorted(scores, key=lambda key: (-scores[key], str(key)))[:limit]
     return [_hit(rows[key], scores[key]) for key in best]
-
-
-async def install(app: Any) -> None:
-    """Create the memory service, expose it to tools and inject recall into every turn."""
-    service = await MemoryService.create(app.pool, app.settings, clock=app.clock)
-    app.deps.memory = service
-    limit = app.settings.runtime.memory_inject_limit
-
-    async def recall(user: Any, query: str) -> list[MemoryHit]:
-        return await service.recall(user.id, query, limit)
-
-    app.graph_nodes.recall = recall

@@ -1,0 +1,35 @@
+"""How a scheduler worker delivers: reminders through the messenger, agent tasks through a turn.
+
+A `reminder` goes to the messenger as written (no model call); an `agent`
+schedule runs `Assistant.run_turn(..., is_system_trigger=True)` in the user's
+thread and the answer goes to the messenger. The worker itself lives in
+`services/schedules/worker.py`; `App.make_worker` joins the two.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from panager.services.schedules.worker import AgentAnswer
+
+if TYPE_CHECKING:
+    from panager.agent.messaging import Messenger
+    from panager.agent.runner import Assistant
+    from panager.services.users import User
+
+
+class AssistantDelivery:
+    """The worker's `Delivery`: a messenger for texts and the assistant for agent runs."""
+
+    def __init__(self, messenger: Messenger, assistant: Assistant) -> None:
+        self.messenger = messenger
+        self.assistant = assistant
+
+    async def send(self, user: User, text: str, key: str | None = None) -> bool:
+        """Deliver through the messengers (terminal, Discord)."""
+        return await self.messenger.send(user, text, key=key)
+
+    async def run_agent(self, user: User, instruction: str) -> AgentAnswer:
+        """Run the graph as a system trigger; the instruction never poses as the user."""
+        result = await self.assistant.run_turn(user, instruction, is_system_trigger=True)
+        return AgentAnswer(result.text, ok=result.ok)
