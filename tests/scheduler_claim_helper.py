@@ -22,7 +22,7 @@ async def main(url: str, now_iso: str, lease_seconds: float) -> None:
     now = datetime.fromisoformat(now_iso)
     pool = await open_pool(url, max_size=2)
     service = ScheduleService(pool, FakeClock(now))
-    claimed = await service.claim_due("doomed-worker", now, lease=timedelta(seconds=lease_seconds))
+    claimed = await service.claims.claim_due("doomed-worker", now, lease=timedelta(seconds=lease_seconds))
     print(json.dumps([s.id for s in claimed]), flush=True)
     await asyncio.Event().wait()  # "delivering" — until SIGKILL
 

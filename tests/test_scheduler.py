@@ -172,7 +172,7 @@ async def test_expired_lease_holder_cannot_send_after_takeover(make_app, clock):
     user = await app.local_user()
     await app.deps.scheduler.create(user, "only once", "2026-11-21T12:00")
     slow, fast = worker(app, lease_seconds=30), worker(app)
-    [claimed] = await app.deps.scheduler.claim_due(slow.id, clock.now(), lease=slow.lease)
+    [claimed] = await app.deps.scheduler.claims.claim_due(slow.id, clock.now(), lease=slow.lease)
     clock.advance(seconds=31)  # the slow worker stalls past its lease
     assert await fast.run_once() == 1
     assert await slow.process(claimed, user) == "skipped"  # the fence refuses it
@@ -212,8 +212,8 @@ async def test_send_cut_off_midway_is_resent_once_and_flagged(make_app, clock):
     user = await app.local_user()
     s = await app.deps.scheduler.create(user, "maybe twice", "2026-11-21T12:00")
     dead, alive = worker(app), worker(app)
-    [claimed] = await app.deps.scheduler.claim_due(dead.id, clock.now(), lease=dead.lease)
-    ticket = await app.deps.scheduler.begin_run(
+    [claimed] = await app.deps.scheduler.claims.claim_due(dead.id, clock.now(), lease=dead.lease)
+    ticket = await app.deps.scheduler.claims.begin_run(
         claimed, claimed.next_run_at, worker=dead.id, now=clock.now(), lease=dead.lease
     )
     assert ticket is not None  # it was sending when it died

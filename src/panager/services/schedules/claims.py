@@ -24,6 +24,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from panager.db.queries import execute, fetch_all, fetch_one
 from panager.services.schedules.types import (
     MissedRun,
     RunRecord,
@@ -167,21 +168,19 @@ def _filter(only: list[int] | None, skip: list[int] | tuple[int, ...]) -> dict[s
 
 
 class ScheduleClaims:
-    """Worker-side statements over the shared pool (ScheduleService inherits them)."""
+    """Worker-side statements over the shared pool (`ScheduleService.claims`)."""
 
-    pool: AsyncConnectionPool
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
 
     async def _one(self, sql: str, params: Any) -> dict | None:
-        async with self.pool.connection() as conn:
-            return await (await conn.execute(sql, params)).fetchone()
+        return await fetch_one(self.pool, sql, params)
 
     async def _exec(self, sql: str, params: Any) -> None:
-        async with self.pool.connection() as conn:
-            await conn.execute(sql, params)
+        await execute(self.pool, sql, params)
 
     async def _all(self, sql: str, params: Any) -> list[dict]:
-        async with self.pool.connection() as conn:
-            return await (await conn.execute(sql, params)).fetchall()
+        return await fetch_all(self.pool, sql, params)
 
     async def claim_due(
         self,

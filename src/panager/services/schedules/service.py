@@ -2,8 +2,8 @@
 
 The database is the source of truth; nothing about a schedule lives only in a
 worker's memory. User-facing methods are scoped by user id; the claim protocol
-workers use (`claim_due`, `begin_runs`, `complete_runs`, `settle`, …) comes
-from `ScheduleClaims` in `services/schedules/claims.py`. A new schedule sends
+workers use (`claim_due`, `begin_runs`, `complete_runs`, `settle`, …) is
+`self.claims`, a `ScheduleClaims` (services/schedules/claims.py). A new schedule sends
 `NOTIFY panager_schedules` in the same statement, so idle workers wake at once.
 """
 
@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 from psycopg_pool import AsyncConnectionPool
 
 from panager.clock import Clock
+from panager.db.queries import fetch_all, fetch_one
 from panager.services.schedules.claims import ScheduleClaims
 from panager.services.schedules.recurrence import ScheduleInputError, parse_zone, plan_schedule
 from panager.services.schedules.types import (
@@ -76,11 +77,14 @@ RETURNING *
 """
 
 
-class ScheduleService(ScheduleClaims):
-    """Reads and writes schedules; user-facing methods are scoped by user id."""
+class ScheduleService:
+    """Reads and writes schedules; user-facing methods are scoped by user id.
+
+    `claims` holds the workers' side (claim, fence, record, report)."""
 
     def __init__(self, pool: AsyncConnectionPool, clock: Clock, max_message_chars: int = 8000):
         self.pool = pool
+        self.claims = ScheduleClaims(pool)
         self.clock = clock
         self.max_message_chars = max_message_chars
 
@@ -103,7 +107,7 @@ class ScheduleService(ScheduleClaims):
         zone = _user_zone(timezone or user.timezone, at)
         now = self.clock.now()
         plan = plan_schedule(at, repeat, zone, now)
-        row = await self._one(COUNT_ACTIVE, (user.id,))
+        row = await fetch_one(self.pool, COUNT_ACTIVE, (user.id,))
         if row["n"] >= MAX_ACTIVE_PER_USER:
             raise ScheduleInputError(
                 f"You already have {MAX_ACTIVE_PER_USER} active schedules; cancel some first."
@@ -119,7 +123,8 @@ class ScheduleService(ScheduleClaims):
             "now": now,
         }
         while True:  # an id collision is astronomically rare; just draw again
-            created = await self._one(INSERT_SCHEDULE, {**params, "id": new_schedule_id()})
+            row = {**params, "id": new_schedule_id()}
+            created = await fetch_one(self.pool, INSERT_SCHEDULE, row)
             if created is not None:
                 return schedule_from_row(created)
 
@@ -137,18 +142,18 @@ class ScheduleService(ScheduleClaims):
     async def get(self, user_id: int, schedule_id: str) -> Schedule | None:
         """The user's schedule with this id, or None (also for other users' ids)."""
         params = {"id": _clean_id(schedule_id), "user_id": user_id}
-        return schedule_from_row(await self._one(GET_SCHEDULE, params))
+        return schedule_from_row(await fetch_one(self.pool, GET_SCHEDULE, params))
 
     async def list(self, user_id: int) -> list[Schedule]:
         """Active schedules, then recently failed or missed ones, soonest first."""
         since = self.clock.now() - LIST_FINISHED_FOR
-        rows = await self._all(LIST_SCHEDULES, {"user_id": user_id, "since": since})
+        rows = await fetch_all(self.pool, LIST_SCHEDULES, {"user_id": user_id, "since": since})
         return [schedule_from_row(r) for r in rows]
 
     async def cancel(self, user_id: int, schedule_id: str) -> Schedule | None:
         """Cancel (or dismiss a failed/missed) schedule of this user; None if not theirs/open."""
         params = {"id": _clean_id(schedule_id), "user_id": user_id, "now": self.clock.now()}
-        return schedule_from_row(await self._one(CANCEL_SCHEDULE, params))
+        return schedule_from_row(await fetch_one(self.pool, CANCEL_SCHEDULE, params))
 
 
 def _clean_id(schedule_id: str) -> str:

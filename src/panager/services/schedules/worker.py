@@ -120,6 +120,7 @@ class SchedulerWorker:
         worker_id: str | None = None,
     ) -> None:
         self.service = service
+        self.claims = service.claims
         self.delivery = delivery
         self.clock = clock
         self.grace = timedelta(seconds=grace_seconds)
@@ -179,7 +180,7 @@ class SchedulerWorker:
         """Claim what is due now (up to the free concurrency) and start delivering it."""
         claimed_total = 0
         while (free := self.concurrency - len(self._tasks)) > 0:
-            claimed, users = await self.service.claim_due_with_users(
+            claimed, users = await self.claims.claim_due_with_users(
                 self.id, self.clock.now(), lease=self.lease, limit=free, **self.users_filter
             )
             for schedule in claimed:
@@ -221,7 +222,7 @@ class SchedulerWorker:
         timeout = self.poll
         if len(self._tasks) < self.concurrency:
             try:
-                due = await self.service.next_due(**self.users_filter)
+                due = await self.claims.next_due(**self.users_filter)
             except Exception:
                 log.warning("scheduler: cannot read the next due time; polling", exc_info=True)
                 due = None
@@ -256,7 +257,7 @@ class SchedulerWorker:
 
     async def _release(self) -> None:
         """Hand back what this worker still holds, so others need not wait for the lease."""
-        released = await self.service.release_claims(self.id)
+        released = await self.claims.release_claims(self.id)
         if released:
             log.info("scheduler worker %s released %d claimed schedule(s)", self.id, released)
 
@@ -281,7 +282,7 @@ class SchedulerWorker:
             return await self._skip(schedule, occurrence)
         if occurrence.missed:
             missed = RunRecord(occurrence.missed_from, "missed", missed_count=occurrence.missed)
-            await self.service.record_run(
+            await self.claims.record_run(
                 schedule, missed, worker=self.id, now=self.clock.now()
             )
         try:
@@ -303,7 +304,7 @@ class SchedulerWorker:
             last_error=schedule.last_error,
         )
         missed = RunRecord(occurrence.missed_from, "missed", missed_count=occurrence.missed)
-        await self.service.settle(
+        await self.claims.settle(
             schedule, settlement, worker=self.id, now=self.clock.now(), run=missed
         )
         return "missed"
@@ -313,13 +314,13 @@ class SchedulerWorker:
             raise PermanentFailure("the user is blocked or no longer exists")
         output = None
         if schedule.kind == "agent":
-            output = await self.service.stored_output(schedule, occ.deliver)
+            output = await self.claims.stored_output(schedule, occ.deliver)
             if output is None:
                 output = await self._run_agent(schedule, user)
         request = RunRequest(schedule, occ.deliver, occ.late, output)
         ticket = await self._begin.submit(request)
         if ticket is None:
-            ticket = await self.service.take_over(request, worker=self.id, now=self.clock.now())
+            ticket = await self.claims.take_over(request, worker=self.id, now=self.clock.now())
         if ticket is None:
             return await self._not_ours(schedule, occ.deliver)
         text = ticket.output or output or schedule.message
@@ -332,12 +333,12 @@ class SchedulerWorker:
         return "delivered"
 
     async def _begin_batch(self, requests: list[RunRequest]) -> list[RunTicket | None]:
-        return await self.service.begin_runs(
+        return await self.claims.begin_runs(
             requests, worker=self.id, now=self.clock.now(), lease=self.lease
         )
 
     async def _complete_batch(self, items: list) -> list[None]:
-        await self.service.complete_runs(items, worker=self.id, now=self.clock.now())
+        await self.claims.complete_runs(items, worker=self.id, now=self.clock.now())
         return [None] * len(items)
 
     async def _run_agent(self, schedule: Schedule, user: User) -> str:
@@ -354,7 +355,7 @@ class SchedulerWorker:
         async def renew() -> None:
             while True:
                 await asyncio.sleep(self.lease.total_seconds() / 3)
-                await self.service.renew(schedule, self.id, self.clock.now() + self.lease)
+                await self.claims.renew(schedule, self.id, self.clock.now() + self.lease)
 
         task = asyncio.create_task(renew())
         try:
@@ -374,10 +375,10 @@ class SchedulerWorker:
 
     async def _not_ours(self, schedule: Schedule, when: datetime) -> str:
         """The fence refused: another worker sends it, or it was already finished."""
-        status = await self.service.run_status(schedule, when)
+        status = await self.claims.run_status(schedule, when)
         if status in ("delivered", "failed", "missed"):  # finished, but not moved on yet
             settlement = self._after(schedule, when)
-            await self.service.settle(schedule, settlement, worker=self.id, now=self.clock.now())
+            await self.claims.settle(schedule, settlement, worker=self.id, now=self.clock.now())
         return "skipped"
 
     async def _no_route(self, schedule: Schedule, occ: Occurrence) -> str:
@@ -388,7 +389,7 @@ class SchedulerWorker:
             next_run_at=occ.deliver, last_error=error, retry_at=now + NO_ROUTE_DELAY
         )
         run = RunRecord(occ.deliver, "retry", late=occ.late, error=error)
-        await self.service.settle(schedule, settlement, worker=self.id, now=now, run=run)
+        await self.claims.settle(schedule, settlement, worker=self.id, now=now, run=run)
         return "no_route"
 
     async def _failed(
@@ -403,7 +404,7 @@ class SchedulerWorker:
                 next_run_at=occ.deliver, attempts=attempts, last_error=error, retry_at=retry_at
             )
             run = RunRecord(occ.deliver, "retry", late=occ.late, attempts=attempts, error=error)
-            await self.service.settle(schedule, settlement, worker=self.id, now=now, run=run)
+            await self.claims.settle(schedule, settlement, worker=self.id, now=now, run=run)
             log.warning("scheduler: %s attempt %d failed (%s)", schedule.id, attempts, error)
             return "retry"
         nxt = next_after(schedule, occ.deliver)
@@ -414,7 +415,7 @@ class SchedulerWorker:
             last_error=f"delivery of {label} failed after {attempts} attempt(s): {error}",
         )
         run = RunRecord(occ.deliver, "failed", late=occ.late, attempts=attempts, error=error)
-        await self.service.settle(schedule, settlement, worker=self.id, now=now, run=run)
+        await self.claims.settle(schedule, settlement, worker=self.id, now=now, run=run)
         log.error("scheduler: %s failed permanently (%s)", schedule.id, error)
         return "failed"
 
@@ -423,19 +424,19 @@ class SchedulerWorker:
     async def report_missed(self) -> int:
         """Tell each user once about runs recorded as missed; returns how many were reported."""
         self._missed_pending = False
-        missed = await self.service.claim_unreported_missed(
+        missed = await self.claims.claim_unreported_missed(
             self.clock.now(), **self.users_filter
         )
         by_user: dict[int, list[MissedRun]] = defaultdict(list)
         for run in missed:
             by_user[run.user_id].append(run)
-        users = await self.service.users(list(by_user)) if by_user else {}
+        users = await self.claims.users(list(by_user)) if by_user else {}
         reported = 0
         for user_id, runs in by_user.items():
             if await self._send_report(users.get(user_id), runs):
                 reported += len(runs)
             else:
-                await self.service.unmark_reported([r.id for r in runs])
+                await self.claims.unmark_reported([r.id for r in runs])
         return reported
 
     async def _send_report(self, user: User | None, runs: list[MissedRun]) -> bool:

@@ -1,0 +1,33 @@
+"""One statement on a pooled connection: the shapes services use most.
+
+The pool is opened with `autocommit=True` and dict rows (db/pool.py), so each
+call is its own transaction and rows come back as dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+Row = dict[str, Any]
+
+
+async def fetch_one(pool: AsyncConnectionPool, sql: str, params: Any = None) -> Row | None:
+    """The first row of `sql`, or None."""
+    async with pool.connection() as conn:
+        cursor = await conn.execute(sql, params)
+        return await cursor.fetchone()  # type: ignore[no-any-return]  # dict_row pool
+
+
+async def fetch_all(pool: AsyncConnectionPool, sql: str, params: Any = None) -> list[Row]:
+    """Every row of `sql`."""
+    async with pool.connection() as conn:
+        cursor = await conn.execute(sql, params)
+        return await cursor.fetchall()  # type: ignore[return-value]  # dict_row pool
+
+
+async def execute(pool: AsyncConnectionPool, sql: str, params: Any = None) -> None:
+    """Run `sql` for its effect."""
+    async with pool.connection() as conn:
+        await conn.execute(sql, params)
