@@ -27,4 +27,4 @@ async def running_bot(app, fake) -> AsyncIterator[PanagerBot]:
     finally:
         await asyncio.wait_for(bot.close(), STEP)
         await asyncio.wait_for(task, STEP)
-    assert not bot._background, "the bot left tasks running after close()"
+    assert not bot.queue._background, "the bot left tasks running after close()"

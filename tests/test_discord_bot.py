@@ -62,7 +62,7 @@ async def start_bot(fake, make_app, openai):
     for bot, task in running:
         await asyncio.wait_for(bot.close(), STEP)
         await asyncio.wait_for(task, STEP)
-        assert not bot._background, "the bot left tasks running after close()"
+        assert not bot.queue._background, "the bot left tasks running after close()"
 
 
 async def until(fake: FakeDiscord, condition) -> None:
@@ -285,7 +285,7 @@ async def test_messages_left_over_from_a_dead_process_are_answered_on_start(
     assert await inbox.accept(message_id=11, content="still queued", **common)
     clock.advance(minutes=5)  # the dead process's lease runs out
     openai.handler = lambda body: f"re: {body['messages'][-1]['content']}"
-    await bot.recover()
+    await bot.queue.recover()
     replies = await fake.wait_for_messages(ADMIN, 2, timeout=STEP)
     assert [r["content"] for r in replies] == ["re: half done", "re: still queued"]
     assert len(openai.requests) == 2

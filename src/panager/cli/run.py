@@ -74,7 +74,9 @@ async def rest_client(token: str):
     import aiohttp
     import discord
 
-    discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
+    from panager.discord.bot import patch_discord_py
+
+    patch_discord_py()
     client = discord.Client(intents=discord.Intents(guilds=True))
     try:
         await client.login(token)

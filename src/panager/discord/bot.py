@@ -7,9 +7,11 @@ Flow of one DM:
    dropped here: exactly once). When the database does not answer, the user is
    told at once and storing is retried until it is back (or given up on, with
    a note to resend).
-2. A drain task per user takes the user's messages oldest first, one at a
-   time (`InboxService.claim_next`), so messages sent during a turn wait their
-   turn instead of being dropped or answered out of order.
+2. `InboxQueue` (services/inbox_queue.py, transport-independent) runs a drain
+   task per user that takes the user's messages oldest first, one at a time
+   (`InboxService.claim_next`), so messages sent during a turn wait their turn
+   instead of being dropped or answered out of order; it keeps the claim's
+   lease, resumes queued messages after a restart and prunes old rows.
 3. `Answerer` (discord/answers.py) authorises the author before anything else
    (a refused user gets a short reply and the model is never called), then
    runs a slash command or a turn: typing indicator, a tool-status message
@@ -41,7 +43,6 @@ import os
 import socket
 import uuid
 from collections import defaultdict
-from collections.abc import Coroutine
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,7 @@ from panager.discord.messenger import DiscordMessenger
 from panager.discord.replies import nonce
 from panager.discord.slash import build_tree, sync_if_changed
 from panager.services.inbox import InboxMessage, InboxService
+from panager.services.inbox_queue import InboxQueue, retry_delay
 
 if TYPE_CHECKING:
     from panager.app import App
@@ -69,36 +71,40 @@ STORE_DELAYED = (
 )
 STORE_NOTICE_AFTER = 3.0  # seconds of waiting for the database before the user is told
 STORE_PATIENCE = 120.0  # then keep trying this long before asking for a resend
-RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)  # backoff between database retries (then the last)
 BACKFILL_LIMIT = 20  # missed DMs read back per person on READY
 DM_ONLY = "I only work in direct messages — send me a DM."
 ABANDONED = (
     "Sorry — I was restarted while working on your message “{snippet}”. "
     "Please send it again if you still need an answer."
 )
-PRUNE_EVERY = 6 * 3600
 HANDLED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 
 
-# Panager never joins voice channels: skip discord.py's warnings about voice libraries.
-discord.VoiceClient.warn_nacl = False
-discord.VoiceClient.warn_dave = False
+def patch_discord_py() -> None:
+    """discord.py work-arounds, applied once before any client starts (idempotent).
 
+    - Panager never joins voice channels: discord.py's warnings about missing voice
+      libraries (PyNaCl, davey) would only confuse operators, so they are off.
+    - discord.py parses gateway JSON with orjson when it is installed, and orjson
+      rejects lone UTF-16 surrogate escapes ("\\ud800"), which a hostile message can
+      carry; in the gateway that exception takes the whole client down (and the event
+      is replayed on RESUME, so it never recovers). Falling back to the stdlib parser,
+      which accepts them, keeps the client up; the inbox then cleans the text.
+    """
+    discord.VoiceClient.warn_nacl = False
+    discord.VoiceClient.warn_dave = False
+    strict = discord.utils._from_json
+    if getattr(strict, "panager_lenient", False):
+        return
 
-def _lenient_json(text: str | bytes) -> Any:
-    """discord.py's JSON parser (orjson when installed), falling back to the stdlib's.
+    def lenient_json(text: str | bytes) -> Any:
+        try:
+            return strict(text)
+        except ValueError:
+            return json.loads(text)
 
-    orjson rejects lone UTF-16 surrogate escapes ("\\ud800"), which a hostile message can
-    carry; in the gateway that exception would take the whole client down (and the event
-    is replayed on RESUME). The stdlib parser accepts them; the inbox then cleans them."""
-    try:
-        return _strict_json(text)
-    except ValueError:
-        return json.loads(text)
-
-
-_strict_json = discord.utils._from_json
-discord.utils._from_json = _lenient_json
+    lenient_json.panager_lenient = True  # type: ignore[attr-defined]
+    discord.utils._from_json = lenient_json
 
 
 def default_intents() -> discord.Intents:
@@ -127,6 +133,7 @@ class PanagerBot(discord.Client):
         shutdown_grace: float = 20.0,
         **client_options: Any,
     ) -> None:
+        patch_discord_py()
         client_options.setdefault("intents", default_intents())
         super().__init__(**client_options)
         self.app = app
@@ -136,14 +143,15 @@ class PanagerBot(discord.Client):
         self.answerer = Answerer(app, self.access, self.inbox, status_interval=status_interval)
         self.tree = build_tree(self, self.handle_interaction)
         self.messenger = DiscordMessenger(self)
-        self.poll_interval = poll_interval
-        self.shutdown_grace = shutdown_grace
-        self._drains: dict[int, asyncio.Task] = {}
-        self._dirty: set[int] = set()
+        self.queue = InboxQueue(
+            self.inbox,
+            self._answer,
+            self._notify_abandoned,
+            poll_interval=poll_interval,
+            shutdown_grace=shutdown_grace,
+        )
         self._conversations: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._background: set[asyncio.Task] = set()
         self._readied = False
-        self._stopping = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -157,7 +165,7 @@ class PanagerBot(discord.Client):
             return
         self._readied = True
         log.info("connected to Discord as %s", self.user)
-        self._spawn(self._after_ready())
+        self.queue.spawn(self._after_ready())
 
     async def _after_ready(self) -> None:
         try:
@@ -166,23 +174,16 @@ class PanagerBot(discord.Client):
             log.exception("could not register slash commands with Discord")
         for attempt in itertools.count():  # the database may be down right now: keep at it
             try:
-                await self.recover()
+                await self.queue.recover()
                 break
             except Exception as exc:
                 log.warning("could not resume queued messages yet: %s", exc)
-            await asyncio.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
+            await asyncio.sleep(retry_delay(attempt))
         try:
             await self.backfill()
         except Exception:
             log.exception("could not read back the DMs missed while disconnected")
-        self._spawn(self._prune_loop())
-
-    async def recover(self) -> None:
-        """Queue again the messages a dead process left half-done; resume all queued ones."""
-        for stale in await self.inbox.recover_stale():
-            await self._notify_abandoned(stale)
-        for user_id in await self.inbox.queued_users():
-            self._kick(user_id)
+        self.queue.start_pruning()
 
     async def backfill(self) -> int:
         """Store DMs that arrived while no process was connected; returns how many."""
@@ -193,9 +194,9 @@ class PanagerBot(discord.Client):
             try:
                 async for message in channel.history(after=after, limit=BACKFILL_LIMIT):
                     mine = message.author.id == user_id and message.type in HANDLED_TYPES
-                    if mine and not self._stopping and await self._store(message):
+                    if mine and not self.queue.stopping and await self._store(message):
                         taken += 1
-                        self._kick(user_id)
+                        self.queue.kick(user_id)
             except discord.HTTPException as exc:
                 log.warning("could not read the DMs of user %s: %s", user_id, exc)
         if taken:
@@ -204,24 +205,11 @@ class PanagerBot(discord.Client):
 
     async def close(self) -> None:
         """Let running turns finish (up to shutdown_grace), then disconnect."""
-        if not self._stopping:
-            self._stopping = True
-            await self._finish_drains()
-            for task in list(self._background):
-                task.cancel()
-            await asyncio.gather(*self._background, return_exceptions=True)
+        if not self.queue.stopping:
+            await self.queue.close()
             with contextlib.suppress(ValueError):
                 self.app.deps.messenger.messengers.remove(self.messenger)
         await super().close()
-
-    async def _finish_drains(self) -> None:
-        running = [t for t in self._drains.values() if not t.done()]
-        if not running:
-            return
-        _, pending = await asyncio.wait(running, timeout=self.shutdown_grace)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
 
     async def on_error(self, event_method: str, /, *args: Any, **kwargs: Any) -> None:
         """Log and carry on: a failing handler never takes the client down."""
@@ -237,9 +225,8 @@ class PanagerBot(discord.Client):
             return
         if message.type not in HANDLED_TYPES:
             return
-        fresh = await self._store(message)
-        if fresh and not self._stopping:
-            self._kick(message.author.id)
+        if await self._store(message):
+            self.queue.kick(message.author.id)
 
     async def _store(self, message: discord.Message) -> bool:
         """Put the DM in the inbox, riding out a database outage; False if not stored."""
@@ -268,11 +255,11 @@ class PanagerBot(discord.Client):
                 return False
             finally:
                 task.cancel()
-            if loop.time() >= deadline or self._stopping:
+            if loop.time() >= deadline or self.queue.stopping:
                 await self._tell(message, NOT_STORED, "x")
                 return False
             told = told or await self._tell(message, STORE_DELAYED, "w")
-            await asyncio.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
+            await asyncio.sleep(retry_delay(attempt))
             attempt += 1
 
     async def _tell(self, message: discord.Message, text: str, suffix: str) -> bool:
@@ -280,66 +267,19 @@ class PanagerBot(discord.Client):
         await self._send_quietly(message.channel, text, nonce(message.id, suffix))
         return True
 
-    def _kick(self, user_id: int) -> None:
-        self._dirty.add(user_id)
-        task = self._drains.get(user_id)
-        if task is None or task.done():
-            self._drains[user_id] = self._spawn(self._drain(user_id))
+    # --------------------------------------------------------------- answering
 
-    async def _drain(self, user_id: int) -> None:
-        """Handle the user's queued messages oldest first until none are left."""
-        while user_id in self._dirty and not self._stopping:
-            self._dirty.discard(user_id)
-            try:
-                await self._drain_once(user_id)
-            except Exception:
-                log.exception("inbox of user %s failed; retrying", user_id)
-                self._dirty.add(user_id)
-                await asyncio.sleep(self.poll_interval)
-
-    async def _drain_once(self, user_id: int) -> None:
-        for stale in await self.inbox.recover_stale(user_id):
-            await self._notify_abandoned(stale)
-        while not self._stopping and (row := await self.inbox.claim_next(user_id)):
-            await self._process(row)
-        if not self._stopping and await self.inbox.queued_count(user_id):
-            # Another process is answering this user's previous message: wait for it.
-            self._dirty.add(user_id)
-            await asyncio.sleep(self.poll_interval)
-
-    # --------------------------------------------------------------- processing
-
-    async def _process(self, row: InboxMessage) -> None:
+    async def _answer(self, row: InboxMessage) -> str:
+        """The queue's handler: answer one stored DM; a failure gets the user one line."""
         channel = self.get_partial_messageable(row.channel_id, type=discord.ChannelType.private)
-        lease = self._spawn(self._keep_lease(row.message_id))
-        status = "done"
         try:
             async with self._conversations[row.user_id]:
                 await self.answerer.answer(row, channel)
-        except asyncio.CancelledError:
-            await self.inbox.expire(row.message_id)
-            raise
         except Exception:
             log.exception("failed to handle message %s", row.message_id)
-            status = "failed"
             await self._send_quietly(channel, ERROR_MESSAGE, nonce(row.message_id, "e"))
-        finally:
-            lease.cancel()
-        await self._finish(row.message_id, status)
-
-    async def _finish(self, message_id: int, status: str) -> None:
-        """Record the message as handled, retrying while the database is away.
-
-        Left unrecorded, the row would be taken for a crash and handled again."""
-        for attempt in itertools.count():
-            try:
-                await self.inbox.finish(message_id, status)
-                return
-            except Exception as exc:
-                if self._stopping:
-                    raise
-                log.warning("could not record message %s as %s yet: %s", message_id, status, exc)
-            await asyncio.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
+            return "failed"
+        return "done"
 
     # ------------------------------------------------------------ app commands
 
@@ -364,35 +304,6 @@ class PanagerBot(discord.Client):
                 await interaction.followup.send(ERROR_MESSAGE)
 
     # ------------------------------------------------------------------ helpers
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
-        task = asyncio.create_task(coro)
-        self._background.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background task failed", exc_info=task.exception())
-
-    async def _keep_lease(self, message_id: int) -> None:
-        period = self.inbox.lease.total_seconds() / 3
-        while True:
-            await asyncio.sleep(period)
-            try:
-                await self.inbox.renew(message_id)
-            except Exception:
-                log.exception("could not renew the claim on message %s", message_id)
-
-    async def _prune_loop(self) -> None:
-        while True:
-            try:
-                pruned = await self.inbox.prune()
-                log.debug("pruned %d inbox rows", pruned)
-            except Exception:
-                log.exception("inbox pruning failed")
-            await asyncio.sleep(PRUNE_EVERY)
 
     async def _notify_abandoned(self, row: InboxMessage) -> None:
         snippet = row.content.strip().replace("\n", " ")

@@ -1,0 +1,115 @@
+"""The inbox queue without any gateway: order, exactly once, failures, crash recovery."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from panager.clock import FakeClock
+from panager.db.pool import open_pool
+from panager.services.inbox import InboxMessage, InboxService
+from panager.services.inbox_queue import InboxQueue
+
+ALICE, BOB = 501, 502
+
+
+def stored(message_id: int, user_id: int, text: str) -> dict:
+    return {
+        "message_id": message_id,
+        "user_id": user_id,
+        "channel_id": user_id + 1000,
+        "username": f"u{user_id}",
+        "display_name": None,
+        "content": text,
+    }
+
+
+class Recorder:
+    """A handler that records what it handled, optionally slowly or failing."""
+
+    def __init__(self, delay: float = 0.0, fail_on: str | None = None) -> None:
+        self.handled: list[tuple[int, str]] = []
+        self.active: set[int] = set()
+        self.overlapped = False
+        self.delay = delay
+        self.fail_on = fail_on
+
+    async def __call__(self, row: InboxMessage) -> str:
+        if row.user_id in self.active:
+            self.overlapped = True  # two messages of one user at once: order broken
+        self.active.add(row.user_id)
+        try:
+            await asyncio.sleep(self.delay)
+            if row.content == self.fail_on:
+                raise RuntimeError("handler broke")
+            self.handled.append((row.user_id, row.content))
+            return "done"
+        finally:
+            self.active.discard(row.user_id)
+
+
+async def statuses(pool) -> dict[int, str]:
+    async with pool.connection() as conn:
+        rows = await (await conn.execute("SELECT message_id, status FROM discord_inbox")).fetchall()
+    return {r["message_id"]: r["status"] for r in rows}
+
+
+async def wait_for(predicate, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def test_each_users_messages_run_in_order_once_and_failures_are_recorded(db_url):
+    pool = await open_pool(db_url, max_size=4)
+    inbox = InboxService(pool, FakeClock(), "proc-a")
+    handler = Recorder(delay=0.02, fail_on="broken")
+    abandoned: list[InboxMessage] = []
+
+    async def on_abandoned(row: InboxMessage) -> None:
+        abandoned.append(row)
+
+    queue = InboxQueue(inbox, handler, on_abandoned, poll_interval=0.05)
+    try:
+        texts = {ALICE: ["a1", "broken", "a3"], BOB: ["b1", "b2"]}
+        message_id = 1
+        for position in range(3):
+            for user, mine in texts.items():
+                if position < len(mine):
+                    assert await inbox.accept(**stored(message_id, user, mine[position]))
+                    queue.kick(user)
+                    queue.kick(user)  # a second wake-up must not handle anything twice
+                    message_id += 1
+        assert not await inbox.accept(**stored(1, ALICE, "a1"))  # a replay is refused
+        await wait_for(lambda: len(handler.handled) == 4)
+        await wait_for(lambda: len(queue._background) == 0)
+        assert [t for u, t in handler.handled if u == ALICE] == ["a1", "a3"]
+        assert [t for u, t in handler.handled if u == BOB] == ["b1", "b2"]
+        assert not handler.overlapped
+        final = await statuses(pool)
+        assert sorted(final.values()) == ["done", "done", "done", "done", "failed"]
+        assert abandoned == []
+    finally:
+        await queue.close()
+        await pool.close()
+
+
+async def test_a_message_left_by_a_dead_process_is_answered_on_recover(db_url):
+    pool = await open_pool(db_url, max_size=4)
+    clock = FakeClock()
+    dead = InboxService(pool, clock, "dead-proc", lease=timedelta(seconds=30))
+    assert await dead.accept(**stored(10, ALICE, "left half-done"))
+    assert (await dead.claim_next(ALICE)) is not None  # claimed, then the process died
+    clock.advance(31)  # its lease runs out
+    handler = Recorder()
+    queue = InboxQueue(InboxService(pool, clock, "proc-b"), handler, handler, poll_interval=0.05)
+    try:
+        await queue.recover()
+        await wait_for(lambda: handler.handled == [(ALICE, "left half-done")])
+        await wait_for(lambda: len(queue._background) == 0)
+        assert (await statuses(pool))[10] == "done"
+    finally:
+        await queue.close()
+        await pool.close()
