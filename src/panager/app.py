@@ -15,7 +15,7 @@ import getpass
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
@@ -45,7 +45,7 @@ from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
 from panager.services.memory.service import MemoryHit, MemoryService
 from panager.services.schedules.service import ScheduleService
-from panager.services.schedules.worker import SchedulerWorker
+from panager.services.schedules.worker import SchedulerWorker, WorkerOptions
 from panager.services.usage import UsageService
 from panager.services.users import LOCAL_USER_ID, User, UserService
 
@@ -210,22 +210,26 @@ class App:
         *,
         only_users: Sequence[int] | None = None,
         skip_users: Sequence[int] = (),
-        **options: Any,
+        **options: Unpack[WorkerOptions],
     ) -> SchedulerWorker:
         """A worker on the app's pool, clock and runtime config (grace, poll, lease)."""
         config = self.settings.runtime
-        settings: dict[str, Any] = {
-            "clock": self.clock,
+        tuned: WorkerOptions = {
             "grace_seconds": config.schedule_grace_seconds,
             "poll_seconds": config.scheduler_poll_seconds,
             "lease_seconds": config.scheduler_lease_seconds,
             "listen_url": self.url,
-            "only_users": only_users,
-            "skip_users": skip_users,
-            **options,
         }
+        tuned.update(options)
         delivery = AssistantDelivery(self.deps.messenger, self.assistant)
-        return SchedulerWorker(self.deps.scheduler, delivery, **settings)
+        return SchedulerWorker(
+            self.deps.scheduler,
+            delivery,
+            clock=self.clock,
+            only_users=only_users,
+            skip_users=skip_users,
+            **tuned,
+        )
 
     async def run_worker(
         self,
@@ -233,7 +237,7 @@ class App:
         *,
         only_users: Sequence[int] | None = None,
         skip_users: Sequence[int] = (LOCAL_USER_ID,),
-        **options: Any,
+        **options: Unpack[WorkerOptions],
     ) -> None:
         """Deliver schedules until `stop` is set (`panager run --components worker`).
 

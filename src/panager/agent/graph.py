@@ -26,6 +26,7 @@ from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
 from panager.agent.effects import Effect, ModelCall
+from panager.agent.events import EventType
 from panager.agent.history import memo_counter, trim_history, truncate_text
 from panager.agent.prompts import build_system_prompt
 from panager.agent.state import AgentState, Recall, TurnContext
@@ -70,7 +71,7 @@ def _latest_human_text(messages: Sequence[AnyMessage]) -> str:
     return ""
 
 
-def _result_content(value: Any, limit: int) -> str:
+def _result_content(value: Any, limit: int) -> str:  # Any: whatever a tool returned
     if isinstance(value, str):
         text = value
     else:
@@ -277,7 +278,8 @@ class Graph:
             is_system_trigger=ctx.is_system_trigger,
         )
 
-    async def _emit(self, ctx: TurnContext, type_: str, **data: Any) -> None:
+    # Any: an event carries free-form data (see agent/events.py)
+    async def _emit(self, ctx: TurnContext, type_: EventType, **data: Any) -> None:
         if ctx.emitter is not None:
             await ctx.emitter(type_, ctx.user.id, **data)
 

@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import psycopg
 
@@ -99,6 +99,17 @@ class PermanentFailure(DeliveryFailed):
 def default_worker_id() -> str:
     """host:pid:random — unique per worker, readable in the database."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class WorkerOptions(TypedDict, total=False):
+    """Tuning a worker; the app fills these from the YAML runtime config."""
+
+    grace_seconds: float
+    poll_seconds: float
+    lease_seconds: float
+    concurrency: int
+    listen_url: str | None  # LISTEN for new schedules (None: poll only)
+    worker_id: str | None
 
 
 class SchedulerWorker:
