@@ -164,14 +164,17 @@ def test_context_windows_per_family():
 
 def test_defaults_trim_and_compact_with_a_known_window_only():
     names = lambda effects: [e.name for e in effects]  # noqa: E731
+    unlimited = {"daily_token_budget": 0}
     assert names(build_effects(RuntimeConfig(), None, "gpt-4o-mini")) == [
-        "trim_tool_results", "compact"
+        "token_budget", "trim_tool_results", "compact"  # a daily budget by default
     ]
-    assert names(build_effects(RuntimeConfig(), None, "unknown-model")) == []
-    assert names(build_effects(RuntimeConfig(context_window=0), None, "gpt-4o")) == []
-    assert names(build_effects(RuntimeConfig(context_window=8_000), None, "unknown")) == [
-        "trim_tool_results", "compact"
-    ]
+    assert names(build_effects(RuntimeConfig(**unlimited), None, "unknown-model")) == []
+    assert names(
+        build_effects(RuntimeConfig(context_window=0, **unlimited), None, "gpt-4o")
+    ) == []
+    assert names(
+        build_effects(RuntimeConfig(context_window=8_000, **unlimited), None, "unknown")
+    ) == ["trim_tool_results", "compact"]
     budget = RuntimeConfig(daily_token_budget=1_000)
     assert names(build_effects(budget, None, "unknown")) == ["token_budget"]
     assert names(build_effects(RuntimeConfig(effects=[]), None, "gpt-4o")) == []
@@ -196,7 +199,7 @@ def test_configured_effects_get_params_and_bad_ones_fail_in_one_line():
         (EffectSpec(kind="token_budget"), "daily_tokens"),
     ]:
         with pytest.raises(ConfigError, match=fragment):
-            build_effects(RuntimeConfig(effects=[spec]), None, "x")
+            build_effects(RuntimeConfig(effects=[spec], daily_token_budget=0), None, "x")
 
 
 async def test_yaml_effects_reach_the_graph(make_app, tmp_path, monkeypatch):

@@ -43,8 +43,10 @@ REPLAY_NOTE = (
     "[Google account linked just now — this note is from Panager, not a message from the "
     "user] Please finish the request(s) that needed Google: {requests}"
 )
-LINKED_TEXT = "✅ Google Calendar and Tasks are connected{who}."
-REPLAY_PREFIX = "✅ Google is connected. "
+# Every successful link is announced to the Panager user it was made for, naming the
+# Google account: a link opened by someone else shows up at once.
+LINKED_TEXT = "✅ Google account {account} linked: Calendar and Tasks are connected."
+REPLAY_PREFIX = "✅ Google account {account} linked. "
 
 
 async def install(app: App) -> None:
@@ -83,16 +85,16 @@ async def replay_pending(app: App, user_id: int) -> bool:
     """After linking: answer the user's pending messages and deliver the answer."""
     service: GoogleService = app.deps.google
     user = await app.deps.users.get(user_id)
-    if user is None:
+    if user is None or user.status != "active":  # checked first: no model call for them
         return False
+    account = await service.account(user_id)
+    name = account.email if account and account.email else "(address unknown)"
     texts = await service.claim_pending(user_id)
     if not texts:
-        account = await service.account(user_id)
-        who = f" ({account.email})" if account and account.email else ""
-        return await _deliver(app, user, LINKED_TEXT.format(who=who))
+        return await _deliver(app, user, LINKED_TEXT.format(account=name))
     await prepare_thread(app, user, texts)
     result = await app.assistant.run_turn(user, texts[-1], replay=True)
-    return await _deliver(app, user, REPLAY_PREFIX + result.text, result.link)
+    return await _deliver(app, user, REPLAY_PREFIX.format(account=name) + result.text, result.link)
 
 
 async def _deliver(app: App, user: User, text: str, link: dict | None = None) -> bool:

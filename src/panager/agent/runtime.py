@@ -109,7 +109,11 @@ async def install(app: Any) -> None:
     nodes.skills_text = lambda ctx, state: skills.prompt_sections(
         list(state.get("loaded_skills") or [])
     )
-    sessions = SessionStore(settings.home)
+    sessions = SessionStore(
+        settings.home,
+        max_files=config.saved_sessions_max,
+        max_bytes=config.saved_sessions_max_bytes,
+    )
     activity = ActivityLog()
     for subscriber in (JsonEventLog(), SessionRecorder(sessions), activity):
         app.emitter.subscribe(subscriber)

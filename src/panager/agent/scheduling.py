@@ -19,7 +19,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from panager.services.schedules.service import ScheduleService
+from panager.services.schedules.service import ScheduleLimits, ScheduleService
 from panager.services.schedules.worker import AgentAnswer, SchedulerWorker
 from panager.services.users import LOCAL_USER_ID, User
 
@@ -37,15 +37,24 @@ class AppDelivery:
         return await self.app.deps.messenger.send(user, text, key=key)
 
     async def run_agent(self, user: User, instruction: str) -> AgentAnswer:
-        """Run the graph as a system trigger; the instruction never poses as the user."""
-        result = await self.app.assistant.run_turn(user, instruction, is_system_trigger=True)
+        """Run the graph as a system trigger; the instruction never poses as the user.
+
+        A user whose turn is running raises UserBusy (the worker hands the run back
+        instead of holding a slot while waiting)."""
+        result = await self.app.assistant.run_turn(
+            user, instruction, is_system_trigger=True, wait_for_lock=False
+        )
         return AgentAnswer(result.text, ok=result.ok)
 
 
 async def install(app: Any) -> None:
     """Create the schedule service for tools, commands and workers."""
+    runtime = app.settings.runtime
     app.deps.scheduler = ScheduleService(
-        app.pool, app.clock, max_message_chars=app.settings.runtime.max_message_chars
+        app.pool,
+        app.clock,
+        max_message_chars=runtime.max_message_chars,
+        limits=ScheduleLimits.from_config(runtime),
     )
 
 
@@ -64,6 +73,7 @@ def make_worker(
         "poll_seconds": runtime.scheduler_poll_seconds,
         "lease_seconds": runtime.scheduler_lease_seconds,
         "listen_url": app.url,
+        "user_in_flight": runtime.scheduler_user_in_flight,
         "only_users": only_users,
         "skip_users": skip_users,
     }

@@ -9,6 +9,7 @@ from panager.agent.runtime import runtime_of
 from panager.agent.threads import replace_thread, thread_values
 from panager.services.sessions import (
     SessionFormatError,
+    SessionLimit,
     SessionStore,
     dump_session,
     parse_session,
@@ -18,7 +19,14 @@ from panager.services.sessions import (
 
 def _store(ctx: CommandContext) -> SessionStore:
     runtime = runtime_of(ctx.deps)
-    return runtime.sessions if runtime is not None else SessionStore(ctx.deps.settings.home)
+    if runtime is not None:
+        return runtime.sessions
+    config = ctx.deps.config
+    return SessionStore(
+        ctx.deps.settings.home,
+        max_files=config.saved_sessions_max,
+        max_bytes=config.saved_sessions_max_bytes,
+    )
 
 
 @command("sessions", "/sessions", "list your saved conversations")
@@ -47,7 +55,10 @@ async def save_command(ctx: CommandContext, args: str) -> CommandReply | str:
     if not messages:
         return CommandReply("There is nothing to save yet.", ok=False)
     text = dump_session(ctx.user.id, messages, values.get("summary"), now)
-    _store(ctx).save(ctx.user.id, name, text)
+    try:
+        _store(ctx).save(ctx.user.id, name, text)
+    except SessionLimit as exc:
+        return CommandReply(f"Not saved: {exc}.", ok=False)
     renamed = f" (name cleaned from {args!r})" if args and name != args.strip() else ""
     return f"Saved {len(messages)} messages as {name}{renamed}. Load it later with /load {name}."
 

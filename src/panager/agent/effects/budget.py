@@ -1,4 +1,6 @@
-"""`token_budget`: a per-user daily token cap.
+"""`token_budget`: a per-user daily token cap (admins, in PANAGER_ADMIN_IDS, are exempt).
+
+On by default for everyone else (`daily_token_budget`, 200,000; 0 = unlimited).
 
 Before every model call the user's tokens for their local day are read from
 `token_usage`; at or over the cap the turn ends with a clear refusal and no
@@ -52,8 +54,14 @@ class TokenBudget:
             log.exception("could not read today's usage; not enforcing the budget")
             return None
 
+    def _exempt(self, call: ModelCall) -> bool:
+        settings = getattr(self.deps, "settings", None)
+        return settings is not None and call.user.id in settings.admin_ids
+
     async def before_model(self, call: ModelCall) -> None:
         """At or over the cap: stop the turn with the refusal (no model call)."""
+        if self._exempt(call):
+            return
         used = await self._used(call)
         if used is not None and used >= self.daily_tokens:
             call.stop_reply = REFUSAL.format(used=used, cap=self.daily_tokens)
@@ -61,7 +69,7 @@ class TokenBudget:
     async def after_model(self, call: ModelCall) -> None:
         """Past the warning level on a final answer: append the notice, once a day."""
         response = call.response
-        if response is None or response.tool_calls:
+        if response is None or response.tool_calls or self._exempt(call):
             return
         used = await self._used(call)
         if used is None or used < self.warn_at * self.daily_tokens:

@@ -30,3 +30,18 @@ def tool(function: Callable[..., Any]) -> StructuredTool:
     )
     _SCHEMAS.setdefault(key, made.args_schema)
     return made
+
+
+def clean_args(value: Any) -> Any:
+    """Tool arguments with lone surrogates (unencodable as UTF-8) replaced by U+FFFD."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return value
+    if isinstance(value, dict):
+        return {k: clean_args(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean_args(v) for v in value]
+    return value
