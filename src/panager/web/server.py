@@ -305,7 +305,11 @@ class _Handlers:
             return render_page("not_configured")
         state = str((await request.post()).get("state") or "") or None
         try:
-            target = await google.consent_url(state)
+            row = await google.oauth.check_state(state)
+            if not isinstance(row, LinkOutcome) and not await google.may_link(row["user_id"]):
+                target: str | LinkOutcome = LinkOutcome(False, "blocked", row["user_id"])
+            else:
+                target = await google.consent_url(state)
         except Exception as exc:
             log.warning("Google start refused a malformed link (%s)", type(exc).__name__)
             target = LinkOutcome(False, "forged")

@@ -11,12 +11,14 @@ for every later closure of the same function.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
 from langchain_core.tools import StructuredTool
 
 _SCHEMAS: dict[Any, Any] = {}
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def tool(function: Callable[..., Any]) -> StructuredTool:
@@ -38,7 +40,7 @@ def clean_args(value: Any) -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+            return _SURROGATES.sub("\ufffd", value)
         return value
     if isinstance(value, dict):
         return {k: clean_args(v) for k, v in value.items()}
