@@ -187,7 +187,7 @@ async def test_relay_rate_limit_lives_in_postgres_and_recipients_are_not_enumera
 ):
     from panager.agent.tools.messaging import UserMessageRelay
 
-    app, inbox, mallory, bob = await relay_app(make_app, tmp_path, ScriptedChatModel())
+    app, _, mallory, _ = await relay_app(make_app, tmp_path, ScriptedChatModel())
     users = app.deps.users
     await users.ensure(703, "pending-pat", status="pending")
     await users.ensure(704, "blocked-bo", status="blocked")
@@ -212,7 +212,7 @@ async def test_relay_rate_limit_lives_in_postgres_and_recipients_are_not_enumera
 
 
 async def test_recipients_turn_relays_off_or_block_a_sender(make_app, tmp_path):
-    app, inbox, mallory, bob = await relay_app(make_app, tmp_path, ScriptedChatModel())
+    app, _, mallory, bob = await relay_app(make_app, tmp_path, ScriptedChatModel())
     relay = app.deps.extra["user_messages"]
     assert (await command(app, bob, "/relays block mallory")).ok
     with pytest.raises(Exception, match="can receive"):

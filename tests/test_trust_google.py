@@ -73,7 +73,7 @@ async def test_blocked_users_cannot_link_and_replay_checks_status_first(fake, ma
     state = parse_qs(urlsplit(link).query)["state"][0]
     assert (await h.post(START_PATH, {"state": state}))[0] == 403
     consent = await h.app.deps.google.consent_url(state)  # a browser that skips our page
-    status, body = await h.follow(await fake.authorize(consent, account=ALICE))
+    status, _ = await h.follow(await fake.authorize(consent, account=ALICE))
     assert status == 403 and await h.sql("SELECT * FROM google_accounts") == []
     from panager.agent.google_link import replay_pending
 
