@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 
@@ -61,9 +61,24 @@ class GoogleHarness:
         status, body, _ = await self.get(f"{CALLBACK_PATH}?{urlsplit(redirect).query}")
         return status, body
 
+    async def post(self, path: str, data: dict) -> tuple[int, str, dict]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.server.url + path, data=data, allow_redirects=False) as response,
+        ):
+            return response.status, await response.text(), dict(response.headers)
+
+    async def start_page(self, link: str) -> tuple[int, str]:
+        """The browser opening one of our short links: the page naming the link's owner."""
+        status, body, _ = await self.get(f"{START_PATH}?{urlsplit(link).query}")
+        return status, body
+
     async def consent(self, link: str) -> str:
-        """The browser opening one of our short links: where it is redirected (Google)."""
-        status, body, headers = await self.get(f"{START_PATH}?{urlsplit(link).query}")
+        """Open our link, press Continue: where the browser is redirected (Google)."""
+        status, body = await self.start_page(link)
+        assert status == 200 and "Continue" in body, (status, body)
+        state = parse_qs(urlsplit(link).query)["state"][0]
+        status, body, headers = await self.post(START_PATH, {"state": state})
         assert status == 302, (status, body)
         return headers["Location"]
 

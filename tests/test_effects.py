@@ -168,14 +168,17 @@ def test_context_windows_per_family():
 
 def test_defaults_trim_and_compact_with_a_known_window_only():
     names = lambda effects: [e.name for e in effects]  # noqa: E731
+    unlimited = {"daily_token_budget": 0}
     assert names(build_effects(RuntimeConfig(), EffectServices(), "gpt-4o-mini")) == [
-        "trim_tool_results", "compact"
+        "token_budget", "trim_tool_results", "compact"  # a daily budget by default
     ]
-    assert names(build_effects(RuntimeConfig(), EffectServices(), "unknown-model")) == []
-    assert names(build_effects(RuntimeConfig(context_window=0), EffectServices(), "gpt-4o")) == []
-    assert names(build_effects(RuntimeConfig(context_window=8_000), EffectServices(), "unknown")) == [
-        "trim_tool_results", "compact"
-    ]
+    assert names(build_effects(RuntimeConfig(**unlimited), EffectServices(), "unknown-model")) == []
+    assert names(
+        build_effects(RuntimeConfig(context_window=0, **unlimited), EffectServices(), "gpt-4o")
+    ) == []
+    assert names(
+        build_effects(RuntimeConfig(context_window=8_000, **unlimited), EffectServices(), "unknown")
+    ) == ["trim_tool_results", "compact"]
     budget = RuntimeConfig(daily_token_budget=1_000)
     assert names(build_effects(budget, EffectServices(), "unknown")) == ["token_budget"]
     assert names(build_effects(RuntimeConfig(effects=[]), EffectServices(), "gpt-4o")) == []
@@ -200,7 +203,7 @@ def test_configured_effects_get_params_and_bad_ones_fail_in_one_line():
         (EffectSpec(kind="token_budget"), "daily_tokens"),
     ]:
         with pytest.raises(ConfigError, match=fragment):
-            build_effects(RuntimeConfig(effects=[spec]), EffectServices(), "x")
+            build_effects(RuntimeConfig(effects=[spec], daily_token_budget=0), EffectServices(), "x")
 
 
 async def test_yaml_effects_reach_the_graph(make_app, tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ import json
 import logging
 from urllib.parse import parse_qs, urlsplit
 
+import aiohttp
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
@@ -98,7 +99,9 @@ async def test_unlinked_question_is_answered_automatically_after_linking(make_ap
     assert status == 200 and "Google account linked" in body and ALICE in body
 
     sent = await h.recorder.wait()
-    assert sent == [(user.id, "✅ Google is connected. On your calendar: Dentist", None)]
+    assert sent == [
+        (user.id, f"✅ Google account {ALICE} linked. On your calendar: Dentist", None)
+    ]
     messages = await thread(h.app, user)
     humans = [m for m in messages if isinstance(m, HumanMessage)]
     assert [m.content for m in humans] == [question]  # replayed, not duplicated
@@ -245,7 +248,11 @@ async def test_hostile_or_failed_callbacks_store_nothing(fake, make_app, clock):
 
     _, _, headers = await h.get("/oauth/google/callback")
     assert headers["Referrer-Policy"] == "no-referrer" and headers["Cache-Control"] == "no-store"
-    _, metrics, _ = await h.get("/metrics")
+    h.app.settings.metrics_token = "metrics-token-for-tests"
+    async with aiohttp.ClientSession() as session, session.get(
+        h.server.url + "/metrics", headers={"Authorization": "Bearer metrics-token-for-tests"}
+    ) as response:
+        metrics = await response.text()
     assert 'panager_oauth_callbacks_total{outcome="forged"} 3' in metrics
     assert 'panager_oauth_callbacks_total{outcome="replayed"} 1' in metrics
 
@@ -309,7 +316,7 @@ async def test_connect_and_disconnect_commands(fake, make_app):
     assert (await h.follow(await fake.authorize(google_url)))[0] == 200
     assert (await h.recorder.wait())[0][
         1
-    ] == "✅ Google Calendar and Tasks are connected (alice@example.com)."
+    ] == "✅ Google account alice@example.com linked: Calendar and Tasks are connected."
     assert "connected as alice@example.com" in (await dispatch(ctx, "/connect google")).text
 
     refresh = next(iter(fake._refresh_tokens))

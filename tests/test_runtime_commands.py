@@ -15,6 +15,10 @@ async def test_model_shows_sets_and_resets_the_users_model(make_app):
     user = await app.local_user()
     shown = (await command(app, user, "/model")).text
     assert "gpt-4o-mini (the instance default; context window 128,000 tokens)" in shown
+    refused = await command(app, user, "/model llama3.1:8b")  # not in allowed_models
+    assert not refused.ok and "Models you can choose: gpt-4o-mini" in refused.text
+    assert (await app.deps.users.get(user.id)).model is None
+    app.deps.config.allowed_models = ["gpt-4o-mini", "llama3.1:8b"]
     assert "Model set to llama3.1:8b" in (await command(app, user, "/model llama3.1:8b")).text
     user = await app.deps.users.get(user.id)
     assert user.model == "llama3.1:8b"

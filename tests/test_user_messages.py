@@ -43,12 +43,14 @@ async def test_message_is_delivered_and_lands_in_the_recipients_thread(make_app,
     result = await app.assistant.run_turn(alice, "tell bob dinner at 7")
     assert result.text == "Sent."
     assert inbox.sent == [(bob.id, inbox.sent[0][1])]
-    assert "Message from Alice (@alice)" in inbox.sent[0][1] and "Dinner at 7?" in inbox.sent[0][1]
+    assert "Message from @alice," in inbox.sent[0][1] and "Dinner at 7?" in inbox.sent[0][1]
+    assert "Alice" not in inbox.sent[0][1]  # the unique username, never a display name
     await app.deps.relay.drain()
     bob_thread = (await thread_values(app.assistant, bob))["messages"]
     note = bob_thread[-1]
     assert isinstance(note, HumanMessage) and note.name == "relay"
-    assert note.content.startswith("[Relayed message: Alice (@alice)") and "Dinner at 7?" in note.content
+    assert note.content.startswith("[Relayed message from another person, @alice,")
+    assert '<relayed_message from="@alice">"Dinner at 7?"</relayed_message>' in note.content
     model.add("Alice asked about dinner at 7.")
     await app.assistant.run_turn(bob, "what did alice want?")
     assert any("Dinner at 7?" in str(m.content) for m in model.requests[-1])  # bob's turn sees it
@@ -66,7 +68,7 @@ async def test_unknown_recipient_and_rate_limit_are_clear_errors(make_app, tmp_p
     await app.assistant.run_turn(alice, "message carol")
     await app.assistant.run_turn(alice, "message bob six times")
     results = [m for m in (await thread_values(app.assistant, alice))["messages"] if isinstance(m, ToolMessage)]
-    assert results[0].status == "error" and "No registered user named 'carol'" in results[0].content
+    assert results[0].status == "error" and "No user named 'carol' can receive" in results[0].content
     statuses = [r.status for r in results[1:]]  # six concurrent calls: one is over the limit
     assert statuses.count("success") == 5 and statuses.count("error") == 1
     assert "Rate limit" in results[1 + statuses.index("error")].content

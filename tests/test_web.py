@@ -19,8 +19,8 @@ from tests.google_helpers import google_settings
 pytestmark = pytest.mark.timeout(60)
 
 
-async def get(url: str) -> tuple[int, str]:
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
+async def get(url: str, headers: dict | None = None) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as response:
         return response.status, await response.text()
 
 
@@ -39,7 +39,14 @@ async def test_healthz_is_200_then_503_when_the_database_is_gone(make_app, db_ur
     assert status == 503 and "unreachable" in body
     assert time.monotonic() - started < 5
 
-    status, metrics = await get(server.url + "/metrics")
+    status, _ = await get(server.url + "/metrics")
+    assert status == 404  # off without PANAGER_METRICS_TOKEN
+    app.settings.metrics_token = "t" * 40
+    status, _ = await get(server.url + "/metrics", headers={"Authorization": "Bearer wrong"})
+    assert status == 401
+    status, metrics = await get(
+        server.url + "/metrics", headers={"Authorization": "Bearer " + "t" * 40}
+    )
     assert status == 200
     assert 'panager_http_requests_total{path="/healthz",status="200"} 1' in metrics
     assert 'panager_http_requests_total{path="/healthz",status="503"} 1' in metrics

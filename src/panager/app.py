@@ -44,7 +44,8 @@ from panager.llm import invoke_with_retries, make_chat_model
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
 from panager.services.memory.service import MemoryHit, MemoryService
-from panager.services.schedules.service import ScheduleService
+from panager.services.relays import RelayService
+from panager.services.schedules.service import ScheduleLimits, ScheduleService
 from panager.services.schedules.worker import SchedulerWorker, WorkerOptions
 from panager.services.usage import UsageService
 from panager.services.users import LOCAL_USER_ID, User, UserService
@@ -123,12 +124,19 @@ class App:
             pool, users, clock, mode=settings.access, admin_ids=settings.admin_ids
         )
         usage = UsageService(pool, clock)
+        relays = RelayService(pool)
         memory = await MemoryService.create(pool, settings, clock=clock)
-        scheduler = ScheduleService(pool, clock, max_message_chars=config.max_message_chars)
+        scheduler = ScheduleService(
+            pool,
+            clock,
+            max_message_chars=config.max_message_chars,
+            limits=ScheduleLimits.from_config(config),
+        )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
         messenger = FanoutMessenger()
         # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity.
-        runtime = build_runtime(settings, checkpointer, EffectServices(usage, memory))
+        effect_services = EffectServices(usage, memory, tuple(settings.admin_ids))
+        runtime = build_runtime(settings, checkpointer, effect_services)
         # 3. The graph, configured before it is built.
         graph_config = GraphConfig(
             model=model,
@@ -151,7 +159,7 @@ class App:
         # 4. What tools and commands use, then the assistant every front end calls.
         relay = None
         if config.allow_user_messages:
-            relay = UserMessageRelay(users, messenger, clock, _thread_injector(threads))
+            relay = UserMessageRelay(users, relays, messenger, clock, _thread_injector(threads))
         deps = AgentDeps(
             settings=settings,
             config=config,
@@ -160,6 +168,7 @@ class App:
             users=users,
             access=access,
             usage=usage,
+            relays=relays,
             scheduler=scheduler,
             messenger=messenger,
             runtime=runtime,
@@ -218,6 +227,7 @@ class App:
             "grace_seconds": config.schedule_grace_seconds,
             "poll_seconds": config.scheduler_poll_seconds,
             "lease_seconds": config.scheduler_lease_seconds,
+            "user_in_flight": config.scheduler_user_in_flight,
             "listen_url": self.url,
         }
         tuned.update(options)

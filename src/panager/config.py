@@ -84,6 +84,7 @@ class Settings(BaseSettings):
     http_host: str = _env("PANAGER_HTTP_HOST", default="127.0.0.1")
     http_port: int = _env("PANAGER_HTTP_PORT", default=8765, ge=0, le=65535)
     secret_key: str | None = _env("PANAGER_SECRET_KEY", default=None, repr=False)
+    metrics_token: str | None = _env("PANAGER_METRICS_TOKEN", default=None, repr=False)
     google_client_id: str | None = _env("GOOGLE_CLIENT_ID", default=None)
     google_client_secret: str | None = _env("GOOGLE_CLIENT_SECRET", default=None, repr=False)
     auto_migrate: bool = _env("PANAGER_AUTO_MIGRATE", default=True)
@@ -197,7 +198,19 @@ class RuntimeConfig(BaseModel):
     inbox_lease_seconds: float = Field(default=90.0, ge=1)
     allow_user_messages: bool = False
     skills: bool = True
-    daily_token_budget: int | None = None
+    # Tokens a non-admin may use per local day (the token_budget effect); 0 = unlimited.
+    daily_token_budget: int = Field(default=200_000, ge=0)
+    # Models non-admins may pick with /model; None = only the configured PANAGER_MODEL.
+    allowed_models: list[str] | None = None
+    # Fair scheduling (docs/scheduling.md): shortest repeat interval per kind, active
+    # schedules per user, runs of one user in flight at once per worker.
+    schedule_min_interval_agent_minutes: int = Field(default=15, ge=0)
+    schedule_min_interval_reminder_minutes: int = Field(default=1, ge=0)
+    schedule_max_active_per_user: int = Field(default=100, ge=1)
+    scheduler_user_in_flight: int = Field(default=2, ge=1)
+    # /save: saved conversations per user, and their total size.
+    saved_sessions_max: int = Field(default=50, ge=1)
+    saved_sessions_max_bytes: int = Field(default=20_000_000, ge=10_000)
     checkpoint_pruning: bool = True
     # When a turn's checkpoints are written: "exit" (once, at the end of the turn — also on
     # errors and cancellation), "async" (after every step, in the background) or "sync".

@@ -31,3 +31,7 @@ class ModelUnavailable(Exception):
 
 class ContextOverflow(Exception):
     """The model API refused the request as too long for its context window."""
+
+
+class UserBusy(Exception):
+    """The user's turn lock is held elsewhere and the caller asked not to wait."""

@@ -30,6 +30,11 @@ class AssistantDelivery:
         return await self.messenger.send(user, text, key=key)
 
     async def run_agent(self, user: User, instruction: str) -> AgentAnswer:
-        """Run the graph as a system trigger; the instruction never poses as the user."""
-        result = await self.assistant.run_turn(user, instruction, is_system_trigger=True)
+        """Run the graph as a system trigger; the instruction never poses as the user.
+
+        A user whose turn is running raises UserBusy (the worker hands the run back
+        instead of holding a slot while waiting)."""
+        result = await self.assistant.run_turn(
+            user, instruction, is_system_trigger=True, wait_for_lock=False
+        )
         return AgentAnswer(result.text, ok=result.ok)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from panager.services.access import AccessService
     from panager.services.google.service import GoogleService
     from panager.services.memory.service import MemoryService
+    from panager.services.relays import RelayService
     from panager.services.schedules.service import ScheduleService
     from panager.services.usage import UsageService
     from panager.services.users import UserService
@@ -37,6 +38,7 @@ class AgentDeps:
     users: UserService
     access: AccessService
     usage: UsageService
+    relays: RelayService  # who accepts relayed messages from whom; the relay rate
     scheduler: ScheduleService
     messenger: FanoutMessenger  # delivery to users (terminal, Discord), filled by front ends
     runtime: AgentRuntime  # effects, compactor, skills, sessions, activity (commands)

@@ -44,8 +44,10 @@ REPLAY_NOTE = (
     "[Google account linked just now — this note is from Panager, not a message from the "
     "user] Please finish the request(s) that needed Google: {requests}"
 )
-LINKED_TEXT = "✅ Google Calendar and Tasks are connected{who}."
-REPLAY_PREFIX = "✅ Google is connected. "
+# Every successful link is announced to the Panager user it was made for, naming the
+# Google account: a link opened by someone else shows up at once.
+LINKED_TEXT = "✅ Google account {account} linked: Calendar and Tasks are connected."
+REPLAY_PREFIX = "✅ Google account {account} linked. "
 
 
 def auth_hook(service: GoogleService) -> AuthHandler:
@@ -82,16 +84,17 @@ class GoogleLinkFlow:
     async def replay_pending(self, user_id: int) -> bool:
         """Answer the pending messages (or say Google is connected); True when delivered."""
         user = await self.users.get(user_id)
-        if user is None:
+        if user is None or user.status != "active":  # checked first: no model call for them
             return False
+        account = await self.service.account(user_id)
+        name = account.email if account and account.email else "(address unknown)"
         texts = await self.service.claim_pending(user_id)
         if not texts:
-            account = await self.service.account(user_id)
-            who = f" ({account.email})" if account and account.email else ""
-            return await self._deliver(user, LINKED_TEXT.format(who=who))
+            return await self._deliver(user, LINKED_TEXT.format(account=name))
         await self.prepare_thread(user, texts)
         result = await self.assistant.run_turn(user, texts[-1], replay=True)
-        return await self._deliver(user, REPLAY_PREFIX + result.text, result.link)
+        prefix = REPLAY_PREFIX.format(account=name)
+        return await self._deliver(user, prefix + result.text, result.link)
 
     async def _deliver(self, user: User, text: str, link: dict[str, str] | None = None) -> bool:
         delivered = await self.messenger.send(user, text, link=link)

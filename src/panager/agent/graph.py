@@ -29,7 +29,9 @@ from panager.agent.effects import Effect, ModelCall
 from panager.agent.events import EventType
 from panager.agent.history import memo_counter, trim_history, truncate_text
 from panager.agent.prompts import build_system_prompt
+from panager.agent.recorders import redact
 from panager.agent.state import AgentState, Recall, TurnContext
+from panager.agent.tools.base import clean_args
 from panager.clock import Clock, SystemClock
 from panager.errors import AuthRequired, ContextOverflow, ModelUnavailable, ToolError
 
@@ -276,6 +278,7 @@ class Graph:
             summary=call.summary,
             system_trigger=ctx.system_instruction,
             is_system_trigger=ctx.is_system_trigger,
+            relays=any(getattr(m, "name", None) == "relay" for m in call.model_input),
         )
 
     # Any: an event carries free-form data (see agent/events.py)
@@ -360,7 +363,7 @@ class Graph:
         if not isinstance(call.get("args"), dict):
             return _error_message(call, "Arguments must be a JSON object.")
         try:
-            value = await tool.ainvoke(call["args"])
+            value = await tool.ainvoke(clean_args(call["args"]))
         except AuthRequired as exc:
             return exc
         except ToolError as exc:
@@ -380,10 +383,20 @@ class Graph:
         link = auth.link
         if self.config.on_auth_required is not None:
             link = await self.config.on_auth_required(ctx, auth) or link
-        text = f"{auth.message} Connect it here: {link}\nI'll finish your request once it's linked."
+        # The live link (a usable OAuth state) reaches the user through the turn's result;
+        # what is stored (checkpoint, /save, recording) carries a redacted form.
+        stored = redact(link)
+        if stored != link:
+            ctx.extra.setdefault("live_links", {})[stored] = link
+        text = (
+            f"{auth.message} Connect it here: {stored}\n"
+            "I'll finish your request once it's linked."
+        )
         return AIMessage(
             content=text,
-            additional_kwargs={"panager_link": {"url": link, "label": f"Connect {auth.provider}"}},
+            additional_kwargs={
+                "panager_link": {"url": stored, "label": f"Connect {auth.provider}"}
+            },
         )
 
 

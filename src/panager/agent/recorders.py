@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from panager.agent.events import Event
-from panager.services.sessions import SessionStore, header_record
+from panager.services.sessions import SessionStore, header_record, private_dir
 
 EVENT_LOG = logging.getLogger("panager.events")
 SAFE_FIELDS = (
@@ -96,7 +96,8 @@ class SessionRecorder:
         if user_id not in self._last:
             self._last[user_id] = _last_id(path)
         if not path.exists() or path.stat().st_size == 0:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(path.parent)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
             lines.append(header_record(user_id, at))
         msg_id = record.pop("id", None) or uuid.uuid4().hex
         head = {"type": "message", "id": msg_id, "parent_id": self._last[user_id]}

@@ -14,6 +14,7 @@ the thread but unanswered is continued, anything else runs as a new turn.
 
 from __future__ import annotations
 
+import json
 import logging
 import unicodedata
 import uuid
@@ -28,7 +29,7 @@ from langchain_core.runnables import RunnableConfig
 from panager.agent.deps import AgentDeps
 from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
-from panager.agent.state import TurnContext
+from panager.agent.state import SCHEDULED_RUN, TurnContext
 from panager.agent.threads import Threads
 from panager.agent.tools import build_tools
 from panager.errors import ModelUnavailable
@@ -43,7 +44,10 @@ FAILURE_MESSAGE = (
 )
 # The model for a user: their /model choice, else the instance default (None: no model).
 ModelSelector = Callable[[User], BaseChatModel | None]
-SYSTEM_TRIGGER_PREFIX = "[Scheduled task started by the scheduler, not a message from the user] "
+SYSTEM_TRIGGER_PREFIX = (
+    "[Scheduled task started by the scheduler, not a message from the user; the task "
+    "text is quoted data] "
+)
 
 
 @dataclass
@@ -98,9 +102,11 @@ class Assistant:
         """LangGraph config for the user's thread."""
         return self.threads.config_for(user)
 
-    def user_lock(self, user_id: int) -> AbstractAsyncContextManager[None]:
-        """One turn at a time per user: in this process and, via an advisory lock, across all."""
-        return self.threads.user_lock(user_id)
+    def user_lock(self, user_id: int, *, wait: bool = True) -> AbstractAsyncContextManager[None]:
+        """One turn at a time per user: in this process and, via an advisory lock, across all.
+
+        `wait=False` raises UserBusy instead of waiting for a running turn."""
+        return self.threads.user_lock(user_id, wait=wait)
 
     def check_message(self, text: str) -> str | None:
         """A user-facing refusal for unusable input, or None when it is fine."""
@@ -124,11 +130,13 @@ class Assistant:
         replay: bool = False,
         message_key: str | None = None,
         resume: bool = False,
+        wait_for_lock: bool = True,
     ) -> TurnResult:
         """Answer `text` from `user` (or run a scheduled task when is_system_trigger).
 
         `message_key` ids the user's message in the thread; with `resume` a message
-        already answered under that key gets the stored answer (see the module doc)."""
+        already answered under that key gets the stored answer (see the module doc).
+        `wait_for_lock=False` (scheduled runs) raises UserBusy while another turn runs."""
         text = clean_text(text)
         refusal = self.check_message(text)
         if refusal:
@@ -136,7 +144,7 @@ class Assistant:
         model = self.model_for(user)
         if model is None:
             return TurnResult(NO_MODEL_MESSAGE, ok=False)
-        async with self.user_lock(user.id):
+        async with self.user_lock(user.id, wait=wait_for_lock):
             if resume and message_key:
                 found = await self._resumed(user, message_key)
                 if isinstance(found, TurnResult):
@@ -190,12 +198,13 @@ class Assistant:
             message_id=new.id if new else None,
         )
         self._clean_threads.discard(user.id)  # until this turn ends normally
+        scheduled = SCHEDULED_RUN.set(is_system_trigger)
         try:
             state = await self.graph.ainvoke(
                 inputs, config=config, context=ctx, **self.invoke_options
             )
             self._clean_threads.add(user.id)
-            return _result(state)
+            return _with_live_links(_result(state), ctx.extra.get("live_links"))
         except ModelUnavailable as exc:
             self._clean_threads.add(user.id)  # the model failed between steps: no dangling call
             return TurnResult(exc.user_message, ok=False)
@@ -203,6 +212,7 @@ class Assistant:
             log.exception("turn failed for user %s", user.id)
             return TurnResult(FAILURE_MESSAGE, ok=False)
         finally:
+            SCHEDULED_RUN.reset(scheduled)
             await emitter("agent_end", user.id)
 
     def _inputs(
@@ -212,7 +222,7 @@ class Assistant:
             return {"messages": [], "model_calls": 0}
         if is_system_trigger:
             msg = HumanMessage(
-                SYSTEM_TRIGGER_PREFIX + text,
+                SYSTEM_TRIGGER_PREFIX + json.dumps(text, ensure_ascii=False),
                 name="scheduler",
                 additional_kwargs={"panager_system_trigger": True},
                 id=str(uuid.uuid4()),
@@ -239,6 +249,17 @@ class Assistant:
         checkpointer = self.graph.checkpointer
         if checkpointer is not None:
             await checkpointer.adelete_thread(user.thread_id)
+
+
+def _with_live_links(result: TurnResult, live: dict[str, str] | None) -> TurnResult:
+    """Put the live link back into what the user sees (the thread keeps the redacted one)."""
+    if not live:
+        return result
+    for stored, link in live.items():
+        result.text = result.text.replace(stored, link)
+        if result.link and result.link.get("url") == stored:
+            result.link = {**result.link, "url": link}
+    return result
 
 
 def _result(state: dict) -> TurnResult:

@@ -114,7 +114,11 @@ def build_runtime(
         graph_effects=[UsageRecorder(services.usage), *effects],
         compactor=compactor,
         skills=SkillLibrary(settings.home / "skills", enabled=config.skills),
-        sessions=SessionStore(settings.home),
+        sessions=SessionStore(
+            settings.home,
+            max_files=config.saved_sessions_max,
+            max_bytes=config.saved_sessions_max_bytes,
+        ),
         activity=ActivityLog(),
         context_window=resolve_context_window(config, settings.model),
         pruner=CheckpointPruner(checkpointer) if config.checkpoint_pruning else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired, TypedDict
 
@@ -25,6 +26,10 @@ class AgentState(TypedDict):
     loaded_skills: NotRequired[list[str]]
     model_calls: NotRequired[int]  # model calls in the current turn (reset by each input)
 
+
+# True while a turn started by the scheduler runs (tools read it: a scheduled agent run
+# may not create further agent schedules, so injected text cannot make itself standing).
+SCHEDULED_RUN: ContextVar[bool] = ContextVar("panager_scheduled_run", default=False)
 
 # Recall hook: (user, query) -> quoted memory lines for the system prompt.
 Recall = Callable[["User", str], Awaitable[Sequence[Any]]]

@@ -56,9 +56,11 @@ class Threads:
         limit = 2 * self.max_iterations + 6
         return {"configurable": {"thread_id": user.thread_id}, "recursion_limit": limit}
 
-    def user_lock(self, user_id: int) -> AbstractAsyncContextManager[None]:
-        """One turn at a time per user: in this process and, via an advisory lock, across all."""
-        return self.locks.hold(user_id)
+    def user_lock(self, user_id: int, *, wait: bool = True) -> AbstractAsyncContextManager[None]:
+        """One turn at a time per user: in this process and, via an advisory lock, across all.
+
+        `wait=False` raises UserBusy instead of waiting for a running turn."""
+        return self.locks.hold(user_id, wait=wait)
 
 
 async def thread_values(owner: ThreadOwner, user: User) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from contextlib import asynccontextmanager
 
 import psycopg
 
+from panager.errors import UserBusy
+
 log = logging.getLogger(__name__)
 
 TURN_LOCK_NAMESPACE = 7_260_002
@@ -43,13 +45,19 @@ class TurnLocks:
         self._connecting = asyncio.Lock()
 
     @asynccontextmanager
-    async def hold(self, user_id: int) -> AsyncIterator[None]:
-        """Hold the user's lock for the duration of the block."""
-        async with self._local[user_id]:
+    async def hold(self, user_id: int, *, wait: bool = True) -> AsyncIterator[None]:
+        """Hold the user's lock for the duration of the block.
+
+        With `wait=False` a lock held by another turn raises UserBusy at once."""
+        local = self._local[user_id]
+        if not wait and local.locked():
+            raise UserBusy(user_id)
+        async with local:
             if self.conninfo is None:
                 yield
                 return
-            await self._acquire(user_id)
+            if not await self._acquire(user_id, wait=wait):
+                raise UserBusy(user_id)
             try:
                 yield
             finally:
@@ -63,7 +71,7 @@ class TurnLocks:
                 )
             return self._conn
 
-    async def _acquire(self, user_id: int) -> None:
+    async def _acquire(self, user_id: int, *, wait: bool = True) -> bool:
         while True:
             conn = await self._connection()
             try:
@@ -73,7 +81,9 @@ class TurnLocks:
                 await conn.close()
                 continue
             if row[0]:
-                return
+                return True
+            if not wait:
+                return False
             await asyncio.sleep(POLL_SECONDS)  # another process runs this user's turn
 
     async def _release(self, user_id: int) -> None:

@@ -96,6 +96,29 @@ async def check_google(settings: Settings, found: dict) -> tuple[bool | None, st
     return True, f"configured; the OAuth client must allow redirect {redirect}"
 
 
+MIN_SECRET_CHARS = 32
+MIN_SECRET_DISTINCT = 12
+
+
+def secret_weakness(secret: str) -> str | None:
+    """Why PANAGER_SECRET_KEY is too weak to protect tokens and links, or None."""
+    if len(secret) < MIN_SECRET_CHARS:
+        return f"it has {len(secret)} characters; use at least {MIN_SECRET_CHARS}"
+    if len(set(secret)) < MIN_SECRET_DISTINCT:
+        return f"it uses only {len(set(secret))} different characters (low variety)"
+    return None
+
+
+async def check_secret(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """PANAGER_SECRET_KEY is strong (it seals Google tokens and signs links)."""
+    if not settings.secret_key:
+        return None, "PANAGER_SECRET_KEY not set (needed once Google is configured)"
+    weakness = secret_weakness(settings.secret_key)
+    if weakness:
+        return False, f"PANAGER_SECRET_KEY is weak: {weakness}. Generate one: panager secret"
+    return True, "PANAGER_SECRET_KEY set and strong"
+
+
 CHECKS: list[tuple[str, Check]] = [
     ("database", check_database),
     ("pgvector", check_pgvector),
@@ -103,6 +126,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("model", check_model),
     ("discord", check_discord),
     ("google", check_google),
+    ("secret", check_secret),
 ]
 
 

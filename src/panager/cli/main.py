@@ -1,4 +1,4 @@
-"""`panager` command line: chat, ask, run, db, invite, users, doctor.
+"""`panager` command line: chat, ask, run, db, invite, users, doctor, secret.
 
 Every command loads settings first; a configuration problem prints one line
 (`panager: PANAGER_X is invalid …`) and exits 2 — never a traceback.
@@ -125,6 +125,14 @@ def doctor() -> None:
 
     code = run_async(run_doctor)
     raise typer.Exit(code)
+
+
+@app.command()
+def secret() -> None:
+    """Print a strong random PANAGER_SECRET_KEY (43 URL-safe characters)."""
+    import secrets as _secrets
+
+    typer.echo(_secrets.token_urlsafe(32))
 
 
 def register_extensions() -> None:

@@ -48,7 +48,11 @@ RECORD_REDEMPTION = """
 INSERT INTO invite_redemptions (code, user_id, redeemed_at) VALUES (%s, %s, %s)
 ON CONFLICT DO NOTHING
 """
-ACTIVATE_USER = "UPDATE users SET status = 'active', updated_at = now() WHERE id = %s RETURNING *"
+LOCK_USER = "SELECT status FROM users WHERE id = %s FOR UPDATE"
+ACTIVATE_USER = """
+UPDATE users SET status = 'active', updated_at = now() WHERE id = %s AND status = 'pending'
+RETURNING *
+"""
 LIST_INVITES = "SELECT * FROM invites ORDER BY created_at DESC, code"
 
 REFUSALS = {
@@ -58,6 +62,15 @@ REFUSALS = {
         "Ask the admin to run: panager users allow {user_id}"
     ),
     "blocked": "Sorry, you don't have access to this assistant.",
+}
+
+
+NO_INVITES = {
+    "open": "Invite codes aren't needed here: this assistant is open — just send me a message.",
+    "allowlist": (
+        "Invite codes don't work on this assistant: it only answers people its admin has "
+        "added. Ask the admin to run: panager users allow YOUR_ID"
+    ),
 }
 
 
@@ -171,6 +184,8 @@ class AccessService:
             return Admission(await self._ensure_admin(user_id, username, display_name), True)
         initial = "active" if self.mode == "open" else "pending"
         user = await self.users.ensure(user_id, username, display_name=display_name, status=initial)
+        if user.role == "admin":  # no longer in PANAGER_ADMIN_IDS: demoted from now on
+            user = await self.users.set_role(user_id, "user") or user
         if user.status == "blocked":
             return Admission(user, False, REFUSALS["blocked"])
         if user.status == "active":
@@ -216,13 +231,21 @@ class AccessService:
             return [_invite(r) for r in await (await conn.execute(LIST_INVITES)).fetchall()]
 
     async def redeem(self, code: str, user: User) -> Redemption:
-        """Spend one use of `code` and activate `user`, atomically; say why when it fails."""
-        if user.status == "active":
-            return Redemption(True, "You're already registered — just send me a message.", user)
-        if user.status == "blocked":
-            return Redemption(False, REFUSALS["blocked"])
+        """Spend one use of `code` and activate `user`, atomically; say why when it fails.
+
+        Only in `invite` mode, and only for a still-pending user: the user's row is locked
+        first, so a block landing in between wins and one person racing two `/start`
+        calls spends one use."""
+        if self.mode != "invite":
+            return Redemption(False, NO_INVITES[self.mode])
         code, now = normalise_code(code), self.clock.now()
         async with self.pool.connection() as conn, conn.transaction():
+            row = await (await conn.execute(LOCK_USER, (user.id,))).fetchone()
+            status = row["status"] if row else None
+            if status == "active":
+                return Redemption(True, "You're already registered — just send me a message.")
+            if status != "pending":
+                return Redemption(False, REFUSALS["blocked"])
             claimed = await conn.execute(CLAIM_INVITE_USE, {"code": code, "now": now})
             if await claimed.fetchone() is None:
                 return Redemption(False, await self._why_not(conn, code, now))
@@ -242,7 +265,7 @@ class AccessService:
 
     async def allow(self, user_id: int) -> User:
         """Let `user_id` in (creating a placeholder user until they first write)."""
-        await self.users.ensure(user_id, str(user_id), status="active")
+        await self.users.ensure_placeholder(user_id, status="active")
         return await self.users.set_status(user_id, "active")
 
     async def block(self, user_id: int) -> User:
@@ -251,7 +274,7 @@ class AccessService:
             raise AccessError(
                 f"{user_id} is in PANAGER_ADMIN_IDS; remove it there before blocking."
             )
-        await self.users.ensure(user_id, str(user_id), status="blocked")
+        await self.users.ensure_placeholder(user_id, status="blocked")
         return await self.users.set_status(user_id, "blocked")
 
 

@@ -19,6 +19,7 @@ is the live recording (appended by `SessionRecorder`); saved conversations are
 from __future__ import annotations
 
 import json
+import os
 import re
 import uuid
 from collections.abc import Sequence
@@ -193,11 +194,37 @@ class SavedSession:
     modified: float
 
 
-class SessionStore:
-    """Saved conversations under `$PANAGER_HOME/sessions/<user>/`, one directory per user."""
+class SessionLimit(ValueError):
+    """A /save that would pass the user's cap on saved conversations (count or bytes)."""
 
-    def __init__(self, home: Path) -> None:
+
+def private_dir(path: Path) -> Path:
+    """Create `path` (and parents) readable by this account only (0700)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to a file only this account can read (0600), atomically."""
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    tmp.replace(path)
+
+
+class SessionStore:
+    """Saved conversations under `$PANAGER_HOME/sessions/<user>/`, one directory per user.
+
+    The directory is 0700 and every file 0600: conversations are private."""
+
+    def __init__(
+        self, home: Path, *, max_files: int = 50, max_bytes: int = 20_000_000
+    ) -> None:
         self.root = home / "sessions"
+        self.max_files = max_files
+        self.max_bytes = max_bytes
 
     def recording_path(self, user_id: int) -> Path:
         """The live recording of a user's conversation."""
@@ -213,13 +240,27 @@ class SessionStore:
         return self._dir(user_id) / f"{name}.jsonl"
 
     def save(self, user_id: int, name: str, text: str) -> Path:
-        """Write a session file (replacing one of the same name)."""
+        """Write a session file (replacing one of the same name); SessionLimit past the caps."""
         path = self.path(user_id, name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        self._check_caps(user_id, name, len(text.encode("utf-8")))
+        private_dir(self.root)
+        private_dir(path.parent)
+        write_private(path, text)
         return path
+
+    def _check_caps(self, user_id: int, name: str, size: int) -> None:
+        others = [s for s in self.list(user_id) if s.name != name]
+        if len(others) >= self.max_files:
+            raise SessionLimit(
+                f"you have {len(others)} saved conversations, the limit "
+                f"(saved_sessions_max); delete old ones first"
+            )
+        total = sum(s.size for s in others) + size
+        if total > self.max_bytes:
+            raise SessionLimit(
+                f"saving this would use {total / 1_000_000:.1f} MB of the "
+                f"{self.max_bytes / 1_000_000:.1f} MB allowed per user (saved_sessions_max_bytes)"
+            )
 
     def read(self, user_id: int, name: str) -> str:
         """The text of a saved session; FileNotFoundError when absent; ValueError when huge."""

@@ -14,6 +14,9 @@ GET_USER = "SELECT * FROM users WHERE id = %s"
 GET_BY_USERNAME = (
     "SELECT * FROM users WHERE lower(username) = lower(%s) ORDER BY created_at LIMIT 1"
 )
+ACTIVE_BY_USERNAME = (
+    "SELECT * FROM users WHERE lower(username) = lower(%s) AND status = 'active' LIMIT 2"
+)
 UPSERT_USER = """
 INSERT INTO users (id, username, display_name, timezone, role, status)
 VALUES (%(id)s, %(username)s, %(display_name)s, %(timezone)s, %(role)s, %(status)s)
@@ -22,6 +25,11 @@ ON CONFLICT (id) DO UPDATE
        display_name = COALESCE(EXCLUDED.display_name, users.display_name),
        updated_at = now()
 RETURNING *
+"""
+INSERT_PLACEHOLDER = """
+INSERT INTO users (id, username, timezone, role, status)
+VALUES (%(id)s, %(username)s, %(timezone)s, 'user', %(status)s)
+ON CONFLICT (id) DO NOTHING
 """
 SET_TIMEZONE = "UPDATE users SET timezone = %s, updated_at = now() WHERE id = %s RETURNING *"
 SET_STATUS = "UPDATE users SET status = %s, updated_at = now() WHERE id = %s RETURNING *"
@@ -88,6 +96,12 @@ class UserService:
             row = await (await conn.execute(GET_BY_USERNAME, (username.lstrip("@"),))).fetchone()
             return _user(row)
 
+    async def active_by_username(self, username: str) -> list[User]:
+        """Active users with this username (case-insensitive); two or more is ambiguous."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(ACTIVE_BY_USERNAME, (username.lstrip("@"),))
+            return [_user(r) for r in await cur.fetchall()]
+
     async def ensure(
         self,
         user_id: int,
@@ -109,6 +123,17 @@ class UserService:
         }
         async with self.pool.connection() as conn:
             return _user(await (await conn.execute(UPSERT_USER, params)).fetchone())
+
+    async def ensure_placeholder(self, user_id: int, *, status: str) -> None:
+        """Create a user known only by id (named by it until they write); never renames."""
+        params = {
+            "id": user_id,
+            "username": str(user_id),
+            "timezone": self.default_timezone,
+            "status": status,
+        }
+        async with self.pool.connection() as conn:
+            await conn.execute(INSERT_PLACEHOLDER, params)
 
     async def _update(self, sql: str, value: object, user_id: int) -> User | None:
         async with self.pool.connection() as conn:

@@ -11,12 +11,14 @@ carries the authorization code and the state.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import html
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
@@ -41,7 +43,22 @@ _AGAIN = "Send /connect google to Panager for a new link."
 
 # reason -> (HTTP status, title, explanation)
 PAGES: dict[str, tuple[int, str, str]] = {
-    "linked": (200, "Google account linked", "Panager can now use your Google {scopes}{who}."),
+    "linked": (
+        200,
+        "Google account linked",
+        "Panager can now use the Google {scopes}{who} for @{owner}.",
+    ),
+    "blocked": (
+        403,
+        "Linking is not available",
+        "This Panager account has no access, so nothing was stored.",
+    ),
+    "already_linked": (
+        409,
+        "This Google account is already linked",
+        "It is linked to another Panager user, and one Google account can be linked to one "
+        "user at a time. Nothing was stored. Disconnect it there first (/disconnect google).",
+    ),
     "missing_state": (
         400,
         "This link is not valid",
@@ -106,12 +123,23 @@ padding:.5rem 1rem;background:#1a73e8;color:#fff;border-radius:.3rem;text-decora
 </style></head>
 <body><h1>{icon} {title}</h1><p>{text}</p>{extra}</body></html>
 """
+CONFIRM_TEXT = (
+    "This link connects a Google account to the Panager user @{owner} on {instance}. "
+    "Continue only if you are @{owner}: whoever continues gives @{owner} access to the "
+    "Calendar and Tasks of the Google account they sign in with."
+)
+CONFIRM_FORM = (
+    '<form method="post" action="{action}"><input type="hidden" name="state" value="{state}">'
+    '<button class="button" type="submit">Continue to Google</button></form>'
+)
 SECURITY_HEADERS = {
     "Cache-Control": "no-store",
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self' https: http:"
+    ),
 }
 
 
@@ -168,14 +196,16 @@ class WebServer:
         await self.stop()
 
 
-def render_page(reason: str, outcome: LinkOutcome | None = None) -> web.Response:
+def render_page(
+    reason: str, outcome: LinkOutcome | None = None, owner: str | None = None
+) -> web.Response:
     """The small HTML page for a callback outcome."""
     status, title, text = PAGES.get(reason, PAGES["error"])
     extra = ""
     if outcome is not None and outcome.ok:
         names = " and ".join(SCOPE_NAMES.get(s, s) for s in outcome.scopes)
-        who = f" ({outcome.email})" if outcome.email else ""
-        text = text.format(scopes=names or "account", who=who)
+        who = f" of {outcome.email}" if outcome.email else " account"
+        text = text.format(scopes=names or "account", who=who, owner=owner or "you")
         if len(outcome.scopes) < len(SCOPE_NAMES):
             text += " Only part of the access was allowed; /connect google again to add the rest."
         text += " You can close this tab — your answer arrives in the chat."
@@ -197,6 +227,7 @@ def build_web_app(app: App, server: WebServer) -> web.Application:
         [
             web.get("/healthz", handlers.healthz),
             web.get(START_PATH, handlers.google_start),
+            web.post(START_PATH, handlers.google_continue),
             web.get(CALLBACK_PATH, handlers.google_callback),
             web.get("/metrics", handlers.metrics),
         ]
@@ -238,12 +269,50 @@ class _Handlers:
             )
         return web.json_response({"status": "ok", "database": "ok"})
 
+    async def _owner(self, user_id: int | None) -> str:
+        user = await self.app.deps.users.get(user_id) if user_id is not None else None
+        return user.username if user is not None else "unknown"
+
     async def google_start(self, request: web.Request) -> web.Response:
-        """Send the browser on to Google's consent page for a valid link, else explain."""
+        """A page naming the Panager user the link belongs to, with a Continue button."""
         google = self.app.deps.google
         if google is None:
             return render_page("not_configured")
-        target = await google.consent_url(request.query.get("state"))
+        state = request.query.get("state")
+        try:
+            row = await google.oauth.check_state(state)
+            if not isinstance(row, LinkOutcome) and not await google.may_link(row["user_id"]):
+                row = LinkOutcome(False, "blocked", row["user_id"])
+        except Exception as exc:  # malformed input must never become a 500
+            log.warning("Google start refused a malformed link (%s)", type(exc).__name__)
+            row = LinkOutcome(False, "forged")
+        if isinstance(row, LinkOutcome):
+            self.server.counters[("oauth_start", row.reason)] += 1
+            return render_page(row.reason)
+        owner = html.escape(await self._owner(row["user_id"]))
+        instance = html.escape(urlsplit(self.app.settings.public_url).netloc or "this instance")
+        text = CONFIRM_TEXT.format(owner=owner, instance=instance)
+        form = CONFIRM_FORM.format(action=START_PATH, state=html.escape(state or "", quote=True))
+        body = PAGE.format(
+            title=f"Link Google to @{owner} on {instance}", text=text, icon="🔗", extra=form
+        )
+        return web.Response(text=body, content_type="text/html", headers=SECURITY_HEADERS)
+
+    async def google_continue(self, request: web.Request) -> web.Response:
+        """The Continue button: on to Google's consent page for a valid link, else explain."""
+        google = self.app.deps.google
+        if google is None:
+            return render_page("not_configured")
+        state = str((await request.post()).get("state") or "") or None
+        try:
+            row = await google.oauth.check_state(state)
+            if not isinstance(row, LinkOutcome) and not await google.may_link(row["user_id"]):
+                target: str | LinkOutcome = LinkOutcome(False, "blocked", row["user_id"])
+            else:
+                target = await google.consent_url(state)
+        except Exception as exc:
+            log.warning("Google start refused a malformed link (%s)", type(exc).__name__)
+            target = LinkOutcome(False, "forged")
         if isinstance(target, LinkOutcome):
             self.server.counters[("oauth_start", target.reason)] += 1
             return render_page(target.reason)
@@ -267,10 +336,24 @@ class _Handlers:
         flow = self.app.google_link
         if outcome.ok and outcome.user_id is not None and flow is not None:
             self.server.spawn(flow.replay_pending(outcome.user_id))
-        return render_page(outcome.reason, outcome)
+        return render_page(outcome.reason, outcome, await self._owner(outcome.user_id))
 
     async def metrics(self, request: web.Request) -> web.Response:
-        """Prometheus text format: request and OAuth callback counters."""
+        """Prometheus text format; needs `Authorization: Bearer $PANAGER_METRICS_TOKEN`.
+
+        Without PANAGER_METRICS_TOKEN the endpoint is off (404)."""
+        token = self.app.settings.metrics_token
+        if not token:
+            raise web.HTTPNotFound(text="metrics are off (set PANAGER_METRICS_TOKEN)")
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), token.encode("utf-8")):
+            raise web.HTTPUnauthorized(
+                text="metrics need: Authorization: Bearer <PANAGER_METRICS_TOKEN>",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return self._metrics_text()
+
+    def _metrics_text(self) -> web.Response:
         lines = ["# TYPE panager_up gauge", "panager_up 1"]
         lines.append("# TYPE panager_http_requests_total counter")
         for key, value in sorted(self.server.counters.items(), key=str):

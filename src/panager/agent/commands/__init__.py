@@ -150,4 +150,5 @@ COMMAND_MODULES: list[str] = [
     "panager.agent.commands.runtime",
     "panager.agent.commands.sessions",
     "panager.agent.commands.skills",
+    "panager.agent.commands.relays",
 ]

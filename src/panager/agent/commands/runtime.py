@@ -41,6 +41,12 @@ async def usage_command(ctx: CommandContext, args: str) -> CommandReply | str:
     return "\n".join(lines)
 
 
+def allowed_models(ctx: CommandContext) -> list[str]:
+    """Models non-admins may pick: `allowed_models` from the config, else the default model."""
+    configured = ctx.deps.config.allowed_models
+    return list(configured) if configured else [ctx.deps.settings.model]
+
+
 def _current_model(ctx: CommandContext) -> str:
     return ctx.user.model or ctx.deps.settings.model
 
@@ -60,6 +66,13 @@ async def model_command(ctx: CommandContext, args: str) -> CommandReply | str:
     if not MODEL_NAME_RE.match(args):
         return CommandReply(
             "That does not look like a model name (letters, digits and . : / @ + - _ only).",
+            ok=False,
+        )
+    allowed = allowed_models(ctx)
+    if ctx.user.id not in ctx.deps.settings.admin_ids and args not in allowed:
+        return CommandReply(
+            f"{args} is not available here. Models you can choose: {', '.join(allowed)} "
+            "(the operator sets allowed_models in the config).",
             ok=False,
         )
     await ctx.deps.users.set_model(ctx.user.id, args)

@@ -8,6 +8,7 @@ from panager.agent.commands import CommandContext, CommandReply, command
 from panager.agent.threads import replace_thread, thread_values
 from panager.services.sessions import (
     SessionFormatError,
+    SessionLimit,
     SessionStore,
     dump_session,
     parse_session,
@@ -45,7 +46,10 @@ async def save_command(ctx: CommandContext, args: str) -> CommandReply | str:
     if not messages:
         return CommandReply("There is nothing to save yet.", ok=False)
     text = dump_session(ctx.user.id, messages, values.get("summary"), now)
-    _store(ctx).save(ctx.user.id, name, text)
+    try:
+        _store(ctx).save(ctx.user.id, name, text)
+    except SessionLimit as exc:
+        return CommandReply(f"Not saved: {exc}.", ok=False)
     renamed = f" (name cleaned from {args!r})" if args and name != args.strip() else ""
     return f"Saved {len(messages)} messages as {name}{renamed}. Load it later with /load {name}."
 

@@ -21,7 +21,10 @@ async def skills_command(ctx: CommandContext, args: str) -> CommandReply | str:
         return CommandReply(DISABLED, ok=False)
     skills = library.list()
     if not skills:
-        return f"No skills installed. Add one as {library.root}/<name>/SKILL.md."
+        return (
+            "No skills installed. The operator adds them as skills/<name>/SKILL.md "
+            "under PANAGER_HOME."
+        )
     loaded = set((await thread_values(ctx.assistant, ctx.user)).get("loaded_skills") or [])
     lines = ["Skills (✓ = loaded; load one with /skill NAME):"]
     for s in skills:

@@ -1,4 +1,6 @@
-"""`token_budget`: a per-user daily token cap.
+"""`token_budget`: a per-user daily token cap (admins, in PANAGER_ADMIN_IDS, are exempt).
+
+On by default for everyone else (`daily_token_budget`, 200,000; 0 = unlimited).
 
 Before every model call the user's tokens for their local day are read from
 `token_usage`; at or over the cap the turn ends with a clear refusal and no
@@ -9,6 +11,7 @@ answer that takes the user past `warn_at` of the cap carries a one-line notice.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from panager.agent.effects import ModelCall
@@ -37,6 +40,7 @@ class TokenBudget:
         warn_at: float = 0.8,
         *,
         usage: UsageService | None = None,
+        admin_ids: Collection[int] = (),
     ) -> None:
         if daily_tokens is None:
             raise ValueError("set daily_tokens (or daily_token_budget in the config)")
@@ -47,6 +51,7 @@ class TokenBudget:
         self.daily_tokens = daily_tokens
         self.warn_at = warn_at
         self.usage = usage
+        self.admin_ids = frozenset(admin_ids)  # PANAGER_ADMIN_IDS: never capped
         self._warned: set[tuple[int, Any]] = set()  # (user id, local day)
 
     async def _used(self, call: ModelCall) -> int | None:
@@ -58,8 +63,13 @@ class TokenBudget:
             log.exception("could not read today's usage; not enforcing the budget")
             return None
 
+    def _exempt(self, call: ModelCall) -> bool:
+        return call.user.id in self.admin_ids
+
     async def before_model(self, call: ModelCall) -> None:
         """At or over the cap: stop the turn with the refusal (no model call)."""
+        if self._exempt(call):
+            return
         used = await self._used(call)
         if used is not None and used >= self.daily_tokens:
             call.stop_reply = REFUSAL.format(used=used, cap=self.daily_tokens)
@@ -67,7 +77,7 @@ class TokenBudget:
     async def after_model(self, call: ModelCall) -> None:
         """Past the warning level on a final answer: append the notice, once a day."""
         response = call.response
-        if response is None or response.tool_calls:
+        if response is None or response.tool_calls or self._exempt(call):
             return
         used = await self._used(call)
         if used is None or self.usage is None or used < self.warn_at * self.daily_tokens:

@@ -2,7 +2,7 @@
 
 ```yaml
 context_window: 32000          # tokens; omit for the built-in per model family; 0 = no compaction
-daily_token_budget: 200000     # adds token_budget to the defaults
+daily_token_budget: 200000     # the default: token_budget for non-admins; 0 = unlimited
 effects:                       # omit for the defaults; [] for none
   - kind: trim_tool_results
     params: {max_result_length: 500, preserve_recent: 4}
@@ -14,7 +14,7 @@ effects:                       # omit for the defaults; [] for none
     params: {max_repeats: 3}
 ```
 
-With no `effects` key: `token_budget` when `daily_token_budget` is set, and
+With no `effects` key: `token_budget` unless `daily_token_budget` is 0, and
 `trim_tool_results` + `compact` when the context window is known (configured,
 or built in for the model's family). Effects run in list order, before and
 after each model call; the usage recorder always runs first.
@@ -110,6 +110,7 @@ class EffectServices:
 
     usage: UsageService | None = None
     memory: MemoryService | None = None
+    admin_ids: tuple[int, ...] = ()  # exempt from the daily token budget
 
 
 def _injected(kind: str, config: RuntimeConfig, services: EffectServices) -> dict[str, Any]:
@@ -121,7 +122,7 @@ def _injected(kind: str, config: RuntimeConfig, services: EffectServices) -> dic
             "memory": services.memory,
         }
     if kind == "token_budget":
-        return {"usage": services.usage}
+        return {"usage": services.usage, "admin_ids": services.admin_ids}
     return {}
 
 

@@ -11,12 +11,14 @@ for every later closure of the same function.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
 from langchain_core.tools import StructuredTool
 
 _SCHEMAS: dict[Any, Any] = {}
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def tool(function: Callable[..., Any]) -> StructuredTool:
@@ -30,3 +32,18 @@ def tool(function: Callable[..., Any]) -> StructuredTool:
     )
     _SCHEMAS.setdefault(key, made.args_schema)
     return made
+
+
+def clean_args(value: Any) -> Any:
+    """Tool arguments with lone surrogates (unencodable as UTF-8) replaced by U+FFFD."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return _SURROGATES.sub("\ufffd", value)
+        return value
+    if isinstance(value, dict):
+        return {k: clean_args(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean_args(v) for v in value]
+    return value

@@ -7,6 +7,7 @@ from typing import Literal
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
+from panager.agent.state import SCHEDULED_RUN
 from panager.agent.tools.base import tool
 from panager.errors import ToolError
 from panager.services.schedules.recurrence import ScheduleInputError
@@ -36,6 +37,11 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         "2026-11-25T09:00+09:00", "2026-11-25" (09:00) or "09:00" (the next 09:00).
         repeat: optional RFC 5545 RRULE, e.g. "FREQ=WEEKLY;BYDAY=MO" or "FREQ=DAILY;COUNT=5".
         Tell the user the returned confirmation."""
+        if kind == "agent" and SCHEDULED_RUN.get():
+            raise ToolError(
+                "Limit: a scheduled task cannot create further scheduled tasks (kind='agent'); "
+                "a reminder is allowed, or ask the user to set it up."
+            )
         current = await deps.users.get(user.id) or user  # the zone may have just changed
         try:
             created = await service.create(current, message, at, kind=kind, repeat=repeat)

@@ -15,6 +15,8 @@ refresh token every time. google-auth-oauthlib's `Flow` makes the PKCE pair.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import logging
@@ -33,6 +35,9 @@ log = logging.getLogger(__name__)
 CALENDAR_SCOPE = "https://www.googleapis.com/auth/calendar"
 TASKS_SCOPE = "https://www.googleapis.com/auth/tasks"
 SCOPES = (CALENDAR_SCOPE, TASKS_SCOPE)
+# `openid` adds an ID token naming the Google account (`sub`), so one account links to
+# one Panager user at a time; it grants no access to data.
+REQUESTED_SCOPES = (*SCOPES, "openid")
 SCOPE_NAMES = {CALENDAR_SCOPE: "Calendar", TASKS_SCOPE: "Tasks"}
 STATE_TTL = timedelta(minutes=10)
 CALLBACK_PATH = "/oauth/google/callback"
@@ -71,7 +76,7 @@ class LinkOutcome:
 
     ok: bool
     reason: str  # linked | missing_state | forged | expired | replayed | denied |
-    #              exchange_failed | no_scopes | no_refresh_token
+    #              exchange_failed | no_scopes | no_refresh_token | blocked | already_linked
     user_id: int | None = None
     email: str | None = None
     scopes: tuple[str, ...] = ()
@@ -86,6 +91,8 @@ class Tokens:
     refresh_token: str | None
     expiry: datetime | None  # naive UTC, as google-auth wants it
     granted: frozenset[str] = frozenset()
+    sub: str | None = None  # the Google account's stable id (from the ID token)
+    id_email: str | None = None
 
     def dumps(self) -> str:
         """JSON for sealing (the granted scopes are stored in the clear elsewhere)."""
@@ -110,13 +117,30 @@ class Tokens:
             if expires_at
             else None
         )
+        claims = id_token_claims(token.get("id_token"))
         return cls(
-            token.get("access_token"), token.get("refresh_token"), expiry, frozenset(granted)
+            token.get("access_token"),
+            token.get("refresh_token"),
+            expiry,
+            frozenset(granted),
+            claims.get("sub"),
+            claims.get("email"),
         )
 
 
+def id_token_claims(id_token: str | None) -> dict:
+    """The claims of an ID token received straight from Google's token endpoint over TLS
+    (OpenID Connect Core 3.1.3.7: no signature check needed on that channel)."""
+    try:
+        payload = (id_token or "").split(".")[1]
+        data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError, binascii.Error):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _state_hash(nonce: str) -> str:
-    return hashlib.sha256(nonce.encode("utf-8")).hexdigest()
+    return hashlib.sha256(nonce.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _state_message(nonce: str, user_id: int, expires_at: datetime) -> str:
@@ -161,7 +185,7 @@ class OAuthFlow:
 
         return Flow.from_client_config(
             self.client_config(),
-            scopes=list(SCOPES),
+            scopes=list(REQUESTED_SCOPES),
             redirect_uri=self.redirect_uri,
             code_verifier=verifier,
             autogenerate_code_verifier=verifier is None,
@@ -188,8 +212,8 @@ class OAuthFlow:
         base = self.redirect_uri.removesuffix(CALLBACK_PATH)
         return f"{base}{START_PATH}?{urlencode({'state': state})}"
 
-    async def consent_url(self, state: str | None) -> str | LinkOutcome:
-        """Google's consent URL for a valid, unused, unexpired state — or why it is refused."""
+    async def check_state(self, state: str | None) -> dict | LinkOutcome:
+        """The stored row of a valid, unused, unexpired state — or why it is refused."""
         nonce, _, signature = (state or "").partition(".")
         if not nonce or not signature:
             return LinkOutcome(False, "missing_state" if not state else "forged")
@@ -203,6 +227,13 @@ class OAuthFlow:
             return LinkOutcome(False, "replayed", row["user_id"])
         if self.clock.now() > row["expires_at"]:
             return LinkOutcome(False, "expired", row["user_id"])
+        return row
+
+    async def consent_url(self, state: str | None) -> str | LinkOutcome:
+        """Google's consent URL for a valid, unused, unexpired state — or why it is refused."""
+        row = await self.check_state(state)
+        if isinstance(row, LinkOutcome):
+            return row
         try:
             verifier = self.sealer.open(row["code_verifier"])
         except InvalidToken:

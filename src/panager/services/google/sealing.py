@@ -48,9 +48,13 @@ class Sealer:
 
     def sign(self, message: str) -> str:
         """A URL-safe HMAC-SHA256 signature of `message`."""
-        digest = hmac.new(self._mac_key, message.encode("utf-8"), hashlib.sha256).digest()
+        data = message.encode("utf-8", "surrogatepass")
+        digest = hmac.new(self._mac_key, data, hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
     def verify(self, message: str, signature: str) -> bool:
-        """True when `signature` is ours for `message` (constant-time comparison)."""
-        return hmac.compare_digest(self.sign(message), signature)
+        """True when `signature` is ours for `message` (constant-time comparison).
+
+        Any string is accepted: a non-ASCII or malformed signature is simply not ours."""
+        given = signature.encode("utf-8", "surrogatepass")
+        return hmac.compare_digest(self.sign(message).encode("ascii"), given)

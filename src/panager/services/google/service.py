@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+import psycopg
 from google.auth.exceptions import RefreshError, TransportError
 from google.oauth2.credentials import Credentials
 from googleapiclient.errors import HttpError
@@ -108,15 +109,19 @@ class GoogleAccount:
 
 UPSERT_ACCOUNT = """
 INSERT INTO google_accounts (user_id, email, token_ciphertext, scopes, status,
-                             connected_at, disconnected_at, updated_at)
-VALUES (%(user_id)s, %(email)s, %(sealed)s, %(scopes)s, 'connected', %(now)s, NULL, %(now)s)
+                             connected_at, disconnected_at, updated_at, google_sub)
+VALUES (%(user_id)s, %(email)s, %(sealed)s, %(scopes)s, 'connected', %(now)s, NULL, %(now)s,
+        %(sub)s)
 ON CONFLICT (user_id) DO UPDATE
    SET email = COALESCE(EXCLUDED.email, google_accounts.email),
+       google_sub = EXCLUDED.google_sub,
        token_ciphertext = EXCLUDED.token_ciphertext, scopes = EXCLUDED.scopes,
        status = 'connected', connected_at = EXCLUDED.connected_at,
        disconnected_at = NULL, updated_at = EXCLUDED.updated_at
 """
 GET_ACCOUNT = "SELECT * FROM google_accounts WHERE user_id = %s"
+SUB_OWNER = "SELECT user_id FROM google_accounts WHERE google_sub = %s AND user_id <> %s"
+USER_STATUS = "SELECT status FROM users WHERE id = %s"
 SAVE_REFRESHED = """
 UPDATE google_accounts SET token_ciphertext = %s, refreshed_at = %s, updated_at = %s
  WHERE user_id = %s AND status = 'connected'
@@ -212,6 +217,8 @@ class GoogleService:
         if isinstance(claimed, LinkOutcome):
             return claimed
         user_id, verifier = claimed
+        if not await self.may_link(user_id):
+            return LinkOutcome(False, "blocked", user_id)
         if error or not code:
             return LinkOutcome(False, "denied", user_id)
         try:
@@ -227,10 +234,29 @@ class GoogleService:
             return LinkOutcome(
                 False, "no_refresh_token", user_id, retry_link=await self.create_link(user_id)
             )
-        email = await asyncio.to_thread(self._primary_email, tokens, scopes)
-        await self._store(user_id, tokens, scopes, email)
+        if await self._sub_taken(tokens.sub, user_id):
+            return LinkOutcome(False, "already_linked", user_id)
+        email = tokens.id_email or await asyncio.to_thread(self._primary_email, tokens, scopes)
+        try:
+            await self._store(user_id, tokens, scopes, email)
+        except psycopg.errors.UniqueViolation:  # the same account, linked a moment ago
+            return LinkOutcome(False, "already_linked", user_id)
         log.info("Google account linked for user %s", user_id)
         return LinkOutcome(True, "linked", user_id, email, scopes)
+
+    async def may_link(self, user_id: int) -> bool:
+        """False for blocked (or unknown) users: they cannot link an account."""
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(USER_STATUS, (user_id,))).fetchone()
+        return row is not None and row["status"] != "blocked"
+
+    async def _sub_taken(self, sub: str | None, user_id: int) -> bool:
+        """True when this Google account is linked to another Panager user."""
+        if not sub:
+            return False
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(SUB_OWNER, (sub, user_id))).fetchone()
+        return row is not None
 
     def _primary_email(self, tokens: Tokens, scopes: tuple[str, ...]) -> str | None:
         """The account's address (the primary calendar's id); None when unavailable."""
@@ -257,6 +283,7 @@ class GoogleService:
             "sealed": self._sealer.seal(tokens.dumps()),
             "scopes": list(scopes),
             "now": self.clock.now(),
+            "sub": tokens.sub,
         }
         async with self.pool.connection() as conn:
             await conn.execute(UPSERT_ACCOUNT, params)

@@ -9,6 +9,7 @@ workers use (`claim_due`, `begin_runs`, `complete_runs`, `settle`, …) is
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -17,7 +18,12 @@ from psycopg_pool import AsyncConnectionPool
 from panager.clock import Clock
 from panager.db.queries import fetch_all, fetch_one
 from panager.services.schedules.claims import ScheduleClaims
-from panager.services.schedules.recurrence import ScheduleInputError, parse_zone, plan_schedule
+from panager.services.schedules.recurrence import (
+    ScheduleInputError,
+    next_occurrence,
+    parse_zone,
+    plan_schedule,
+)
 from panager.services.schedules.types import (
     MissedRun,
     RunRecord,
@@ -45,7 +51,46 @@ __all__ = [
 
 NOTIFY_CHANNEL = "panager_schedules"
 KINDS = ("reminder", "agent")
-MAX_ACTIVE_PER_USER = 1000
+MAX_ACTIVE_PER_USER = 100
+INTERVAL_PROBES = 8  # gaps between the first occurrences checked against the minimum
+
+
+@dataclass(frozen=True)
+class ScheduleLimits:
+    """Per-user limits on new schedules (YAML: schedule_min_interval_*, _max_active_*)."""
+
+    max_active: int = MAX_ACTIVE_PER_USER
+    min_interval_agent: timedelta = timedelta(minutes=15)
+    min_interval_reminder: timedelta = timedelta(minutes=1)
+
+    @classmethod
+    def from_config(cls, config) -> ScheduleLimits:
+        """The limits of a RuntimeConfig."""
+        return cls(
+            max_active=config.schedule_max_active_per_user,
+            min_interval_agent=timedelta(minutes=config.schedule_min_interval_agent_minutes),
+            min_interval_reminder=timedelta(
+                minutes=config.schedule_min_interval_reminder_minutes
+            ),
+        )
+
+    def min_interval(self, kind: str) -> timedelta:
+        """The shortest repeat interval allowed for `kind`."""
+        return self.min_interval_agent if kind == "agent" else self.min_interval_reminder
+
+
+def shortest_gap(plan, zone: ZoneInfo) -> timedelta | None:
+    """The shortest gap between the first few occurrences of a repeating plan."""
+    if plan.rule is None:
+        return None
+    gaps, current = [], plan.first_utc
+    for _ in range(INTERVAL_PROBES):
+        nxt = next_occurrence(plan.rule, zone, plan.anchor_local, current)
+        if nxt is None:
+            break
+        gaps.append(nxt - current)
+        current = nxt
+    return min(gaps) if gaps else None
 LIST_FINISHED_FOR = timedelta(days=7)  # failed/missed schedules stay listed this long
 
 INSERT_SCHEDULE = f"""
@@ -82,11 +127,18 @@ class ScheduleService:
 
     `claims` holds the workers' side (claim, fence, record, report)."""
 
-    def __init__(self, pool: AsyncConnectionPool, clock: Clock, max_message_chars: int = 8000):
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        clock: Clock,
+        max_message_chars: int = 8000,
+        limits: ScheduleLimits | None = None,
+    ):
         self.pool = pool
         self.claims = ScheduleClaims(pool)
         self.clock = clock
         self.max_message_chars = max_message_chars
+        self.limits = limits or ScheduleLimits()
 
     # -- user-facing -----------------------------------------------------------------------
 
@@ -107,10 +159,12 @@ class ScheduleService:
         zone = _user_zone(timezone or user.timezone, at)
         now = self.clock.now()
         plan = plan_schedule(at, repeat, zone, now)
+        self._check_interval(kind, plan, zone)
         row = await fetch_one(self.pool, COUNT_ACTIVE, (user.id,))
-        if row["n"] >= MAX_ACTIVE_PER_USER:
+        if row["n"] >= self.limits.max_active:
             raise ScheduleInputError(
-                f"You already have {MAX_ACTIVE_PER_USER} active schedules; cancel some first."
+                f"Limit reached: at most {self.limits.max_active} active schedules per user "
+                "(schedule_max_active_per_user); cancel some first."
             )
         params = {
             "user_id": user.id,
@@ -127,6 +181,17 @@ class ScheduleService:
             created = await fetch_one(self.pool, INSERT_SCHEDULE, row)
             if created is not None:
                 return schedule_from_row(created)
+
+    def _check_interval(self, kind: str, plan, zone: ZoneInfo) -> None:
+        minimum = self.limits.min_interval(kind)
+        gap = shortest_gap(plan, zone)
+        if gap is not None and gap < minimum:
+            minutes = int(minimum.total_seconds() // 60)
+            key = f"schedule_min_interval_{kind}_minutes"
+            raise ScheduleInputError(
+                f"Limit: a repeating {kind} may run at most every {minutes} minute(s) ({key}); "
+                "choose a longer interval."
+            )
 
     def _check_message(self, message: str) -> str:
         text = (message or "").strip()

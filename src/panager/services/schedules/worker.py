@@ -34,6 +34,7 @@ from typing import Protocol, TypedDict
 import psycopg
 
 from panager.clock import Clock
+from panager.errors import UserBusy
 from panager.services.schedules.coalesce import Coalescer
 from panager.services.schedules.occurrences import (
     Occurrence,
@@ -61,6 +62,7 @@ log = logging.getLogger(__name__)
 
 RETRY_DELAYS = (30, 120, 600, 1800)  # seconds before attempts 2..5; then the run is failed
 NO_ROUTE_DELAY = timedelta(seconds=60)  # nobody can reach the user now: look again later
+BUSY_DELAY = timedelta(seconds=2)  # the user's turn is running: hand the agent run back
 MIN_WAIT = 0.005
 STOP_TIMEOUT = 5.0
 
@@ -108,6 +110,7 @@ class WorkerOptions(TypedDict, total=False):
     poll_seconds: float
     lease_seconds: float
     concurrency: int
+    user_in_flight: int  # runs of one user at once in this worker (fairness)
     listen_url: str | None  # LISTEN for new schedules (None: poll only)
     worker_id: str | None
 
@@ -125,6 +128,7 @@ class SchedulerWorker:
         poll_seconds: float = 5.0,
         lease_seconds: float = 60,
         concurrency: int = 64,
+        user_in_flight: int = 2,
         listen_url: str | None = None,
         only_users: Sequence[int] | None = None,
         skip_users: Sequence[int] = (),
@@ -138,6 +142,8 @@ class SchedulerWorker:
         self.poll = poll_seconds
         self.lease = timedelta(seconds=lease_seconds)
         self.concurrency = concurrency
+        self.user_in_flight = user_in_flight
+        self._in_flight: defaultdict[int, int] = defaultdict(int)  # runs per user, this worker
         self.listen_url = listen_url
         self.users_filter = {
             "only_users": list(only_users) if only_users is not None else None,
@@ -191,8 +197,14 @@ class SchedulerWorker:
         """Claim what is due now (up to the free concurrency) and start delivering it."""
         claimed_total = 0
         while (free := self.concurrency - len(self._tasks)) > 0:
-            claimed, users = await self.claims.claim_due_with_users(
-                self.id, self.clock.now(), lease=self.lease, limit=free, **self.users_filter
+            claimed, users = await self.claims.claim_fair(
+                self.id,
+                self.clock.now(),
+                lease=self.lease,
+                limit=free,
+                per_user=self.user_in_flight,
+                busy=dict(self._in_flight),
+                **self.users_filter,
             )
             for schedule in claimed:
                 self._spawn(schedule, users.get(schedule.user_id))
@@ -204,12 +216,24 @@ class SchedulerWorker:
         return claimed_total
 
     def _spawn(self, schedule: Schedule, user: User | None) -> None:
+        self._in_flight[schedule.user_id] += 1
         task = asyncio.create_task(self._process_logged(schedule, user))
         self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+        task.add_done_callback(lambda done: self._task_done(done, schedule.user_id))
 
-    def _task_done(self, task: asyncio.Task) -> None:
+    def _capped_users(self) -> list[int]:
+        """Users with `user_in_flight` runs in flight here: their due rows wait for a slot."""
+        return [uid for uid, n in self._in_flight.items() if n >= self.user_in_flight]
+
+    def _task_done(self, task: asyncio.Task, user_id: int) -> None:
         self._tasks.discard(task)
+        left = self._in_flight[user_id] - 1
+        if left > 0:
+            self._in_flight[user_id] = left
+        else:
+            self._in_flight.pop(user_id, None)
+        if left + 1 >= self.user_in_flight:
+            self._wake.set()  # that user's waiting rows may be claimed now
         # Refill in bulk once half the slots are free: fewer, larger claims.
         if self._saturated and len(self._tasks) <= self.concurrency // 2:
             self._wake.set()
@@ -232,8 +256,10 @@ class SchedulerWorker:
             return
         timeout = self.poll
         if len(self._tasks) < self.concurrency:
+            skip = [*self.users_filter["skip_users"], *self._capped_users()]
+            only = self.users_filter["only_users"]
             try:
-                due = await self.claims.next_due(**self.users_filter)
+                due = await self.claims.next_due(only_users=only, skip_users=skip)
             except Exception:
                 log.warning("scheduler: cannot read the next due time; polling", exc_info=True)
                 due = None
@@ -298,6 +324,8 @@ class SchedulerWorker:
             )
         try:
             return await self._deliver(schedule, user, occurrence)
+        except UserBusy:
+            return await self._hand_back(schedule, occurrence)
         except PermanentFailure as exc:
             return await self._failed(schedule, occurrence, str(exc), permanent=True)
         except (DeliveryFailed, TimeoutError) as exc:
@@ -391,6 +419,17 @@ class SchedulerWorker:
             settlement = self._after(schedule, when)
             await self.claims.settle(schedule, settlement, worker=self.id, now=self.clock.now())
         return "skipped"
+
+    async def _hand_back(self, schedule: Schedule, occ: Occurrence) -> str:
+        """The user's turn is running: release the agent run for a moment, slot freed."""
+        settlement = Settlement(
+            next_run_at=occ.deliver,
+            attempts=schedule.attempts,
+            last_error=schedule.last_error,
+            retry_at=self.clock.now() + BUSY_DELAY,
+        )
+        await self.claims.settle(schedule, settlement, worker=self.id, now=self.clock.now())
+        return "busy"
 
     async def _no_route(self, schedule: Schedule, occ: Occurrence) -> str:
         """No front end can reach the user: keep it due; the grace rules apply next time."""

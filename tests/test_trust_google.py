@@ -1,0 +1,127 @@
+"""A shared instance people can trust — the Google holes (items 1, 6, 7, 9 of the trust issue).
+
+Real google-auth-oauthlib against FakeGoogle, the real web server, real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import parse_qs, quote, urlsplit
+
+import pytest
+
+from panager.services.google.service import START_PATH
+from tests.fakes.google_server import FakeGoogle
+from tests.fakes.scripted_model import ScriptedChatModel, call
+from tests.google_helpers import ALICE, BOB, start_harness
+from tests.test_google_link import database_dump
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _plain_http_oauth(monkeypatch):
+    monkeypatch.setenv("OAUTHLIB_INSECURE_TRANSPORT", "1")
+
+
+@pytest.fixture
+async def fake():
+    async with FakeGoogle() as server:
+        yield server
+
+
+async def people(h):
+    users = h.app.deps.users
+    mallory = await users.ensure(501, "mallory")
+    bob = await users.ensure(502, "bob")
+    return mallory, bob
+
+
+async def test_a_link_opened_by_someone_else_names_its_owner_and_one_account_links_once(
+    fake, make_app
+):
+    """Item 1: Mallory's link opened by Bob names Mallory; Mallory is told; Bob's account is
+    then linked to at most one Panager user."""
+    h = await start_harness(make_app, fake)
+    mallory, bob = await people(h)
+    link = await h.app.deps.google.create_link(mallory.id)
+    status, page = await h.start_page(link)
+    assert status == 200 and "Link Google to @mallory on panager.example" in page
+    assert "Continue" in page and 'method="post"' in page
+    # Bob continues anyway: the account is linked to Mallory, and Mallory gets a DM naming it
+    status, body = await h.follow(await h.authorize(link, account=BOB))
+    assert status == 200 and "@mallory" in body and BOB in body
+    sent = await h.recorder.wait()
+    assert sent[0][0] == mallory.id and f"Google account {BOB} linked" in sent[0][1]
+    # Bob links his own Panager user to the same Google account: refused, nothing stored
+    status, body = await h.link(bob, account=BOB)
+    assert status == 409 and "already linked" in body
+    rows = await h.sql("SELECT user_id, google_sub FROM google_accounts")
+    assert [r["user_id"] for r in rows] == [mallory.id] and rows[0]["google_sub"]
+
+
+async def test_blocked_users_cannot_link_and_replay_checks_status_first(fake, make_app):
+    """Item 6: a blocked user's link is refused; a replay for them makes no model call."""
+    model = ScriptedChatModel(script=[call("task_list"), call("task_list"), "done"])
+    h = await start_harness(make_app, fake, model)
+    mallory, _ = await people(h)
+    link = await h.app.deps.google.create_link(mallory.id)
+    await h.app.deps.google.add_pending(mallory.id, "what are my tasks?")
+    await h.app.deps.users.set_status(mallory.id, "blocked")
+    status, page = await h.start_page(link)
+    assert status == 403 and "no access" in page
+    state = parse_qs(urlsplit(link).query)["state"][0]
+    assert (await h.post(START_PATH, {"state": state}))[0] == 403
+    consent = await h.app.deps.google.consent_url(state)  # a browser that skips our page
+    status, _ = await h.follow(await fake.authorize(consent, account=ALICE))
+    assert status == 403 and await h.sql("SELECT * FROM google_accounts") == []
+    assert await h.app.google_link.replay_pending(mallory.id) is False
+    assert model.requests == [] and h.recorder.sent == []
+
+
+async def test_the_live_link_state_is_never_stored(fake, make_app, tmp_path):
+    """Item 7: the user sees the live link; checkpoint, /save and recording hold none of it."""
+    from panager.agent.commands import CommandContext, dispatch
+
+    model = ScriptedChatModel(script=[call("task_list")])
+    h = await start_harness(make_app, fake, model)
+    user = await h.app.local_user()
+    result = await h.app.assistant.run_turn(user, "what are my tasks?")
+    state = parse_qs(urlsplit(result.link["url"]).query)["state"][0]
+    assert len(state) > 40 and state in result.text  # the live link reaches the user
+    assert (await h.start_page(result.link["url"]))[0] == 200  # and it works
+    saved = await dispatch(CommandContext(user=user, assistant=h.app.assistant), "/save t")
+    assert saved.ok
+    text, raw = await database_dump(h)
+    assert state not in text and state.encode() not in raw
+    nonce = state.split(".")[0]
+    assert nonce not in text and nonce.encode() not in raw
+    files = [p for p in h.app.settings.home.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".jsonl" for p in files)
+    for path in files:
+        assert nonce.encode() not in path.read_bytes(), path
+
+
+async def test_malformed_signatures_are_a_400_page_never_a_500(fake, make_app, caplog):
+    """Item 9: a non-ASCII signature on a valid state."""
+    caplog.set_level(logging.INFO)
+    h = await start_harness(make_app, fake)
+    user = await h.app.local_user()
+    link = await h.app.deps.google.create_link(user.id)
+    nonce = parse_qs(urlsplit(link).query)["state"][0].split(".")[0]
+    bad = quote(f"{nonce}.ñoñ-signature")
+    for path in (f"{START_PATH}?state={bad}", f"/oauth/google/callback?state={bad}&code=x"):
+        status, body, _ = await h.get(path)
+        assert status == 400 and "not valid" in body
+    status, body, _ = await h.post(START_PATH, {"state": f"{nonce}.\u00e9"})
+    assert status == 400
+    assert "Traceback" not in caplog.text
+
+
+async def test_surrogates_are_cleaned_in_sealing_and_tool_arguments():
+    from panager.agent.tools.base import clean_args
+    from panager.services.google.sealing import Sealer
+
+    assert Sealer("k" * 40).verify("m", "\ud800abc") is False
+    assert clean_args({"a": ["x\ud800y"], "b": 1}) == {"a": ["x\ufffdy"], "b": 1}
+
