@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-
 from panager.clock import Clock
+from panager.db.pool import Pool
 from panager.services.users import User, UserService
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes get read aloud
@@ -146,7 +145,7 @@ class AccessService:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         users: UserService,
         clock: Clock,
         *,

@@ -21,9 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from psycopg_pool import AsyncConnectionPool
-
 from panager.clock import Clock
+from panager.db.pool import Pool
 
 ACCEPT = """
 INSERT INTO discord_inbox
@@ -125,7 +124,7 @@ class InboxService:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         clock: Clock,
         worker: str,
         *,

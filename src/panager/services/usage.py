@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-
 from panager.clock import Clock
+from panager.db.pool import Pool
 from panager.services.users import User
 
 RECORD = """
@@ -79,7 +78,7 @@ def tokens_of(usage: dict[str, Any] | None) -> tuple[int, int, int]:
 class UsageService:
     """Records and reports token usage; every query is keyed by user id."""
 
-    def __init__(self, pool: AsyncConnectionPool, clock: Clock) -> None:
+    def __init__(self, pool: Pool, clock: Clock) -> None:
         self.pool = pool
         self.clock = clock
 

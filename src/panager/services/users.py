@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from psycopg_pool import AsyncConnectionPool
+from panager.db.pool import Pool
 
 LOCAL_USER_ID = 1  # the terminal user; Discord snowflakes are far larger, so ids never collide
 
@@ -73,7 +73,7 @@ def _user(row: dict | None) -> User | None:
 class UserService:
     """Reads and writes users; every method is keyed by an explicit user id."""
 
-    def __init__(self, pool: AsyncConnectionPool, default_timezone: str = "UTC") -> None:
+    def __init__(self, pool: Pool, default_timezone: str = "UTC") -> None:
         self.pool = pool
         self.default_timezone = default_timezone
 

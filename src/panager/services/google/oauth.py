@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
-from psycopg_pool import AsyncConnectionPool
-
 from panager.clock import Clock
+from panager.db.pool import Pool
 from panager.services.google.sealing import InvalidToken, Sealer
 
 log = logging.getLogger(__name__)
@@ -128,7 +127,7 @@ class OAuthFlow:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         clock: Clock,
         sealer: Sealer,
         client_id: str,

@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 from google.auth.exceptions import RefreshError, TransportError
 from google.oauth2.credentials import Credentials
 from googleapiclient.errors import HttpError
-from psycopg_pool import AsyncConnectionPool
 
 from panager.clock import Clock
 from panager.config import Settings
+from panager.db.pool import Pool
 from panager.errors import AuthRequired, ToolError
 from panager.services.google.oauth import (
     CALENDAR_SCOPE,
@@ -157,7 +157,7 @@ class GoogleService:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         settings: Settings,
         clock: Clock,
         endpoints: GoogleEndpoints | None = None,

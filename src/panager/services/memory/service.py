@@ -35,10 +35,9 @@ from typing import Any, Literal
 
 import numpy as np
 import psycopg
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
 from panager.clock import Clock, SystemClock
+from panager.db.pool import DictConnection, Pool
 from panager.embeddings import Embedder
 from panager.services.memory.binding import (
     EmbedderChanged,
@@ -166,7 +165,7 @@ class MemoryService:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         embedder: Embedder,
         *,
         clock: Clock | None = None,
@@ -188,7 +187,7 @@ class MemoryService:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
     @classmethod
-    async def create(cls, pool: AsyncConnectionPool, settings: Any, **kwargs: Any) -> MemoryService:
+    async def create(cls, pool: Pool, settings: Any, **kwargs: Any) -> MemoryService:
         """A service with the configured embedder, checked against the stored vectors."""
         config = settings.runtime
         if "memory_dedupe_threshold" in config.model_fields_set:
@@ -270,7 +269,7 @@ class MemoryService:
         return results
 
     @asynccontextmanager
-    async def _write(self, user_id: int, dim: int | None = None) -> AsyncIterator[AsyncConnection]:
+    async def _write(self, user_id: int, dim: int | None = None) -> AsyncIterator[DictConnection]:
         """A transaction for one user's writes: a per-user lock (no racing duplicates) and,
         when saving `dim`-d vectors, a check that the store uses this embedder."""
         async with self.pool.connection() as conn, conn.transaction():
@@ -283,7 +282,7 @@ class MemoryService:
             yield conn
 
     async def _store(
-        self, conn: AsyncConnection, user_id: int, content: str, category: str, source: str,
+        self, conn: DictConnection, user_id: int, content: str, category: str, source: str,
         vector: np.ndarray,
     ) -> SaveResult:
         params = {"user": user_id, "content": content, "category": category, "source": source,
@@ -357,7 +356,7 @@ class MemoryService:
             return [_hit(r, r["rank"]) for r in text_rows[:limit]]
         return rrf_fuse([vec_rows, text_rows], limit)
 
-    async def _use_index(self, conn: AsyncConnection, user_id: int) -> bool:
+    async def _use_index(self, conn: DictConnection, user_id: int) -> bool:
         """HNSW for users with many memories; an exact scan (faster and exact) for the rest.
 
         The count is cached per process for SIZE_TTL: a stale count only picks the slower
@@ -373,13 +372,13 @@ class MemoryService:
             self._sizes[user_id] = (size, now)
         return size > EXACT_MAX
 
-    async def _starved(self, conn: AsyncConnection, params: dict) -> list[dict]:
+    async def _starved(self, conn: DictConnection, params: dict) -> list[dict]:
         """The shared index returned too few of this user's rows: scan theirs exactly."""
         self.exact_fallbacks += 1
         return await (await conn.execute(SEARCH_EXACT, params)).fetchall()
 
     async def _nearest(
-        self, conn: AsyncConnection, user_id: int, vector: np.ndarray, k: int
+        self, conn: DictConnection, user_id: int, vector: np.ndarray, k: int
     ) -> list[dict]:
         """The user's k nearest memories (inside a transaction): exact or HNSW, as in search."""
         params = {"user": user_id, "v": vector, "k": k}

@@ -12,9 +12,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from psycopg_pool import AsyncConnectionPool
-
 from panager.clock import Clock
+from panager.db.pool import Pool
 from panager.db.queries import fetch_all, fetch_one
 from panager.services.schedules.claims import ScheduleClaims
 from panager.services.schedules.recurrence import ScheduleInputError, parse_zone, plan_schedule
@@ -82,7 +81,7 @@ class ScheduleService:
 
     `claims` holds the workers' side (claim, fence, record, report)."""
 
-    def __init__(self, pool: AsyncConnectionPool, clock: Clock, max_message_chars: int = 8000):
+    def __init__(self, pool: Pool, clock: Clock, max_message_chars: int = 8000):
         self.pool = pool
         self.claims = ScheduleClaims(pool)
         self.clock = clock
