@@ -19,6 +19,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from sqlalchemy import create_engine, pool
 
 from panager.db.pool import Pool
+from panager.db.queries import one
 
 MIGRATION_LOCK_KEY = 7_260_001
 ALEMBIC_DIR = Path(__file__).parent / "alembic"
@@ -66,6 +67,7 @@ class SchemaStatus:
 def _alembic_revisions(url: str) -> tuple[str | None, str]:
     cfg = alembic_config(url)
     head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert head is not None  # the package ships its migrations, so there is a head
     engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
     try:
         with engine.connect() as conn:
@@ -80,10 +82,10 @@ async def _checkpointer_version(db: Pool) -> int | None:
         row = await (
             await conn.execute("SELECT to_regclass('checkpoint_migrations') AS t")
         ).fetchone()
-        if row["t"] is None:
+        if one(row)["t"] is None:
             return None
         row = await (await conn.execute("SELECT max(v) AS v FROM checkpoint_migrations")).fetchone()
-        return row["v"]
+        return one(row)["v"]
 
 
 async def schema_status(url: str, db: Pool) -> SchemaStatus:

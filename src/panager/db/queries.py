@@ -31,3 +31,10 @@ async def execute(pool: Pool, sql: str, params: Any = None) -> None:
     """Run `sql` for its effect."""
     async with pool.connection() as conn:
         await conn.execute(sql, params)
+
+
+def one(row: Row | None) -> Row:
+    """The row of a statement that always yields one (an aggregate, an upsert's RETURNING)."""
+    if row is None:
+        raise LookupError("the statement returned no row")
+    return row

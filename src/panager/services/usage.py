@@ -14,6 +14,7 @@ from typing import Any
 
 from panager.clock import Clock
 from panager.db.pool import Pool
+from panager.db.queries import one
 from panager.services.users import User
 
 RECORD = """
@@ -105,7 +106,7 @@ class UsageService:
         """Tokens the user has used today (all models)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(DAY_TOTAL, (user.id, self.local_day(user)))
-            return int((await cur.fetchone())["total"])
+            return int(one(await cur.fetchone())["total"])
 
     async def report(self, user: User) -> UsageReport:
         """Per-model usage today, this month and all time."""

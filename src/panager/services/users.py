@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import overload
 from zoneinfo import ZoneInfo
 
 from panager.db.pool import Pool
+from panager.db.queries import one
 
 LOCAL_USER_ID = 1  # the terminal user; Discord snowflakes are far larger, so ids never collide
 
@@ -63,6 +65,12 @@ class User:
         return replace(self, timezone=tz)
 
 
+@overload
+def _user(row: dict) -> User: ...
+@overload
+def _user(row: None) -> None: ...
+@overload
+def _user(row: dict | None) -> User | None: ...
 def _user(row: dict | None) -> User | None:
     if row is None:
         return None
@@ -108,7 +116,7 @@ class UserService:
             "status": status,
         }
         async with self.pool.connection() as conn:
-            return _user(await (await conn.execute(UPSERT_USER, params)).fetchone())
+            return _user(one(await (await conn.execute(UPSERT_USER, params)).fetchone()))
 
     async def _update(self, sql: str, value: object, user_id: int) -> User | None:
         async with self.pool.connection() as conn:

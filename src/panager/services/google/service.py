@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from google.auth.exceptions import RefreshError, TransportError
 from google.oauth2.credentials import Credentials
@@ -144,6 +144,12 @@ def quiet_secret_loggers() -> None:
             logger.setLevel(logging.WARNING)
 
 
+@overload
+def _account(row: dict) -> GoogleAccount: ...
+@overload
+def _account(row: None) -> None: ...
+@overload
+def _account(row: dict | None) -> GoogleAccount | None: ...
 def _account(row: dict | None) -> GoogleAccount | None:
     if row is None:
         return None

@@ -30,6 +30,7 @@ import numpy as np
 
 from panager.config import ConfigError, Settings
 from panager.db.pool import DictConnection, Pool
+from panager.db.queries import one
 from panager.embeddings import Embedder, make_embedder
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ async def read_meta(conn: DictConnection, sql: str = READ_META) -> StoreMeta | N
 
 
 async def _scalar(conn: DictConnection, sql: str) -> int:
-    return (await (await conn.execute(sql)).fetchone())["n"]
+    return one(await (await conn.execute(sql)).fetchone())["n"]
 
 
 async def choose_embedder(pool: Pool, settings: Settings) -> Embedder:
@@ -193,7 +194,7 @@ async def ensure_bound(conn: DictConnection, name: str, dim: int) -> None:
 
 
 async def _bind(conn: DictConnection, name: str, dim: int) -> None:
-    current = (await (await conn.execute(COLUMN_DIM)).fetchone())["dim"]
+    current = one(await (await conn.execute(COLUMN_DIM)).fetchone())["dim"]
     if current != dim:
         if await _scalar(conn, COUNT_ALL):
             raise EmbedderChanged(
@@ -269,7 +270,9 @@ async def reembed(
     )
 
 
-async def _apply(conn: DictConnection, rows: Sequence[dict], vectors: dict, embedder) -> int:
+async def _apply(
+    conn: DictConnection, rows: Sequence[dict], vectors: dict, embedder: Embedder
+) -> int:
     """Write the new vectors and retype the column; returns the new dimension."""
     if rows:
         dim = len(vectors[(rows[0]["id"], rows[0]["content"])])

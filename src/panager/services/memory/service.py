@@ -38,6 +38,7 @@ import psycopg
 
 from panager.clock import Clock, SystemClock
 from panager.db.pool import DictConnection, Pool
+from panager.db.queries import one
 from panager.embeddings import Embedder
 from panager.services.memory.binding import (
     EmbedderChanged,
@@ -293,9 +294,9 @@ class MemoryService:
             or same_text(nearest[0]["content"], content)
         ):
             old = nearest[0]
-            row = await (await conn.execute(UPDATE, {**params, "id": old["id"]})).fetchone()
+            row = one(await (await conn.execute(UPDATE, {**params, "id": old["id"]})).fetchone())
             return SaveResult(_hit(row, old["similarity"]), updated=True, previous=old["content"])
-        row = await (await conn.execute(INSERT, params)).fetchone()
+        row = one(await (await conn.execute(INSERT, params)).fetchone())
         return SaveResult(_hit(row))
 
     # -- searching ---------------------------------------------------------------------------
@@ -329,9 +330,11 @@ class MemoryService:
 
     async def _has_any(self, user_id: int) -> bool:
         async with self.pool.connection() as conn:
-            return (await (await conn.execute(HAS_ANY, (user_id,))).fetchone())["any"]
+            return one(await (await conn.execute(HAS_ANY, (user_id,))).fetchone())["any"]
 
-    async def _search(self, user_id, query, limit, mode, vector) -> list[MemoryHit]:
+    async def _search(
+        self, user_id: int, query: str, limit: int, mode: SearchMode, vector: np.ndarray | None
+    ) -> list[MemoryHit]:
         """Both legs go out in one pipeline (one round trip); results are fused with RRF."""
         k = max(CANDIDATES, limit)
         terms = fts_query(query) if mode != "vector" else None
@@ -367,8 +370,8 @@ class MemoryService:
         now = time.monotonic()
         size, at = self._sizes.get(user_id, (0, -SIZE_TTL))
         if now - at >= SIZE_TTL:
-            row = await (await conn.execute(BOUNDED_COUNT, (user_id, EXACT_MAX + 1))).fetchone()
-            size = row["n"]
+            cur = await conn.execute(BOUNDED_COUNT, (user_id, EXACT_MAX + 1))
+            size = one(await cur.fetchone())["n"]
             self._sizes[user_id] = (size, now)
         return size > EXACT_MAX
 
@@ -405,7 +408,7 @@ class MemoryService:
     async def count(self, user_id: int) -> int:
         """How many memories the user has."""
         async with self.pool.connection() as conn:
-            return (await (await conn.execute(COUNT, (user_id,))).fetchone())["n"]
+            return one(await (await conn.execute(COUNT, (user_id,))).fetchone())["n"]
 
     async def get(self, user_id: int, memory_id: str) -> MemoryHit | None:
         """The user's memory with this id (None for unknown ids and other users' ids)."""

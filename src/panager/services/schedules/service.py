@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 from panager.clock import Clock
 from panager.db.pool import Pool
-from panager.db.queries import fetch_all, fetch_one
+from panager.db.queries import fetch_all, fetch_one, one
 from panager.services.schedules.claims import ScheduleClaims
 from panager.services.schedules.recurrence import ScheduleInputError, parse_zone, plan_schedule
 from panager.services.schedules.types import (
@@ -106,7 +106,7 @@ class ScheduleService:
         zone = _user_zone(timezone or user.timezone, at)
         now = self.clock.now()
         plan = plan_schedule(at, repeat, zone, now)
-        row = await fetch_one(self.pool, COUNT_ACTIVE, (user.id,))
+        row = one(await fetch_one(self.pool, COUNT_ACTIVE, (user.id,)))
         if row["n"] >= MAX_ACTIVE_PER_USER:
             raise ScheduleInputError(
                 f"You already have {MAX_ACTIVE_PER_USER} active schedules; cancel some first."
