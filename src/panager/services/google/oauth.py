@@ -21,11 +21,15 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from panager.clock import Clock
 from panager.db.pool import Pool
 from panager.services.google.sealing import InvalidToken, Sealer
+
+if TYPE_CHECKING:
+    from google_auth_oauthlib.flow import Flow
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +159,7 @@ class OAuthFlow:
             }
         }
 
-    def _flow(self, verifier: str | None = None):
+    def _flow(self, verifier: str | None = None) -> Flow:
         from google_auth_oauthlib.flow import Flow
 
         return Flow.from_client_config(
