@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,7 +116,7 @@ class SkillLibrary:
         return skill
 
     # `list` here would mean the method above, so the builtin is spelled out.
-    def prompt_sections(self, names: builtins.list[str]) -> builtins.list[str]:
+    def prompt_sections(self, names: Sequence[str]) -> builtins.list[str]:
         """System-prompt sections for the loaded skills (missing ones skipped)."""
         if not self.enabled:
             return []
