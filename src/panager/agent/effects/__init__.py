@@ -69,7 +69,7 @@ class ModelCall:
         self.messages = [by_id.get(m.id, m) for m in self.messages]
         self.model_input = [by_id.get(m.id, m) for m in self.model_input]
 
-    def remove(self, ids: Iterable[str]) -> None:
+    def remove(self, ids: Iterable[str | None]) -> None:
         """Delete messages from the checkpointed thread (and from this call's input)."""
         gone = {i for i in ids if i}
         self.state_updates.extend(RemoveMessage(id=i) for i in gone)
