@@ -21,7 +21,6 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg_pool import AsyncConnectionPool
 
 from panager.agent.delivery import AssistantDelivery
 from panager.agent.deps import AgentDeps
@@ -39,7 +38,7 @@ from panager.agent.turnlock import TurnLocks
 from panager.clock import Clock, SystemClock
 from panager.config import ConfigError, RuntimeConfig, Settings
 from panager.db import migrate
-from panager.db.pool import open_pool, resolve_database_url
+from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import invoke_with_retries, make_chat_model
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
@@ -70,7 +69,7 @@ class App:
     settings: Settings
     clock: Clock
     url: str
-    pool: AsyncConnectionPool
+    pool: Pool
     checkpointer: AsyncPostgresSaver
     model: BaseChatModel | None
     deps: AgentDeps
@@ -112,7 +111,7 @@ class App:
         config: RuntimeConfig,
         clock: Clock,
         url: str,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         model: BaseChatModel | None,
     ) -> App:
         """Services, runtime, graph and assistant, each built once, in this order."""

@@ -323,13 +323,17 @@ class OpenAIEmbedder:
         dim: int | None = None,
     ) -> None:
         from langchain_openai import OpenAIEmbeddings
+        from pydantic import SecretStr
 
         if api_key is None and not os.environ.get("OPENAI_API_KEY") and base_url:
             api_key = "unused"  # local OpenAI-compatible servers often need no key
         self.model = model
         self.name = f"openai:{model}"
         self._client = OpenAIEmbeddings(
-            model=model, base_url=base_url, api_key=api_key, check_embedding_ctx_length=False
+            model=model,
+            base_url=base_url,
+            api_key=SecretStr(api_key) if api_key is not None else None,
+            check_embedding_ctx_length=False,
         )
         self._dim = dim or OPENAI_DIMS.get(model)
         self._dim_lock = threading.Lock()

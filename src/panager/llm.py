@@ -19,6 +19,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import SecretStr
 
 from panager.config import Settings
 from panager.errors import ContextOverflow, ModelUnavailable
@@ -55,7 +56,7 @@ def make_chat_model(settings: Settings, model_name: str | None = None) -> BaseCh
 
     return ChatOpenAI(
         model=model_name or settings.model,
-        api_key=settings.openai_api_key or "not-needed",
+        api_key=SecretStr(settings.openai_api_key or "not-needed"),
         base_url=settings.openai_base_url,
         use_responses_api=settings.api_type == "responses",
         stream_usage=True,

@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from psycopg_pool import AsyncConnectionPool
-
     from panager.agent.messaging import FanoutMessenger
     from panager.agent.runtime import AgentRuntime
     from panager.agent.tools.messaging import UserMessageRelay
     from panager.clock import Clock
     from panager.config import RuntimeConfig, Settings
+    from panager.db.pool import Pool
     from panager.services.access import AccessService
     from panager.services.google.service import GoogleService
     from panager.services.memory.service import MemoryService
@@ -34,7 +33,7 @@ class AgentDeps:
     settings: Settings
     config: RuntimeConfig
     clock: Clock
-    pool: AsyncConnectionPool
+    pool: Pool
     users: UserService
     access: AccessService
     usage: UsageService

@@ -10,14 +10,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 log = logging.getLogger(__name__)
 
 EventType = Literal[
     "agent_start", "turn_start", "tool_start", "tool_end", "message_end", "turn_end", "agent_end"
 ]
-EVENT_TYPES: tuple[str, ...] = EventType.__args__
+EVENT_TYPES: tuple[str, ...] = get_args(EventType)
 
 Subscriber = Callable[["Event"], Awaitable[None] | None]
 

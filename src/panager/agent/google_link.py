@@ -22,7 +22,14 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
 
 from panager.agent.graph import AuthHandler
 from panager.agent.state import TurnContext
@@ -109,7 +116,7 @@ class GoogleLinkFlow:
         snapshot = await assistant.graph.aget_state(config)
         messages = list((snapshot.values or {}).get("messages", []))
         prefix = self.service.link_prefix
-        updates: list[AnyMessage] = [_retry(m) for m in _failed_google_results(messages, prefix)]
+        updates: list[BaseMessage] = [_retry(m) for m in _failed_google_results(messages, prefix)]
         last = messages[-1] if messages else None
         trailing_link = _is_google_link(last, prefix)
         if trailing_link and last is not None and last.id:
@@ -141,8 +148,7 @@ def _failed_google_results(messages: Sequence[AnyMessage], prefix: str) -> list[
         if not _is_google_link(message, prefix):
             continue
         back = index - 1
-        while back >= 0 and isinstance(messages[back], ToolMessage):
-            result = messages[back]
+        while back >= 0 and isinstance(result := messages[back], ToolMessage):
             if (
                 result.status == "error"
                 and result.name in GOOGLE_TOOL_NAMES

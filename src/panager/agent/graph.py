@@ -18,6 +18,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.tool import ToolCall
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
@@ -81,7 +82,7 @@ def _result_content(value: Any, limit: int) -> str:  # Any: whatever a tool retu
     return truncate_text(text, limit)
 
 
-def _error_message(call: dict, text: str) -> ToolMessage:
+def _error_message(call: ToolCall, text: str) -> ToolMessage:
     return ToolMessage(
         content=json.dumps({"error": text}, ensure_ascii=False),
         tool_call_id=call["id"],
@@ -100,7 +101,7 @@ def promote_unparsed_calls(response: AIMessage) -> AIMessage:
     unparsed = [c for c in response.invalid_tool_calls if c.get("id")]
     if not unparsed:
         return response
-    calls = [
+    calls: list[ToolCall] = [
         {"name": c.get("name") or "unknown", "args": {}, "id": c["id"], "type": "tool_call"}
         for c in unparsed
     ]
@@ -191,7 +192,9 @@ class Graph:
             messages = await self._model_messages(state, ctx, call, last_round)
             try:
                 tools = [] if last_round else ctx.tools
-                response = await self.config.invoke(call.model, tools, messages)
+                model = call.model
+                assert model is not None  # the runner refuses turns when there is no model
+                response = await self.config.invoke(model, tools, messages)
             except ContextOverflow:
                 attempt += 1
                 if self.config.on_overflow is None or attempt > self.config.limits.overflow_retries:
@@ -309,6 +312,7 @@ class Graph:
         """Run every tool call of the last reply concurrently; one result per call, in order."""
         ctx = runtime.context
         reply = state["messages"][-1]
+        assert isinstance(reply, AIMessage)  # route_after_agent: an AI reply with tool calls
         by_name = {t.name: t for t in ctx.tools}
         unparsed = reply.additional_kwargs.get(UNPARSED_CALLS) or {}
         outcomes = await asyncio.gather(
@@ -327,10 +331,11 @@ class Graph:
         return {"messages": messages}
 
     async def _run_call(
-        self, ctx: TurnContext, by_name: dict[str, BaseTool], call: dict, unparsed: bool = False
+        self, ctx: TurnContext, by_name: dict[str, BaseTool], call: ToolCall, unparsed: bool = False
     ) -> tuple[ToolMessage, AuthRequired | None]:
         await self._emit(ctx, "tool_start", name=call["name"], args=call.get("args"), id=call["id"])
         auth = None
+        message: ToolMessage | AuthRequired
         if unparsed:
             message = _error_message(call, UNPARSED_ARGS)
         else:
@@ -354,7 +359,7 @@ class Graph:
         return message, auth
 
     async def _execute(
-        self, by_name: dict[str, BaseTool], call: dict
+        self, by_name: dict[str, BaseTool], call: ToolCall
     ) -> ToolMessage | AuthRequired:
         tool = by_name.get(call["name"])
         if tool is None:
@@ -419,7 +424,9 @@ def route_after_tools(state: AgentState) -> str:
     return END if isinstance(state["messages"][-1], AIMessage) else "agent"
 
 
-def build_graph(config: GraphConfig) -> CompiledStateGraph:
+def build_graph(
+    config: GraphConfig,
+) -> CompiledStateGraph[AgentState, TurnContext, AgentState, AgentState]:
     """Compile the agent graph: START → agent → (tools → agent)* → END."""
     nodes = Graph(config)
     builder = StateGraph(AgentState, context_schema=TurnContext)

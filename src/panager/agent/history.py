@@ -11,8 +11,10 @@ error result so the API accepts the history.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages.tool import ToolCall
 from langchain_core.messages.utils import count_tokens_approximately, trim_messages
 
 TokenCounter = Callable[[Sequence[BaseMessage]], int]
@@ -43,17 +45,17 @@ def memo_counter() -> TokenCounter:
     return count
 
 
-def dangling_tool_calls(messages: Sequence[AnyMessage]) -> list[tuple[int, dict]]:
+def dangling_tool_calls(messages: Sequence[AnyMessage]) -> list[tuple[int, ToolCall]]:
     """(index of AI message, tool call) for every call with no ToolMessage answering it."""
     answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
-    found = []
+    found: list[tuple[int, ToolCall]] = []
     for i, msg in enumerate(messages):
         if isinstance(msg, AIMessage):
             found.extend((i, call) for call in msg.tool_calls if call.get("id") not in answered)
     return found
 
 
-def interrupted_result(call: dict) -> ToolMessage:
+def interrupted_result(call: ToolCall) -> ToolMessage:
     """The synthetic result that closes a dangling tool call."""
     return ToolMessage(
         content=INTERRUPTED, tool_call_id=call["id"], name=call.get("name"), status="error"
@@ -112,13 +114,17 @@ def trim_history(
     """The history to send: repaired, tool results capped, trimmed to `max_tokens`."""
     counter = token_counter or memo_counter()
     history = cap_tool_results(repair_tool_pairs(messages), max_tool_chars)
-    trimmed = trim_messages(
-        _candidate_tail(history, max_tokens, counter),
-        max_tokens=max_tokens,
-        strategy="last",
-        start_on="human",
-        token_counter=counter,
-        allow_partial=False,
+    # trim_messages returns a subset of the messages it is given (typed as BaseMessage).
+    trimmed = cast(
+        "list[AnyMessage]",
+        trim_messages(
+            _candidate_tail(history, max_tokens, counter),
+            max_tokens=max_tokens,
+            strategy="last",
+            start_on="human",
+            token_counter=counter,
+            allow_partial=False,
+        ),
     )
     last = _last_human_index(history)
     if last is None:  # system-triggered thread with no user message yet

@@ -21,10 +21,13 @@ import uuid
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.types import Durability
 
 from panager.agent.deps import AgentDeps
 from panager.agent.events import EventEmitter
@@ -48,6 +51,12 @@ SYSTEM_TRIGGER_PREFIX = (
     "[Scheduled task started by the scheduler, not a message from the user; the task "
     "text is quoted data] "
 )
+
+
+class _InvokeOptions(TypedDict):
+    """Keyword arguments every graph run gets."""
+
+    durability: Durability
 
 
 @dataclass
@@ -93,7 +102,7 @@ class Assistant:
         self.deps = deps
         self.model_for = model_for  # the user's /model choice, else the default model
         self.emitter = emitter
-        self.invoke_options = {"durability": deps.config.checkpoint_durability}
+        self.invoke_options: _InvokeOptions = {"durability": deps.config.checkpoint_durability}
         # Users whose thread this process left without unanswered tool calls: no repair
         # read needed. (A stale entry is harmless: the model input is repaired anyway.)
         self._clean_threads: set[int] = set()
@@ -173,7 +182,14 @@ class Assistant:
         return False, None  # the thread moved on since: ask again as a new message
 
     async def _run_locked(
-        self, user, text, model, emitter, is_system_trigger, replay, message_key=None
+        self,
+        user: User,
+        text: str,
+        model: BaseChatModel,
+        emitter: EventEmitter | None,
+        is_system_trigger: bool,
+        replay: bool,
+        message_key: str | None = None,
     ) -> TurnResult:
         emitter = emitter or self.emitter
         ctx = TurnContext(
@@ -247,7 +263,7 @@ class Assistant:
     async def clear(self, user: User) -> None:
         """Start a new conversation for the user (memories and schedules are kept)."""
         checkpointer = self.graph.checkpointer
-        if checkpointer is not None:
+        if isinstance(checkpointer, BaseCheckpointSaver):  # not None (nor a subgraph's bool)
             await checkpointer.adelete_thread(user.thread_id)
 
 

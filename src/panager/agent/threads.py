@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.messages import AnyMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph.state import CompiledStateGraph
 
 from panager.agent.history import repair_tool_pairs
@@ -81,8 +82,9 @@ async def replace_thread(
     """Start a new conversation holding `messages` (tool pairs repaired); returns the count."""
     repaired = repair_tool_pairs(messages)
     async with owner.user_lock(user.id):
-        if owner.graph.checkpointer is not None:
-            await owner.graph.checkpointer.adelete_thread(user.thread_id)
+        checkpointer = owner.graph.checkpointer
+        if isinstance(checkpointer, BaseCheckpointSaver):  # not None (nor a subgraph's bool)
+            await checkpointer.adelete_thread(user.thread_id)
         values = {"messages": repaired, "summary": summary or "", "loaded_skills": []}
         await owner.graph.aupdate_state(owner.config_for(user), values)
     return len(repaired)

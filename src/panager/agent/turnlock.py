@@ -66,6 +66,7 @@ class TurnLocks:
     async def _connection(self) -> psycopg.AsyncConnection:
         async with self._connecting:
             if self._conn is None or self._conn.closed:
+                assert self.conninfo is not None  # hold() uses the database only with one
                 self._conn = await psycopg.AsyncConnection.connect(
                     self.conninfo, autocommit=True
                 )
@@ -80,6 +81,7 @@ class TurnLocks:
                 log.warning("turn-lock connection lost; reconnecting")
                 await conn.close()
                 continue
+            assert row is not None  # SELECT pg_try_advisory_lock(…) returns one row
             if row[0]:
                 return True
             if not wait:

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import typer
@@ -41,7 +41,7 @@ def settings_or_exit() -> Settings:
     raise AssertionError("unreachable")
 
 
-def run_async(factory: Callable[[], Awaitable[Any]]) -> Any:
+def run_async(factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     """Run a coroutine; configuration and database errors become one line, never a traceback."""
     try:
         return asyncio.run(factory())

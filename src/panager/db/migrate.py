@@ -16,8 +16,10 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg_pool import AsyncConnectionPool
 from sqlalchemy import create_engine, pool
+
+from panager.db.pool import Pool
+from panager.db.queries import one
 
 MIGRATION_LOCK_KEY = 7_260_001
 ALEMBIC_DIR = Path(__file__).parent / "alembic"
@@ -65,6 +67,7 @@ class SchemaStatus:
 def _alembic_revisions(url: str) -> tuple[str | None, str]:
     cfg = alembic_config(url)
     head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert head is not None  # the package ships its migrations, so there is a head
     engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
     try:
         with engine.connect() as conn:
@@ -74,25 +77,25 @@ def _alembic_revisions(url: str) -> tuple[str | None, str]:
     return current, head
 
 
-async def _checkpointer_version(db: AsyncConnectionPool) -> int | None:
+async def _checkpointer_version(db: Pool) -> int | None:
     async with db.connection() as conn:
         row = await (
             await conn.execute("SELECT to_regclass('checkpoint_migrations') AS t")
         ).fetchone()
-        if row["t"] is None:
+        if one(row)["t"] is None:
             return None
         row = await (await conn.execute("SELECT max(v) AS v FROM checkpoint_migrations")).fetchone()
-        return row["v"]
+        return one(row)["v"]
 
 
-async def schema_status(url: str, db: AsyncConnectionPool) -> SchemaStatus:
+async def schema_status(url: str, db: Pool) -> SchemaStatus:
     """Current and head revisions of alembic and of the checkpointer tables."""
     current, head = await asyncio.to_thread(_alembic_revisions, url)
     cp_head = len(AsyncPostgresSaver.MIGRATIONS) - 1
     return SchemaStatus(current, head, await _checkpointer_version(db), cp_head)
 
 
-async def upgrade(url: str, db: AsyncConnectionPool, target: str = "head") -> None:
+async def upgrade(url: str, db: Pool, target: str = "head") -> None:
     """Run alembic to `target` and the checkpointer setup, under the migration lock."""
     async with db.connection() as lock_conn:
         await lock_conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
@@ -103,7 +106,7 @@ async def upgrade(url: str, db: AsyncConnectionPool, target: str = "head") -> No
             await lock_conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
 
 
-async def downgrade(url: str, db: AsyncConnectionPool, target: str) -> None:
+async def downgrade(url: str, db: Pool, target: str) -> None:
     """Run alembic down to `target` (e.g. "base"), under the migration lock."""
     async with db.connection() as lock_conn:
         await lock_conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))

@@ -8,14 +8,20 @@
 from __future__ import annotations
 
 import logging
+from typing import TypeAlias
 
 from psycopg import AsyncConnection
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from panager.config import Settings
 
 log = logging.getLogger(__name__)
+
+# The pool's connections are opened with `row_factory=dict_row`, so every
+# cursor on them yields `dict[str, Any]` rows.
+DictConnection: TypeAlias = AsyncConnection[DictRow]
+Pool: TypeAlias = AsyncConnectionPool[DictConnection]
 
 
 def resolve_database_url(settings: Settings) -> str:
@@ -27,7 +33,7 @@ def resolve_database_url(settings: Settings) -> str:
     return start_embedded(settings.home / "pgdata")
 
 
-async def _configure(conn: AsyncConnection) -> None:
+async def _configure(conn: DictConnection) -> None:
     """Per-connection set-up: pgvector adapters when the extension exists."""
     from pgvector.psycopg import register_vector_async
 
@@ -37,10 +43,11 @@ async def _configure(conn: AsyncConnection) -> None:
         log.debug("pgvector type not registered on this connection")
 
 
-async def open_pool(url: str, *, min_size: int = 1, max_size: int = 20) -> AsyncConnectionPool:
+async def open_pool(url: str, *, min_size: int = 1, max_size: int = 20) -> Pool:
     """Open the shared pool and wait until one connection works."""
-    pool = AsyncConnectionPool(
+    pool: Pool = AsyncConnectionPool(
         url,
+        connection_class=AsyncConnection[DictRow],
         min_size=min_size,
         max_size=max_size,
         kwargs={"autocommit": True, "prepare_threshold": None, "row_factory": dict_row},

@@ -8,26 +8,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
+from panager.db.pool import Pool
 
 Row = dict[str, Any]
 
 
-async def fetch_one(pool: AsyncConnectionPool, sql: str, params: Any = None) -> Row | None:
+async def fetch_one(pool: Pool, sql: str, params: Any = None) -> Row | None:
     """The first row of `sql`, or None."""
     async with pool.connection() as conn:
         cursor = await conn.execute(sql, params)
-        return await cursor.fetchone()  # type: ignore[no-any-return]  # dict_row pool
+        return await cursor.fetchone()
 
 
-async def fetch_all(pool: AsyncConnectionPool, sql: str, params: Any = None) -> list[Row]:
+async def fetch_all(pool: Pool, sql: str, params: Any = None) -> list[Row]:
     """Every row of `sql`."""
     async with pool.connection() as conn:
         cursor = await conn.execute(sql, params)
-        return await cursor.fetchall()  # type: ignore[return-value]  # dict_row pool
+        return await cursor.fetchall()
 
 
-async def execute(pool: AsyncConnectionPool, sql: str, params: Any = None) -> None:
+async def execute(pool: Pool, sql: str, params: Any = None) -> None:
     """Run `sql` for its effect."""
     async with pool.connection() as conn:
         await conn.execute(sql, params)
+
+
+def one(row: Row | None) -> Row:
+    """The row of a statement that always yields one (an aggregate, an upsert's RETURNING)."""
+    if row is None:
+        raise LookupError("the statement returned no row")
+    return row

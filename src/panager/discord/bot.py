@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -103,8 +104,8 @@ def patch_discord_py() -> None:
         except ValueError:
             return json.loads(text)
 
-    lenient_json.panager_lenient = True  # type: ignore[attr-defined]
-    discord.utils._from_json = lenient_json
+    lenient_json.panager_lenient = True  # type: ignore[attr-defined]  # marker on a function
+    discord.utils._from_json = lenient_json  # type: ignore[assignment]  # private; typed as orjson.loads
 
 
 def default_intents() -> discord.Intents:
@@ -230,19 +231,20 @@ class PanagerBot(discord.Client):
 
     async def _store(self, message: discord.Message) -> bool:
         """Put the DM in the inbox, riding out a database outage; False if not stored."""
-        accept = {
-            "message_id": message.id,
-            "user_id": message.author.id,
-            "channel_id": message.channel.id,
-            "username": message.author.name,
-            "display_name": message.author.global_name,
-            "content": message.content,
-            "attachments": bool(message.attachments or message.stickers),
-        }
+        accept = functools.partial(
+            self.inbox.accept,
+            message_id=message.id,
+            user_id=message.author.id,
+            channel_id=message.channel.id,
+            username=message.author.name,
+            display_name=message.author.global_name,
+            content=message.content,
+            attachments=bool(message.attachments or message.stickers),
+        )
         loop = asyncio.get_running_loop()
         deadline, told, attempt = loop.time() + STORE_PATIENCE, False, 0
         while True:
-            task = asyncio.ensure_future(self.inbox.accept(**accept))
+            task = asyncio.ensure_future(accept())
             try:
                 if not told and not (await asyncio.wait({task}, timeout=STORE_NOTICE_AFTER))[0]:
                     told = await self._tell(message, STORE_DELAYED, "w")

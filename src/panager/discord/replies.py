@@ -9,6 +9,8 @@ network error) with the first message instead of posting a duplicate.
 
 from __future__ import annotations
 
+from typing import overload
+
 import discord
 
 from panager.discord.chunking import split_message
@@ -42,6 +44,12 @@ def with_link_text(text: str, link: dict | None) -> str:
     return f"{text}\n{link.get('label') or 'Link'}: {link['url']}"
 
 
+@overload
+def nonce(base: int | str, suffix: str | int) -> str: ...
+@overload
+def nonce(base: None, suffix: str | int) -> None: ...
+@overload
+def nonce(base: int | str | None, suffix: str | int) -> str | None: ...
 def nonce(base: int | str | None, suffix: str | int) -> str | None:
     """A nonce derived from the message being answered (Discord allows 25 characters)."""
     if base is None:

@@ -56,7 +56,10 @@ def _app_command(cmd: Command, handler: Handler) -> app_commands.Command:
 
 def signature(tree: app_commands.CommandTree) -> set[tuple[str, str]]:
     """(name, description) of the local commands, to compare with what Discord has."""
-    return {(c.name, c.description) for c in tree.get_commands()}
+    commands = tree.get_commands()  # only slash commands are registered (no context menus)
+    return {
+        (c.name, c.description) for c in commands if not isinstance(c, app_commands.ContextMenu)
+    }
 
 
 async def sync_if_changed(tree: app_commands.CommandTree) -> bool:

@@ -91,8 +91,10 @@ class StatusMessage:
         if not text or text == self._shown:
             return
         if self.message is None:
-            kwargs = {"nonce": self.nonce} if self.nonce else {}
-            self.message = await self.channel.send(text, **kwargs)
+            if self.nonce:
+                self.message = await self.channel.send(text, nonce=self.nonce)
+            else:
+                self.message = await self.channel.send(text)
         else:
             await self.message.edit(content=text)
         self._shown = text

@@ -18,11 +18,11 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
-
-from psycopg_pool import AsyncConnectionPool
+from typing import Any, overload
 
 from panager.clock import Clock
+from panager.db.pool import Pool
+from panager.db.queries import one
 from panager.services.users import User, UserService
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes get read aloud
@@ -117,6 +117,12 @@ class Redemption:
     user: User | None = None
 
 
+@overload
+def _invite(row: dict) -> Invite: ...
+@overload
+def _invite(row: None) -> None: ...
+@overload
+def _invite(row: dict | None) -> Invite | None: ...
 def _invite(row: dict | None) -> Invite | None:
     if row is None:
         return None
@@ -159,7 +165,7 @@ class AccessService:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         users: UserService,
         clock: Clock,
         *,
@@ -223,7 +229,7 @@ class AccessService:
             "now": now,
         }
         async with self.pool.connection() as conn:
-            return _invite(await (await conn.execute(INSERT_INVITE, params)).fetchone())
+            return _invite(one(await (await conn.execute(INSERT_INVITE, params)).fetchone()))
 
     async def invites(self) -> list[Invite]:
         """All invite codes, newest first."""
@@ -250,7 +256,7 @@ class AccessService:
             if await claimed.fetchone() is None:
                 return Redemption(False, await self._why_not(conn, code, now))
             await conn.execute(RECORD_REDEMPTION, (code, user.id, now))
-            row = await (await conn.execute(ACTIVATE_USER, (user.id,))).fetchone()
+            row = one(await (await conn.execute(ACTIVATE_USER, (user.id,))).fetchone())
         activated = User(**{k: row[k] for k in User.__dataclass_fields__})
         return Redemption(True, _welcome(activated), activated)
 
@@ -266,7 +272,9 @@ class AccessService:
     async def allow(self, user_id: int) -> User:
         """Let `user_id` in (creating a placeholder user until they first write)."""
         await self.users.ensure_placeholder(user_id, status="active")
-        return await self.users.set_status(user_id, "active")
+        user = await self.users.set_status(user_id, "active")
+        assert user is not None  # ensure_placeholder() above created the row if it was missing
+        return user
 
     async def block(self, user_id: int) -> User:
         """Refuse `user_id` from now on (admins cannot be blocked)."""
@@ -275,7 +283,9 @@ class AccessService:
                 f"{user_id} is in PANAGER_ADMIN_IDS; remove it there before blocking."
             )
         await self.users.ensure_placeholder(user_id, status="blocked")
-        return await self.users.set_status(user_id, "blocked")
+        user = await self.users.set_status(user_id, "blocked")
+        assert user is not None  # ensure_placeholder() above created the row if it was missing
+        return user
 
 
 def _welcome(user: User) -> str:

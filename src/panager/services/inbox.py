@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-
-from psycopg_pool import AsyncConnectionPool
+from typing import overload
 
 from panager.clock import Clock
+from panager.db.pool import Pool
+from panager.db.queries import one
 
 ACCEPT = """
 INSERT INTO discord_inbox
@@ -114,6 +115,12 @@ def storable(text: str) -> str:
     return text
 
 
+@overload
+def _message(row: dict) -> InboxMessage: ...
+@overload
+def _message(row: None) -> None: ...
+@overload
+def _message(row: dict | None) -> InboxMessage | None: ...
 def _message(row: dict | None) -> InboxMessage | None:
     if row is None:
         return None
@@ -125,7 +132,7 @@ class InboxService:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         clock: Clock,
         worker: str,
         *,
@@ -215,7 +222,7 @@ class InboxService:
     async def queued_count(self, user_id: int) -> int:
         """How many of the user's messages are waiting."""
         async with self.pool.connection() as conn:
-            return (await (await conn.execute(COUNT_QUEUED, (user_id,))).fetchone())["n"]
+            return one(await (await conn.execute(COUNT_QUEUED, (user_id,))).fetchone())["n"]
 
     async def prune(self) -> int:
         """Delete finished rows older than `keep`; returns how many."""

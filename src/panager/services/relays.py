@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from psycopg_pool import AsyncConnectionPool
+from panager.db.pool import Pool
+from panager.db.queries import one
 
 RELAY_LOCK_NAMESPACE = 7_260_012
 
@@ -51,7 +52,7 @@ class RelayLimited(Exception):
 class RelayService:
     """Who accepts relays from whom, and the shared rate limit."""
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
     async def set_off(self, user_id: int, off: bool) -> None:
@@ -95,7 +96,7 @@ class RelayService:
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(LOCK_SENDER, (RELAY_LOCK_NAMESPACE, sender_id % 2_147_483_647))
             await conn.execute(PRUNE_SENDS, (sender_id, since - window))
-            row = await (await conn.execute(COUNT_SENT, (sender_id, since))).fetchone()
+            row = one(await (await conn.execute(COUNT_SENT, (sender_id, since))).fetchone())
             if row["n"] >= limit:
                 raise RelayLimited(row["oldest"] + window - now)
             await conn.execute(RECORD_SEND, (sender_id, recipient_id, now))

@@ -140,7 +140,7 @@ def parse_session(text: str) -> Session:
 def _json_line(line: str, number: int) -> dict:
     try:
         value = json.loads(line)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise SessionFormatError(number, f"not valid JSON ({exc.msg})") from None
     if not isinstance(value, dict):
         raise SessionFormatError(number, "expected a JSON object")

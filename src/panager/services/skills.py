@@ -9,7 +9,9 @@ symlink that resolves outside the skills directory is refused too.
 
 from __future__ import annotations
 
+import builtins
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,7 +115,8 @@ class SkillLibrary:
         self._cache[path] = (stat.st_mtime, skill)
         return skill
 
-    def prompt_sections(self, names: list[str]) -> list[str]:
+    # `list` here would mean the method above, so the builtin is spelled out.
+    def prompt_sections(self, names: Sequence[str]) -> builtins.list[str]:
         """System-prompt sections for the loaded skills (missing ones skipped)."""
         if not self.enabled:
             return []

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-
 from panager.clock import Clock
+from panager.db.pool import Pool
+from panager.db.queries import one
 from panager.services.users import User
 
 RECORD = """
@@ -79,7 +79,7 @@ def tokens_of(usage: dict[str, Any] | None) -> tuple[int, int, int]:
 class UsageService:
     """Records and reports token usage; every query is keyed by user id."""
 
-    def __init__(self, pool: AsyncConnectionPool, clock: Clock) -> None:
+    def __init__(self, pool: Pool, clock: Clock) -> None:
         self.pool = pool
         self.clock = clock
 
@@ -106,7 +106,7 @@ class UsageService:
         """Tokens the user has used today (all models)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(DAY_TOTAL, (user.id, self.local_day(user)))
-            return int((await cur.fetchone())["total"])
+            return int(one(await cur.fetchone())["total"])
 
     async def report(self, user: User) -> UsageReport:
         """Per-model usage today, this month and all time."""

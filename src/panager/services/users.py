@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import overload
 from zoneinfo import ZoneInfo
 
-from psycopg_pool import AsyncConnectionPool
+from panager.db.pool import Pool
+from panager.db.queries import one
 
 LOCAL_USER_ID = 1  # the terminal user; Discord snowflakes are far larger, so ids never collide
 
@@ -71,6 +73,12 @@ class User:
         return replace(self, timezone=tz)
 
 
+@overload
+def _user(row: dict) -> User: ...
+@overload
+def _user(row: None) -> None: ...
+@overload
+def _user(row: dict | None) -> User | None: ...
 def _user(row: dict | None) -> User | None:
     if row is None:
         return None
@@ -81,7 +89,7 @@ def _user(row: dict | None) -> User | None:
 class UserService:
     """Reads and writes users; every method is keyed by an explicit user id."""
 
-    def __init__(self, pool: AsyncConnectionPool, default_timezone: str = "UTC") -> None:
+    def __init__(self, pool: Pool, default_timezone: str = "UTC") -> None:
         self.pool = pool
         self.default_timezone = default_timezone
 
@@ -122,7 +130,7 @@ class UserService:
             "status": status,
         }
         async with self.pool.connection() as conn:
-            return _user(await (await conn.execute(UPSERT_USER, params)).fetchone())
+            return _user(one(await (await conn.execute(UPSERT_USER, params)).fetchone()))
 
     async def ensure_placeholder(self, user_id: int, *, status: str) -> None:
         """Create a user known only by id (named by it until they write); never renames."""

@@ -7,7 +7,7 @@ commands get a helpful answer listing what exists.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,7 +64,7 @@ def command(
     help: str,
     *,
     admin_only: bool = False,
-    front_ends=("terminal", "discord"),
+    front_ends: Iterable[str] = ("terminal", "discord"),
 ) -> Callable[[Handler], Handler]:
     """Register `handler` as `/name`."""
 

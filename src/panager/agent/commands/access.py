@@ -52,7 +52,8 @@ async def invite_command(ctx: CommandContext, args: str) -> CommandReply:
 
 def parse_invite_args(args: str) -> tuple[int, timedelta | None]:
     """'3 14d' → (3, 14 days); a bare number is uses, anything else is an expiry."""
-    uses, expires_in = 1, DEFAULT_INVITE_TTL
+    uses = 1
+    expires_in: timedelta | None = DEFAULT_INVITE_TTL
     for token in args.split():
         if token.isdigit():
             uses = int(token)

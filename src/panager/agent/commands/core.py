@@ -38,5 +38,6 @@ async def timezone_command(ctx: CommandContext, args: str) -> CommandReply | str
     except ToolError as exc:
         return CommandReply(str(exc), ok=False)
     user = await ctx.deps.users.set_timezone(ctx.user.id, zone)
+    assert user is not None  # the caller is a stored user
     local = now.astimezone(user.zone)
     return f"Time zone set to {zone} (local time {local:%a %Y-%m-%d %H:%M})."

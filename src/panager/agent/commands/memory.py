@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.services.memory.service import MemoryHit, MemoryInputError, MemoryUnavailable
+from panager.services.memory.service import (
+    MemoryHit,
+    MemoryInputError,
+    MemoryService,
+    MemoryUnavailable,
+)
 
 LIST_LIMIT = 20
 PREVIEW_CHARS = 120
@@ -43,7 +48,7 @@ async def memory_command(ctx: CommandContext, args: str) -> CommandReply | str:
     return CommandReply(USAGE, ok=False)
 
 
-async def _list(ctx: CommandContext, service) -> str:
+async def _list(ctx: CommandContext, service: MemoryService) -> str:
     total = await service.count(ctx.user.id)
     if total == 0:
         return "You have no saved memories yet. Tell me something to remember."
@@ -54,14 +59,14 @@ async def _list(ctx: CommandContext, service) -> str:
     return "\n".join(lines)
 
 
-async def _search(ctx: CommandContext, service, query: str) -> str:
+async def _search(ctx: CommandContext, service: MemoryService, query: str) -> str:
     hits = await service.search(ctx.user.id, query, 10)
     if not hits:
         return f"No memories match {query!r}."
     return "\n".join([f"Memories matching {query!r}:", *(_line(h) for h in hits)])
 
 
-async def _forget(ctx: CommandContext, service, ref: str) -> CommandReply | str:
+async def _forget(ctx: CommandContext, service: MemoryService, ref: str) -> CommandReply | str:
     hit = await service.find(ctx.user.id, ref)
     if hit is None:
         return CommandReply(
@@ -71,7 +76,7 @@ async def _forget(ctx: CommandContext, service, ref: str) -> CommandReply | str:
     return f"Forgot: {_line(hit).strip()}"
 
 
-async def _clear(ctx: CommandContext, service, rest: str) -> CommandReply | str:
+async def _clear(ctx: CommandContext, service: MemoryService, rest: str) -> CommandReply | str:
     total = await service.count(ctx.user.id)
     if total == 0:
         return "You have no saved memories."

@@ -120,7 +120,7 @@ async def compact_command(ctx: CommandContext, args: str) -> CommandReply | str:
     )
     if result is None:
         return "Nothing to compact yet: the conversation is short."
-    removals = [RemoveMessage(id=m.id) for m in result.removed]
+    removals = [RemoveMessage(id=m.id) for m in result.removed if m.id]  # stored: all have ids
     await update_thread(assistant, ctx.user, {"messages": removals, "summary": result.summary})
     kept = len(messages) - len(result.removed)
     how = "deterministic digest (the summariser failed)" if result.fallback else "summary"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from panager.agent.commands import CommandContext, CommandReply, command
 from panager.services.schedules.occurrences import local_label
 from panager.services.schedules.service import Schedule
@@ -34,7 +36,7 @@ async def _list(ctx: CommandContext) -> str:
     return "\n".join(lines)
 
 
-def schedule_line(schedule: Schedule, now) -> str:
+def schedule_line(schedule: Schedule, now: datetime) -> str:
     """One schedule as a line (plus a warning line when its last delivery failed)."""
     what = "⏰" if schedule.kind == "reminder" else "🤖"
     message = " ".join(schedule.message.split())

@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from langchain_core.messages import AIMessage, AnyMessage, RemoveMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from panager.agent.state import TurnContext
+    from panager.services.users import User
 
 
 @dataclass
@@ -42,10 +43,10 @@ class ModelCall:
     stop_reply: str | None = None  # set to end the turn with this text, no model call
     system_notes: list[str] = field(default_factory=list)  # appended to the system prompt
     model: BaseChatModel | None = None  # the model this call goes to (e.g. for summaries)
-    count_tokens: Callable[[Sequence[AnyMessage]], int] = count_tokens_approximately
+    count_tokens: Callable[[Sequence[BaseMessage]], int] = count_tokens_approximately
 
     @property
-    def user(self):
+    def user(self) -> User:
         """The user this call is for."""
         return self.turn.user
 
@@ -61,14 +62,14 @@ class ModelCall:
 
     def replace(self, messages: Sequence[AnyMessage]) -> None:
         """Swap in new versions of messages (same ids), in the state and in the model input."""
-        by_id = {m.id: m for m in messages if m.id}
+        by_id: dict[str | None, AnyMessage] = {m.id: m for m in messages if m.id}
         if not by_id:
             return
         self.state_updates.extend(by_id.values())
         self.messages = [by_id.get(m.id, m) for m in self.messages]
         self.model_input = [by_id.get(m.id, m) for m in self.model_input]
 
-    def remove(self, ids: Iterable[str]) -> None:
+    def remove(self, ids: Iterable[str | None]) -> None:
         """Delete messages from the checkpointed thread (and from this call's input)."""
         gone = {i for i in ids if i}
         self.state_updates.extend(RemoveMessage(id=i) for i in gone)

@@ -193,6 +193,7 @@ class Compact:
 
     def window(self, call: ModelCall) -> int | None:
         """The model's context window for this call; None when unknown or disabled (0)."""
+        window: int | None
         if self.context_window is not None:
             window = self.context_window
         else:

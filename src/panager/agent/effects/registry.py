@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from panager.agent.effects import Effect, ModelCall
 from panager.agent.effects.budget import TokenBudget
@@ -40,7 +40,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EFFECT_KINDS: dict[str, type] = {
+class EffectKind(Protocol):
+    """An effect class: the parameters its YAML entry may set, and its constructor."""
+
+    @property
+    def params(self) -> tuple[str, ...]: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Effect: ...
+
+
+EFFECT_KINDS: dict[str, EffectKind] = {
     "trim_tool_results": TrimToolResults,
     "compact": Compact,
     "token_budget": TokenBudget,

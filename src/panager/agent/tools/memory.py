@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from langchain_core.tools import BaseTool
 
@@ -19,7 +21,7 @@ from panager.services.users import User
 
 
 @contextmanager
-def _as_tool_errors():
+def _as_tool_errors() -> Iterator[None]:
     """Service input errors and outages become errors the model can read and act on."""
     try:
         yield
@@ -28,7 +30,7 @@ def _as_tool_errors():
 
 
 def _brief(hit: MemoryHit, score: bool = False) -> dict:
-    item = {
+    item: dict[str, Any] = {
         "id": hit.id,
         "content": hit.content,
         "category": hit.category,
@@ -56,7 +58,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         Saving something very similar to an existing memory updates that memory."""
         with _as_tool_errors():
             result = await service.save(user.id, content, category)
-        reply = {"ok": True, "status": "updated" if result.updated else "saved",
+        reply: dict[str, Any] = {"ok": True, "status": "updated" if result.updated else "saved",
                  "memory": _brief(result.memory)}
         if result.updated:
             reply["replaced"] = result.previous

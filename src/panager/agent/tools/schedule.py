@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from langchain_core.tools import BaseTool
@@ -48,6 +49,7 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         except ScheduleInputError as exc:
             raise ToolError(str(exc)) from None
         now = deps.clock.now()
+        assert created.next_run_at is not None  # a new schedule always has its first run
         what = "Reminder" if created.kind == "reminder" else "Scheduled task"
         return {
             "ok": True,
@@ -80,7 +82,7 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     return [schedule_create, schedule_list, schedule_cancel]
 
 
-def schedule_summary(schedule: Schedule, now) -> dict:
+def schedule_summary(schedule: Schedule, now: datetime) -> dict:
     """A compact description of one schedule for the model."""
     item = {
         "id": schedule.id,

@@ -16,7 +16,9 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = create_engine(config.get_main_option("sqlalchemy.url"), poolclass=pool.NullPool)
+    url = config.get_main_option("sqlalchemy.url")
+    assert url is not None  # always set by panager.db.migrate.alembic_config
+    engine = create_engine(url, poolclass=pool.NullPool)
     with engine.connect() as conn:
         context.configure(connection=conn, target_metadata=None)
         with context.begin_transaction():

@@ -23,12 +23,15 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
-from psycopg_pool import AsyncConnectionPool
-
 from panager.clock import Clock
+from panager.db.pool import Pool
 from panager.services.google.sealing import InvalidToken, Sealer
+
+if TYPE_CHECKING:
+    from google_auth_oauthlib.flow import Flow
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +155,7 @@ class OAuthFlow:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         clock: Clock,
         sealer: Sealer,
         client_id: str,
@@ -180,7 +183,7 @@ class OAuthFlow:
             }
         }
 
-    def _flow(self, verifier: str | None = None):
+    def _flow(self, verifier: str | None = None) -> Flow:
         from google_auth_oauthlib.flow import Flow
 
         return Flow.from_client_config(

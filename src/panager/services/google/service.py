@@ -21,16 +21,16 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import psycopg
 from google.auth.exceptions import RefreshError, TransportError
 from google.oauth2.credentials import Credentials
 from googleapiclient.errors import HttpError
-from psycopg_pool import AsyncConnectionPool
 
 from panager.clock import Clock
 from panager.config import Settings
+from panager.db.pool import Pool
 from panager.errors import AuthRequired, ToolError
 from panager.services.google.oauth import (
     CALENDAR_SCOPE,
@@ -149,6 +149,12 @@ def quiet_secret_loggers() -> None:
             logger.setLevel(logging.WARNING)
 
 
+@overload
+def _account(row: dict) -> GoogleAccount: ...
+@overload
+def _account(row: None) -> None: ...
+@overload
+def _account(row: dict | None) -> GoogleAccount | None: ...
 def _account(row: dict | None) -> GoogleAccount | None:
     if row is None:
         return None
@@ -162,7 +168,7 @@ class GoogleService:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         settings: Settings,
         clock: Clock,
         endpoints: GoogleEndpoints | None = None,

@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
 from panager.config import ConfigError, Settings
+from panager.db.pool import DictConnection, Pool
+from panager.db.queries import one
 from panager.embeddings import Embedder, make_embedder
 
 log = logging.getLogger(__name__)
@@ -130,17 +130,17 @@ def build_embedder(model: str, settings: Settings) -> Embedder:
     return embedder
 
 
-async def read_meta(conn: AsyncConnection, sql: str = READ_META) -> StoreMeta | None:
+async def read_meta(conn: DictConnection, sql: str = READ_META) -> StoreMeta | None:
     """The recorded embedder, or None before the first memory is saved."""
     row = await (await conn.execute(sql)).fetchone()
     return StoreMeta(row["embedder"], row["dim"]) if row else None
 
 
-async def _scalar(conn: AsyncConnection, sql: str) -> int:
-    return (await (await conn.execute(sql)).fetchone())["n"]
+async def _scalar(conn: DictConnection, sql: str) -> int:
+    return one(await (await conn.execute(sql)).fetchone())["n"]
 
 
-async def choose_embedder(pool: AsyncConnectionPool, settings: Settings) -> Embedder:
+async def choose_embedder(pool: Pool, settings: Settings) -> Embedder:
     """The embedder to use, checked against the stored vectors (EmbedderMismatch if unusable)."""
     embedder = build_embedder(requested_model(settings), settings)
     async with pool.connection() as conn:
@@ -174,7 +174,7 @@ def _mismatch_message(
     )
 
 
-async def ensure_bound(conn: AsyncConnection, name: str, dim: int) -> None:
+async def ensure_bound(conn: DictConnection, name: str, dim: int) -> None:
     """Inside a write transaction: check (or record, on first use) the store's embedder.
 
     Holds a share lock on the meta row until the transaction ends, so a concurrent
@@ -193,8 +193,8 @@ async def ensure_bound(conn: AsyncConnection, name: str, dim: int) -> None:
         )
 
 
-async def _bind(conn: AsyncConnection, name: str, dim: int) -> None:
-    current = (await (await conn.execute(COLUMN_DIM)).fetchone())["dim"]
+async def _bind(conn: DictConnection, name: str, dim: int) -> None:
+    current = one(await (await conn.execute(COLUMN_DIM)).fetchone())["dim"]
     if current != dim:
         if await _scalar(conn, COUNT_ALL):
             raise EmbedderChanged(
@@ -206,7 +206,7 @@ async def _bind(conn: AsyncConnection, name: str, dim: int) -> None:
     log.info("memory store bound to %s (%d dimensions)", name, dim)
 
 
-async def _retype(conn: AsyncConnection, dim: int) -> None:
+async def _retype(conn: DictConnection, dim: int) -> None:
     """Make the column vector(dim) and rebuild the HNSW index (if pgvector can index it)."""
     await conn.execute(DROP_INDEX)
     await conn.execute(RETYPE_COLUMN.format(dim=int(dim)))
@@ -216,7 +216,7 @@ async def _retype(conn: AsyncConnection, dim: int) -> None:
         log.warning("%d-d vectors are too large for an HNSW index; searches scan exactly", dim)
 
 
-async def store_status(pool: AsyncConnectionPool) -> tuple[StoreMeta | None, int, int]:
+async def store_status(pool: Pool) -> tuple[StoreMeta | None, int, int]:
     """(recorded embedder, memories, users with memories)."""
     async with pool.connection() as conn:
         return (
@@ -242,7 +242,7 @@ async def _embed_all(
 
 
 async def reembed(
-    pool: AsyncConnectionPool,
+    pool: Pool,
     embedder: Embedder,
     progress: Callable[[int, int], None] | None = None,
 ) -> ReembedReport:
@@ -270,7 +270,9 @@ async def reembed(
     )
 
 
-async def _apply(conn: AsyncConnection, rows: Sequence[dict], vectors: dict, embedder) -> int:
+async def _apply(
+    conn: DictConnection, rows: Sequence[dict], vectors: dict, embedder: Embedder
+) -> int:
     """Write the new vectors and retype the column; returns the new dimension."""
     if rows:
         dim = len(vectors[(rows[0]["id"], rows[0]["content"])])

@@ -35,10 +35,10 @@ from typing import Any, Literal
 
 import numpy as np
 import psycopg
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
 from panager.clock import Clock, SystemClock
+from panager.db.pool import DictConnection, Pool
+from panager.db.queries import one
 from panager.embeddings import Embedder
 from panager.services.memory.binding import (
     EmbedderChanged,
@@ -166,7 +166,7 @@ class MemoryService:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         embedder: Embedder,
         *,
         clock: Clock | None = None,
@@ -188,7 +188,7 @@ class MemoryService:
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
     @classmethod
-    async def create(cls, pool: AsyncConnectionPool, settings: Any, **kwargs: Any) -> MemoryService:
+    async def create(cls, pool: Pool, settings: Any, **kwargs: Any) -> MemoryService:
         """A service with the configured embedder, checked against the stored vectors."""
         config = settings.runtime
         if "memory_dedupe_threshold" in config.model_fields_set:
@@ -270,7 +270,7 @@ class MemoryService:
         return results
 
     @asynccontextmanager
-    async def _write(self, user_id: int, dim: int | None = None) -> AsyncIterator[AsyncConnection]:
+    async def _write(self, user_id: int, dim: int | None = None) -> AsyncIterator[DictConnection]:
         """A transaction for one user's writes: a per-user lock (no racing duplicates) and,
         when saving `dim`-d vectors, a check that the store uses this embedder."""
         async with self.pool.connection() as conn, conn.transaction():
@@ -283,7 +283,7 @@ class MemoryService:
             yield conn
 
     async def _store(
-        self, conn: AsyncConnection, user_id: int, content: str, category: str, source: str,
+        self, conn: DictConnection, user_id: int, content: str, category: str, source: str,
         vector: np.ndarray,
     ) -> SaveResult:
         params = {"user": user_id, "content": content, "category": category, "source": source,
@@ -294,9 +294,9 @@ class MemoryService:
             or same_text(nearest[0]["content"], content)
         ):
             old = nearest[0]
-            row = await (await conn.execute(UPDATE, {**params, "id": old["id"]})).fetchone()
+            row = one(await (await conn.execute(UPDATE, {**params, "id": old["id"]})).fetchone())
             return SaveResult(_hit(row, old["similarity"]), updated=True, previous=old["content"])
-        row = await (await conn.execute(INSERT, params)).fetchone()
+        row = one(await (await conn.execute(INSERT, params)).fetchone())
         return SaveResult(_hit(row))
 
     # -- searching ---------------------------------------------------------------------------
@@ -330,9 +330,11 @@ class MemoryService:
 
     async def _has_any(self, user_id: int) -> bool:
         async with self.pool.connection() as conn:
-            return (await (await conn.execute(HAS_ANY, (user_id,))).fetchone())["any"]
+            return one(await (await conn.execute(HAS_ANY, (user_id,))).fetchone())["any"]
 
-    async def _search(self, user_id, query, limit, mode, vector) -> list[MemoryHit]:
+    async def _search(
+        self, user_id: int, query: str, limit: int, mode: SearchMode, vector: np.ndarray | None
+    ) -> list[MemoryHit]:
         """Both legs go out in one pipeline (one round trip); results are fused with RRF."""
         k = max(CANDIDATES, limit)
         terms = fts_query(query) if mode != "vector" else None
@@ -357,7 +359,7 @@ class MemoryService:
             return [_hit(r, r["rank"]) for r in text_rows[:limit]]
         return rrf_fuse([vec_rows, text_rows], limit)
 
-    async def _use_index(self, conn: AsyncConnection, user_id: int) -> bool:
+    async def _use_index(self, conn: DictConnection, user_id: int) -> bool:
         """HNSW for users with many memories; an exact scan (faster and exact) for the rest.
 
         The count is cached per process for SIZE_TTL: a stale count only picks the slower
@@ -368,18 +370,18 @@ class MemoryService:
         now = time.monotonic()
         size, at = self._sizes.get(user_id, (0, -SIZE_TTL))
         if now - at >= SIZE_TTL:
-            row = await (await conn.execute(BOUNDED_COUNT, (user_id, EXACT_MAX + 1))).fetchone()
-            size = row["n"]
+            cur = await conn.execute(BOUNDED_COUNT, (user_id, EXACT_MAX + 1))
+            size = one(await cur.fetchone())["n"]
             self._sizes[user_id] = (size, now)
         return size > EXACT_MAX
 
-    async def _starved(self, conn: AsyncConnection, params: dict) -> list[dict]:
+    async def _starved(self, conn: DictConnection, params: dict) -> list[dict]:
         """The shared index returned too few of this user's rows: scan theirs exactly."""
         self.exact_fallbacks += 1
         return await (await conn.execute(SEARCH_EXACT, params)).fetchall()
 
     async def _nearest(
-        self, conn: AsyncConnection, user_id: int, vector: np.ndarray, k: int
+        self, conn: DictConnection, user_id: int, vector: np.ndarray, k: int
     ) -> list[dict]:
         """The user's k nearest memories (inside a transaction): exact or HNSW, as in search."""
         params = {"user": user_id, "v": vector, "k": k}
@@ -406,7 +408,7 @@ class MemoryService:
     async def count(self, user_id: int) -> int:
         """How many memories the user has."""
         async with self.pool.connection() as conn:
-            return (await (await conn.execute(COUNT, (user_id,))).fetchone())["n"]
+            return one(await (await conn.execute(COUNT, (user_id,))).fetchone())["n"]
 
     async def get(self, user_id: int, memory_id: str) -> MemoryHit | None:
         """The user's memory with this id (None for unknown ids and other users' ids)."""

@@ -22,8 +22,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-
+from panager.db.pool import Pool
 from panager.db.queries import execute, fetch_all, fetch_one
 from panager.services.schedules.types import (
     MissedRun,
@@ -201,7 +200,7 @@ def _filter(only: list[int] | None, skip: list[int] | tuple[int, ...]) -> dict[s
 class ScheduleClaims:
     """Worker-side statements over the shared pool (`ScheduleService.claims`)."""
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
     async def _one(self, sql: str, params: Any) -> dict | None:

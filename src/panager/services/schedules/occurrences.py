@@ -33,7 +33,7 @@ class Occurrence:
 
 def next_after(schedule: Schedule, when: datetime) -> datetime | None:
     """The schedule's next occurrence strictly after `when` (None: no more)."""
-    if not schedule.recurring:
+    if not schedule.rrule:  # not recurring
         return None
     return next_occurrence(schedule.rrule, schedule.zone, schedule.anchor_local, when)
 
@@ -46,6 +46,7 @@ def plan_occurrence(
     Less than `late_after` behind is on time whatever the grace window (even 0)."""
     grace = max(grace, late_after)
     due = schedule.next_run_at
+    assert due is not None  # only claimed schedules are planned, and claims are due
     if schedule.attempts > 0:  # a retry: the occurrence was first tried in time
         return Occurrence(due, late=now - due > late_after)
     if not schedule.recurring:
@@ -66,6 +67,7 @@ def plan_occurrence(
 def newest_due(schedule: Schedule, now: datetime, grace: timedelta) -> tuple[datetime, int]:
     """(newest occurrence at or before now, how many older ones it supersedes)."""
     latest, older = schedule.next_run_at, 0
+    assert latest is not None  # a claimed schedule, due (see plan_occurrence)
     while older < MAX_SCAN:
         following = next_after(schedule, latest)
         if following is None or following > now:

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from psycopg_pool import AsyncConnectionPool
-
 from panager.clock import Clock
-from panager.db.queries import fetch_all, fetch_one
+from panager.config import RuntimeConfig
+from panager.db.pool import Pool
+from panager.db.queries import fetch_all, fetch_one, one
 from panager.services.schedules.claims import ScheduleClaims
 from panager.services.schedules.recurrence import (
     ScheduleInputError,
+    SchedulePlan,
     next_occurrence,
     parse_zone,
     plan_schedule,
@@ -64,7 +65,7 @@ class ScheduleLimits:
     min_interval_reminder: timedelta = timedelta(minutes=1)
 
     @classmethod
-    def from_config(cls, config) -> ScheduleLimits:
+    def from_config(cls, config: RuntimeConfig) -> ScheduleLimits:
         """The limits of a RuntimeConfig."""
         return cls(
             max_active=config.schedule_max_active_per_user,
@@ -79,7 +80,7 @@ class ScheduleLimits:
         return self.min_interval_agent if kind == "agent" else self.min_interval_reminder
 
 
-def shortest_gap(plan, zone: ZoneInfo) -> timedelta | None:
+def shortest_gap(plan: SchedulePlan, zone: ZoneInfo) -> timedelta | None:
     """The shortest gap between the first few occurrences of a repeating plan."""
     if plan.rule is None:
         return None
@@ -129,11 +130,11 @@ class ScheduleService:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: Pool,
         clock: Clock,
         max_message_chars: int = 8000,
         limits: ScheduleLimits | None = None,
-    ):
+    ) -> None:
         self.pool = pool
         self.claims = ScheduleClaims(pool)
         self.clock = clock
@@ -160,7 +161,7 @@ class ScheduleService:
         now = self.clock.now()
         plan = plan_schedule(at, repeat, zone, now)
         self._check_interval(kind, plan, zone)
-        row = await fetch_one(self.pool, COUNT_ACTIVE, (user.id,))
+        row = one(await fetch_one(self.pool, COUNT_ACTIVE, (user.id,)))
         if row["n"] >= self.limits.max_active:
             raise ScheduleInputError(
                 f"Limit reached: at most {self.limits.max_active} active schedules per user "
@@ -182,7 +183,7 @@ class ScheduleService:
             if created is not None:
                 return schedule_from_row(created)
 
-    def _check_interval(self, kind: str, plan, zone: ZoneInfo) -> None:
+    def _check_interval(self, kind: str, plan: SchedulePlan, zone: ZoneInfo) -> None:
         minimum = self.limits.min_interval(kind)
         gap = shortest_gap(plan, zone)
         if gap is not None and gap < minimum:

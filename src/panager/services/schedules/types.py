@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
+from typing import overload
 from zoneinfo import ZoneInfo
 
 from panager.services.schedules.recurrence import describe_schedule
@@ -115,6 +116,12 @@ class RunRecord:
     error: str | None = None
 
 
+@overload
+def schedule_from_row(row: dict) -> Schedule: ...
+@overload
+def schedule_from_row(row: None) -> None: ...
+@overload
+def schedule_from_row(row: dict | None) -> Schedule | None: ...
 def schedule_from_row(row: dict | None) -> Schedule | None:
     if row is None:
         return None

@@ -26,7 +26,7 @@ import os
 import socket
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, TypedDict
@@ -113,6 +113,17 @@ class WorkerOptions(TypedDict, total=False):
     user_in_flight: int  # runs of one user at once in this worker (fairness)
     listen_url: str | None  # LISTEN for new schedules (None: poll only)
     worker_id: str | None
+def _due(occ: Occurrence) -> datetime:
+    """The time of an occurrence being delivered (process() hands on only those)."""
+    assert occ.deliver is not None
+    return occ.deliver
+
+
+class _UsersFilter(TypedDict):
+    """Which users a worker serves (the keyword arguments of the claim queries)."""
+
+    only_users: list[int] | None
+    skip_users: list[int]
 
 
 class SchedulerWorker:
@@ -145,7 +156,7 @@ class SchedulerWorker:
         self.user_in_flight = user_in_flight
         self._in_flight: defaultdict[int, int] = defaultdict(int)  # runs per user, this worker
         self.listen_url = listen_url
-        self.users_filter = {
+        self.users_filter: _UsersFilter = {
             "only_users": list(only_users) if only_users is not None else None,
             "skip_users": list(skip_users),
         }
@@ -163,7 +174,7 @@ class SchedulerWorker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Deliver due schedules until `stop` is set (polling + LISTEN/NOTIFY wake-ups)."""
-        listener = asyncio.create_task(self._listen()) if self.listen_url else None
+        listener = asyncio.create_task(self._listen(self.listen_url)) if self.listen_url else None
         log.info("scheduler worker %s started", self.id)
         try:
             await self._guarded(self.report_missed)
@@ -244,7 +255,7 @@ class SchedulerWorker:
         except Exception:  # the lease runs out and another attempt follows
             log.exception("scheduler: handling schedule %s failed", schedule.id)
 
-    async def _guarded(self, step) -> None:
+    async def _guarded(self, step: Callable[[], Awaitable[object]]) -> None:
         try:
             await step()
         except Exception:
@@ -273,12 +284,12 @@ class SchedulerWorker:
             for waiter in waiters:
                 waiter.cancel()
 
-    async def _listen(self) -> None:
+    async def _listen(self, url: str) -> None:
         """LISTEN on a dedicated connection; any notification wakes the loop."""
         delay = 1.0
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self.listen_url, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
                 async with conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     self._wake.set()  # catch up on anything created while not listening
@@ -318,6 +329,7 @@ class SchedulerWorker:
         if occurrence.deliver is None:
             return await self._skip(schedule, occurrence)
         if occurrence.missed:
+            assert occurrence.missed_from is not None  # set whenever `missed` is
             missed = RunRecord(occurrence.missed_from, "missed", missed_count=occurrence.missed)
             await self.claims.record_run(
                 schedule, missed, worker=self.id, now=self.clock.now()
@@ -342,6 +354,7 @@ class SchedulerWorker:
             status="active" if nxt else "missed",
             last_error=schedule.last_error,
         )
+        assert occurrence.missed_from is not None  # nothing delivered: something was missed
         missed = RunRecord(occurrence.missed_from, "missed", missed_count=occurrence.missed)
         await self.claims.settle(
             schedule, settlement, worker=self.id, now=self.clock.now(), run=missed
@@ -351,24 +364,25 @@ class SchedulerWorker:
     async def _deliver(self, schedule: Schedule, user: User | None, occ: Occurrence) -> str:
         if user is None or user.status == "blocked":
             raise PermanentFailure("the user is blocked or no longer exists")
+        due = _due(occ)
         output = None
         if schedule.kind == "agent":
-            output = await self.claims.stored_output(schedule, occ.deliver)
+            output = await self.claims.stored_output(schedule, due)
             if output is None:
                 output = await self._run_agent(schedule, user)
-        request = RunRequest(schedule, occ.deliver, occ.late, output)
+        request = RunRequest(schedule, due, occ.late, output)
         ticket = await self._begin.submit(request)
         if ticket is None:
             ticket = await self.claims.take_over(request, worker=self.id, now=self.clock.now())
         if ticket is None:
-            return await self._not_ours(schedule, occ.deliver)
+            return await self._not_ours(schedule, due)
         text = ticket.output or output or schedule.message
-        text = compose(schedule, text, occ.deliver, late=occ.late, resent=ticket.interrupted)
+        text = compose(schedule, text, due, late=occ.late, resent=ticket.interrupted)
         timeout = self.lease.total_seconds() / 2  # a send never outlives the lease
         send = self.delivery.send(user, text, key=f"run{ticket.id}")
         if not await asyncio.wait_for(send, timeout):
             return await self._no_route(schedule, occ)
-        await self._complete.submit((schedule, ticket, self._after(schedule, occ.deliver)))
+        await self._complete.submit((schedule, ticket, self._after(schedule, due)))
         return "delivered"
 
     async def _begin_batch(self, requests: list[RunRequest]) -> list[RunTicket | None]:
@@ -388,7 +402,7 @@ class SchedulerWorker:
         return answer.text
 
     @contextlib.asynccontextmanager
-    async def _keep_lease(self, schedule: Schedule):
+    async def _keep_lease(self, schedule: Schedule) -> AsyncIterator[None]:
         """Renew the lease while a long agent run is in progress."""
 
         async def renew() -> None:
@@ -438,7 +452,7 @@ class SchedulerWorker:
         settlement = Settlement(
             next_run_at=occ.deliver, last_error=error, retry_at=now + NO_ROUTE_DELAY
         )
-        run = RunRecord(occ.deliver, "retry", late=occ.late, error=error)
+        run = RunRecord(_due(occ), "retry", late=occ.late, error=error)
         await self.claims.settle(schedule, settlement, worker=self.id, now=now, run=run)
         return "no_route"
 
@@ -447,24 +461,25 @@ class SchedulerWorker:
     ) -> str:
         """Retry with backoff, or record the final failure (visible in /schedules)."""
         now = self.clock.now()
+        due = _due(occ)
         attempts = schedule.attempts + 1
         if not permanent and attempts <= len(RETRY_DELAYS):
             retry_at = now + timedelta(seconds=RETRY_DELAYS[attempts - 1])
             settlement = Settlement(
-                next_run_at=occ.deliver, attempts=attempts, last_error=error, retry_at=retry_at
+                next_run_at=due, attempts=attempts, last_error=error, retry_at=retry_at
             )
-            run = RunRecord(occ.deliver, "retry", late=occ.late, attempts=attempts, error=error)
+            run = RunRecord(due, "retry", late=occ.late, attempts=attempts, error=error)
             await self.claims.settle(schedule, settlement, worker=self.id, now=now, run=run)
             log.warning("scheduler: %s attempt %d failed (%s)", schedule.id, attempts, error)
             return "retry"
-        nxt = next_after(schedule, occ.deliver)
-        label = local_label(occ.deliver, schedule.timezone)
+        nxt = next_after(schedule, due)
+        label = local_label(due, schedule.timezone)
         settlement = Settlement(
-            next_run_at=nxt or occ.deliver,
+            next_run_at=nxt or due,
             status="active" if nxt else "failed",
             last_error=f"delivery of {label} failed after {attempts} attempt(s): {error}",
         )
-        run = RunRecord(occ.deliver, "failed", late=occ.late, attempts=attempts, error=error)
+        run = RunRecord(due, "failed", late=occ.late, attempts=attempts, error=error)
         await self.claims.settle(schedule, settlement, worker=self.id, now=now, run=run)
         log.error("scheduler: %s failed permanently (%s)", schedule.id, error)
         return "failed"

@@ -58,6 +58,7 @@ def _repeat_text(spec: _Rule, local: datetime, zone: ZoneInfo) -> str:
         return f"repeats {common}, {_plural(spec.count, 'time')} in total"
     if spec.until:
         moment = _until_utc(spec, zone)
+        assert moment is not None  # spec.until is set
         return f"repeats {common}, until {_render(moment, zone, with_time='T' in spec.until)}"
     return f"repeats {common}"
 

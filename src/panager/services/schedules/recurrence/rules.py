@@ -241,6 +241,7 @@ def _rrule(
         parts.append(f"COUNT={spec.count}")
     try:
         built = rrulestr(";".join(parts), dtstart=dtstart)
+        assert isinstance(built, rrule)  # one RRULE line, no RDATE/EXDATE: never an rruleset
         return built.replace(until=until) if until else built
     except ValueError as exc:  # e.g. INTERVAL=2;BYHOUR=9 from an even hour never matches
         raise ScheduleInputError(
