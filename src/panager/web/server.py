@@ -1,4 +1,4 @@
-"""The web server: Google's OAuth callback, a health check and Prometheus metrics.
+"""The web server: the web page (web/routes.py), Google's OAuth callback, health, metrics.
 
 `start_web(app)` binds PANAGER_HTTP_HOST/PANAGER_HTTP_PORT (port 0 picks a
 free port; the bound one is on the returned server) and registers the server's
@@ -201,6 +201,9 @@ def build_web_app(app: App, server: WebServer) -> web.Application:
             web.get("/metrics", handlers.metrics),
         ]
     )
+    from panager.web.routes import add_pages
+
+    add_pages(web_app, app, server.spawn)
     return web_app
 
 

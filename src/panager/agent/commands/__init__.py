@@ -31,7 +31,7 @@ class CommandContext:
 
     user: User
     assistant: Assistant
-    front_end: str = "terminal"  # or "discord"
+    front_end: str = "terminal"  # or "discord", "web"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -52,7 +52,7 @@ class Command:
     usage: str
     help: str
     admin_only: bool = False
-    front_ends: tuple[str, ...] = ("terminal", "discord")
+    front_ends: tuple[str, ...] = ("terminal", "discord", "web")
 
 
 REGISTRY: dict[str, Command] = {}
@@ -64,7 +64,7 @@ def command(
     help: str,
     *,
     admin_only: bool = False,
-    front_ends=("terminal", "discord"),
+    front_ends=("terminal", "discord", "web"),
 ) -> Callable[[Handler], Handler]:
     """Register `handler` as `/name`."""
 
@@ -150,4 +150,5 @@ COMMAND_MODULES: list[str] = [
     "panager.agent.commands.runtime",
     "panager.agent.commands.sessions",
     "panager.agent.commands.skills",
+    "panager.agent.commands.web",
 ]
