@@ -14,7 +14,7 @@ from markupsafe import Markup
 from panager.services.usage import DayUsage
 
 PALETTE = ("#3b6fd8", "#e0873a", "#3aa676", "#b84fb8", "#c9a227", "#6b7a8f")
-WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 760, 240, 56, 28, 12
+WIDTH, HEIGHT, LEFT, RIGHT, BOTTOM, TOP = 760, 240, 56, 24, 28, 12
 
 
 def model_colours(days: list[DayUsage]) -> dict[str, str]:
@@ -32,12 +32,12 @@ def bar_chart(days: list[DayUsage], budget: int | None = None) -> Markup:
     colours = model_colours(days)
     peak = max([d.total for d in days] + [budget or 0, 1])
     plot_h = HEIGHT - BOTTOM - TOP
-    step = (WIDTH - LEFT) / max(len(days), 1)
+    step = (WIDTH - LEFT - RIGHT) / max(len(days), 1)
     parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
              f'aria-label="Tokens per day">']
     for fraction in (0, 0.5, 1):
         y = TOP + plot_h * (1 - fraction)
-        parts.append(f'<line x1="{LEFT}" x2="{WIDTH}" y1="{y:.1f}" y2="{y:.1f}" '
+        parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
                      'stroke="#e3e6ea"/>')
         parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" '
                      f'font-size="11" fill="#667">{int(peak * fraction):,}</text>')
@@ -54,9 +54,9 @@ def bar_chart(days: list[DayUsage], budget: int | None = None) -> Markup:
                          f'text-anchor="middle" fill="#667">{day.day:%d %b}</text>')
     if budget:
         y = TOP + plot_h * (1 - budget / peak)
-        parts.append(f'<line x1="{LEFT}" x2="{WIDTH}" y1="{y:.1f}" y2="{y:.1f}" '
+        parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
                      'stroke="#c0392b" stroke-dasharray="6 4"/>')
-        parts.append(f'<text x="{WIDTH - 4}" y="{y - 4:.1f}" text-anchor="end" font-size="11" '
+        parts.append(f'<text x="{WIDTH - RIGHT}" y="{y - 4:.1f}" text-anchor="end" font-size="11" '
                      f'fill="#c0392b">daily budget {budget:,}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))

@@ -316,16 +316,19 @@ async def start_web(app: App, *, host: str | None = None, port: int | None = Non
 
 
 async def start_for_terminal(app: App) -> WebServer | None:
-    """`panager chat`'s starter: serve the OAuth callback when Google is configured.
+    """`panager chat`'s starter: the web page for the local user (and the OAuth callback).
 
-    A taken port prints one line and the REPL carries on without the web server.
+    A taken port prints one line when Google linking needs the server (else it is only
+    logged: /web links then point at whichever server holds the port) and the REPL
+    carries on without it.
     """
-    if app.deps.google is None:
-        return None
     try:
         return await start_web(app)
     except OSError as exc:
         where = f"{app.settings.http_host}:{app.settings.http_port}"
+        if app.deps.google is None:
+            log.info("web server not started: %s is unavailable (%s)", where, exc)
+            return None
         print(
             f"Web server not started: {where} is unavailable ({exc.strerror or exc}); Google "
             "linking needs it — free the port or set PANAGER_HTTP_PORT.",
