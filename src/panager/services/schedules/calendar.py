@@ -14,6 +14,7 @@ from panager.services.schedules.recurrence import (
     describe_schedule,
     localize,
     next_occurrence,
+    occurrences_between,
     plan_schedule,
 )
 from panager.services.schedules.types import Schedule
@@ -57,19 +58,13 @@ def occurrences(schedule: Schedule, start: datetime, end: datetime,
                 limit: int = MAX_PER_SCHEDULE) -> list[datetime]:
     """The schedule's firings in [start, end) (UTC instants), at most `limit`."""
     when = schedule.next_run_at
-    if when is None or schedule.status not in ("active", "paused"):
+    if when is None or schedule.status not in ("active", "paused") or when >= end:
         return []
-    found: list[datetime] = []
-    if when < start and schedule.rrule:
-        when = next_occurrence(schedule.rrule, schedule.zone, schedule.anchor_local,
-                               start - timedelta(microseconds=1))
-    while when is not None and when < end and len(found) < limit:
-        if when >= start:
-            found.append(when)
-        if not schedule.rrule:
-            break
-        when = next_occurrence(schedule.rrule, schedule.zone, schedule.anchor_local, when)
-    return found
+    if not schedule.rrule:
+        return [when] if when >= start else []
+    # never before the stored next run: earlier ones were sent (or skipped) already
+    return occurrences_between(schedule.rrule, schedule.zone, schedule.anchor_local,
+                               max(start, when), end, limit)
 
 
 def day_bounds(first: date, days: int, zone: ZoneInfo) -> tuple[datetime, datetime]:

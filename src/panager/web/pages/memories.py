@@ -100,8 +100,7 @@ class MemoriesPage:
         user_id = session.user.id
         hits = await self.service.list(user_id, max(await self.service.count(user_id), 1))
         body = json.dumps({"user": session.user.username, "count": len(hits),
-                           "memories": [_exported(h) for h in hits]}, ensure_ascii=False,
-                          indent=2)
+                           "memories": [_exported(h) for h in hits]}, ensure_ascii=False)
         headers = {**HEADERS, "Content-Disposition": 'attachment; filename="memories.json"'}
         return web.Response(text=body, content_type="application/json", headers=headers)
 
