@@ -84,8 +84,8 @@ async def test_sign_in_by_link_works_once(make_app, browsers):
     assert refused.status == 410
     assert "already used" in await page2.inner_text("h1")
     assert await page2.locator("form[action='/signin']").count() == 0
-    assert await page2.goto(h.url + "/memories") and "Please sign in" in await page2.inner_text("h1")
     await shot(page2, "link-used")
+    assert await page2.goto(h.url + "/memories") and "Please sign in" in await page2.inner_text("h1")
     await context.close()
     await other.close()
 

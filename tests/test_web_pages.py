@@ -210,3 +210,23 @@ async def test_invites_can_be_revoked(make_app):
     assert (await access.revoke_invite(invite.code.lower())).code == invite.code
     assert await access.revoke_invite(invite.code) is None
     await asyncio.sleep(0)
+
+
+async def test_connections_page_links_and_unlinks_google(make_app):
+    from tests.fakes.google_server import FakeGoogle
+    from tests.google_helpers import google_settings
+
+    fake = FakeGoogle()  # only its client id/secret are used: nothing is called
+    # plain http here: a Secure cookie (https public URL) is not sent back over http
+    h = await web_harness(make_app, **{**google_settings(fake), "public_url": "http://pan.test"})
+    client = await h.client(ALICE)
+    status, body = await client.get("/connections")
+    assert status == 200 and "Not connected" in body
+    await client.get("/connections")
+    async with client.session.post(h.url + "/connections/google/connect",
+                                   data={"csrf": client.csrf}, allow_redirects=False) as r:
+        assert r.status == 303
+        assert r.headers["Location"].startswith("http://pan.test/oauth/google/start?state=")
+    status, body = await client.post("/connections/google/disconnect", {})
+    assert status == 200 and "Google is disconnected" in body
+    await client.close()

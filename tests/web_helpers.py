@@ -77,7 +77,7 @@ class WebClient:
 async def web_harness(make_app, model: ScriptedChatModel | None = None, **overrides):
     """An app (open access) with Alice, Bob and an admin, and its web server."""
     model = model or ScriptedChatModel(default="ok")
-    app = await make_app(model=model, http_port=0, **overrides)
+    app = await make_app(model=model, **{"http_port": 0, **overrides})
     recorder = RecordingMessenger()
     app.deps.messenger.add(recorder)
     users = app.deps.users

@@ -9,7 +9,7 @@ next five firings before anything is saved.
 from __future__ import annotations
 
 import calendar as calmod
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 
 from aiohttp import web
 
@@ -201,7 +201,3 @@ def _range_title(view: str, first: date, days: int) -> str:
     last = first + timedelta(days=days - 1)
     return f"{first:%d %b} – {last:%d %b %Y}"
 
-
-def local_input(when: datetime) -> str:
-    """A datetime as the form's text field shows it."""
-    return when.strftime("%Y-%m-%dT%H:%M")
