@@ -66,6 +66,7 @@ KNOWN = [
     Benchmark(
         "long_conversation", "Long conversation", [], ["--turns", "200"], "long_conversation.py"
     ),
+    Benchmark("web", "Web page", [], ["--requests", "30", "--chat", "15"], "web.py"),
     Benchmark(
         "reliability",
         "Reliability",

@@ -16,6 +16,18 @@ pick_python() {
   return 1
 }
 
+ensure_chromium() {
+  # The web page's browser tests drive Debian's Chromium through Playwright.
+  [ -x /usr/bin/chromium ] && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "Installing Chromium for the browser tests (apt-get install chromium)..." >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "Chromium is missing; install it (e.g. sudo apt-get install chromium) for the browser tests." >&2
+  fi
+}
+
 ensure_venv() {
   # $1: the extras to install, e.g. ".[dev]" or "."
   if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys' >/dev/null 2>&1; then

@@ -329,7 +329,7 @@ async def test_save_is_capped_and_session_files_are_private(make_app, tmp_path):
 
 
 async def test_weak_secrets_fail_doctor_and_skills_hide_server_paths(make_app, make_settings):
-    from panager.cli.doctor import check_secret
+    from panager.doctor import check_secret
 
     for weak in ("short", "a" * 40, "abababababababababababababababab12"):
         ok, detail = await check_secret(make_settings(secret_key=weak), {})

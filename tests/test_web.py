@@ -63,7 +63,8 @@ async def test_callback_without_google_configured_says_so(make_app):
 
 async def test_terminal_starter_serves_when_google_is_configured(make_app, capsys):
     assert start_for_terminal in BACKGROUND_STARTERS
-    assert await start_for_terminal(await make_app()) is None  # no Google: no web server
+    plain = await start_for_terminal(await make_app(http_port=0))  # the web page, no Google
+    assert plain is not None and (await get(plain.url + "/healthz"))[0] == 200
     fake = FakeGoogle()  # only its client id/secret are used here
     app = await make_app(**google_settings(fake))
     server = await start_for_terminal(app)

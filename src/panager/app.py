@@ -48,6 +48,7 @@ from panager.services.schedules.service import ScheduleLimits, ScheduleService
 from panager.services.schedules.worker import SchedulerWorker, WorkerOptions
 from panager.services.usage import UsageService
 from panager.services.users import LOCAL_USER_ID, User, UserService
+from panager.services.web_sessions import WebSessionService
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class App:
         )
         usage = UsageService(pool, clock)
         relays = RelayService(pool)
+        web_sessions = WebSessionService(pool, clock)
         memory = await MemoryService.create(pool, settings, clock=clock)
         scheduler = ScheduleService(
             pool,
@@ -168,6 +170,7 @@ class App:
             access=access,
             usage=usage,
             relays=relays,
+            web_sessions=web_sessions,
             scheduler=scheduler,
             messenger=messenger,
             runtime=runtime,

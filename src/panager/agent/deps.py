@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from panager.services.schedules.service import ScheduleService
     from panager.services.usage import UsageService
     from panager.services.users import UserService
+    from panager.services.web_sessions import WebSessionService
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class AgentDeps:
     access: AccessService
     usage: UsageService
     relays: RelayService  # who accepts relayed messages from whom; the relay rate
+    web_sessions: WebSessionService  # sign-in links and sessions of the web page
     scheduler: ScheduleService
     messenger: FanoutMessenger  # delivery to users (terminal, Discord), filled by front ends
     runtime: AgentRuntime  # effects, compactor, skills, sessions, activity (commands)

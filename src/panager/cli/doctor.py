@@ -2,132 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-
 import typer
 
-from panager.config import ConfigError, Settings, load_settings
-
-Check = Callable[[Settings, dict], Awaitable[tuple[bool | None, str]]]
-
-
-def line(ok: bool | None, name: str, detail: str) -> str:
-    """Format one check result."""
-    mark = {True: "OK  ", False: "FAIL", None: "SKIP"}[ok]
-    return f"{mark} {name:<12} {detail}"
-
-
-async def check_database(settings: Settings, found: dict) -> tuple[bool | None, str]:
-    """The database answers."""
-    from panager.db.pool import open_pool, resolve_database_url
-
-    try:
-        url = resolve_database_url(settings)
-        found["url"] = url
-        found["pool"] = await open_pool(url, max_size=2)
-    except Exception as exc:
-        return False, f"cannot connect ({type(exc).__name__}); check DATABASE_URL or PANAGER_HOME"
-    where = "DATABASE_URL" if settings.database_url else f"embedded, {settings.home / 'pgdata'}"
-    return True, f"reachable ({where})"
-
-
-async def check_pgvector(settings: Settings, found: dict) -> tuple[bool | None, str]:
-    """The vector extension is installed or installable."""
-    pool = found.get("pool")
-    if pool is None:
-        return None, "needs the database"
-    async with pool.connection() as conn:
-        sql = "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
-        row = await (await conn.execute(sql)).fetchone()
-    if row is None:
-        return False, "the vector extension is not available; use the pgvector/pgvector image"
-    return True, f"available (version {row['default_version']})"
-
-
-async def check_migrations(settings: Settings, found: dict) -> tuple[bool | None, str]:
-    """Schema at head."""
-    from panager.db import migrate
-
-    pool = found.get("pool")
-    if pool is None:
-        return None, "needs the database"
-    status = await migrate.schema_status(found["url"], pool)
-    if status.up_to_date:
-        return True, f"at head ({status.head})"
-    return False, f"at {status.current or 'empty'}, head is {status.head}; run: panager db upgrade"
-
-
-async def check_model(settings: Settings, found: dict) -> tuple[bool | None, str]:
-    """The model endpoint answers /models."""
-    if not settings.model_configured:
-        return False, "no model: set OPENAI_API_KEY, or OPENAI_BASE_URL for a local server"
-    import openai
-
-    client = openai.AsyncOpenAI(
-        api_key=settings.openai_api_key or "not-needed",
-        base_url=settings.openai_base_url,
-        timeout=10,
-        max_retries=0,
-    )
-    try:
-        await client.models.list()
-    except openai.AuthenticationError:
-        return False, "the endpoint refused the key; check OPENAI_API_KEY"
-    except Exception as exc:
-        return False, f"endpoint unreachable ({type(exc).__name__}); check OPENAI_BASE_URL"
-    finally:
-        await client.close()
-    return True, f"endpoint answers (model {settings.model})"
-
-
-async def check_discord(settings: Settings, found: dict) -> tuple[bool | None, str]:
-    """A Discord token is set (validated by `panager run`)."""
-    if not settings.discord_token:
-        return None, "DISCORD_TOKEN not set (only needed for `panager run`)"
-    return True, "DISCORD_TOKEN set"
-
-
-async def check_google(settings: Settings, found: dict) -> tuple[bool | None, str]:
-    """Google OAuth client configured."""
-    if not settings.google_configured:
-        return None, "GOOGLE_CLIENT_ID/GOOGLE_CLIENT_SECRET not set (Calendar/Tasks disabled)"
-    redirect = settings.public_url.rstrip("/") + "/oauth/google/callback"
-    return True, f"configured; the OAuth client must allow redirect {redirect}"
-
-
-MIN_SECRET_CHARS = 32
-MIN_SECRET_DISTINCT = 12
-
-
-def secret_weakness(secret: str) -> str | None:
-    """Why PANAGER_SECRET_KEY is too weak to protect tokens and links, or None."""
-    if len(secret) < MIN_SECRET_CHARS:
-        return f"it has {len(secret)} characters; use at least {MIN_SECRET_CHARS}"
-    if len(set(secret)) < MIN_SECRET_DISTINCT:
-        return f"it uses only {len(set(secret))} different characters (low variety)"
-    return None
-
-
-async def check_secret(settings: Settings, found: dict) -> tuple[bool | None, str]:
-    """PANAGER_SECRET_KEY is strong (it seals Google tokens and signs links)."""
-    if not settings.secret_key:
-        return None, "PANAGER_SECRET_KEY not set (needed once Google is configured)"
-    weakness = secret_weakness(settings.secret_key)
-    if weakness:
-        return False, f"PANAGER_SECRET_KEY is weak: {weakness}. Generate one: panager secret"
-    return True, "PANAGER_SECRET_KEY set and strong"
-
-
-CHECKS: list[tuple[str, Check]] = [
-    ("database", check_database),
-    ("pgvector", check_pgvector),
-    ("migrations", check_migrations),
-    ("model", check_model),
-    ("discord", check_discord),
-    ("google", check_google),
-    ("secret", check_secret),
-]
+from panager.config import ConfigError, load_settings
+from panager.doctor import line, run_checks
 
 
 async def run_doctor() -> int:
@@ -139,17 +17,8 @@ async def run_doctor() -> int:
         typer.echo(line(False, "config", str(exc)))
         return 1
     typer.echo(line(True, "config", f"settings valid (PANAGER_HOME={settings.home})"))
-    found: dict = {}
     failed = False
-    try:
-        for name, check in CHECKS:
-            try:
-                ok, detail = await asyncio.wait_for(check(settings, found), timeout=30)
-            except Exception as exc:
-                ok, detail = False, f"check crashed ({type(exc).__name__})"
-            failed = failed or ok is False
-            typer.echo(line(ok, name, detail))
-    finally:
-        if found.get("pool") is not None:
-            await found["pool"].close()
+    for name, ok, detail in await run_checks(settings):
+        failed = failed or ok is False
+        typer.echo(line(ok, name, detail))
     return 1 if failed else 0

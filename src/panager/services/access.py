@@ -54,6 +54,11 @@ UPDATE users SET status = 'active', updated_at = now() WHERE id = %s AND status 
 RETURNING *
 """
 LIST_INVITES = "SELECT * FROM invites ORDER BY created_at DESC, code"
+REVOKE_INVITE = """
+UPDATE invites SET expires_at = %(now)s
+ WHERE code = %(code)s AND (expires_at IS NULL OR expires_at > %(now)s)
+RETURNING *
+"""
 
 REFUSALS = {
     "invite": ("Hi! This assistant is invite-only. If you have an invite code, send /start CODE."),
@@ -235,6 +240,12 @@ class AccessService:
         """All invite codes, newest first."""
         async with self.pool.connection() as conn:
             return [_invite(r) for r in await (await conn.execute(LIST_INVITES)).fetchall()]
+
+    async def revoke_invite(self, code: str) -> Invite | None:
+        """End a code now (it expires at once); None when unknown or already expired."""
+        params = {"code": normalise_code(code), "now": self.clock.now()}
+        async with self.pool.connection() as conn:
+            return _invite(await (await conn.execute(REVOKE_INVITE, params)).fetchone())
 
     async def redeem(self, code: str, user: User) -> Redemption:
         """Spend one use of `code` and activate `user`, atomically; say why when it fails.

@@ -9,7 +9,7 @@ not the server's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from typing import Any
 
 from panager.clock import Clock
@@ -40,6 +40,15 @@ SELECT model, sum(prompt_tokens) AS prompt, sum(completion_tokens) AS completion
  WHERE user_id = %s AND day >= %s
  GROUP BY model ORDER BY sum(total_tokens) DESC, model
 """
+DAILY_SINCE = """
+SELECT day, model, sum(total_tokens) AS total FROM token_usage
+ WHERE user_id = %s AND day >= %s GROUP BY day, model ORDER BY day, model
+"""
+PER_USER_SINCE = """
+SELECT user_id, sum(total_tokens) AS total, sum(calls) AS calls, max(updated_at) AS last_used
+  FROM token_usage WHERE day >= %s GROUP BY user_id ORDER BY sum(total_tokens) DESC
+"""
+LAST_USED = "SELECT user_id, max(updated_at) AS last_used FROM token_usage GROUP BY user_id"
 
 
 @dataclass(frozen=True)
@@ -125,3 +134,53 @@ def _usage(row: dict) -> ModelUsage:
         row["model"], int(row["prompt"]), int(row["completion"]), int(row["total"]),
         int(row["calls"]),
     )
+
+
+@dataclass(frozen=True)
+class DayUsage:
+    """Tokens of one local day, per model."""
+
+    day: date
+    by_model: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        """All models together."""
+        return sum(self.by_model.values())
+
+
+@dataclass(frozen=True)
+class UserUsage:
+    """One user's tokens over a period (the admin's view)."""
+
+    user_id: int
+    total: int
+    calls: int
+    last_used: Any
+
+
+async def daily(service: UsageService, user: User, days: int = 30) -> list[DayUsage]:
+    """The last `days` local days (oldest first, empty days included), tokens per model."""
+    today = service.local_day(user)
+    first = today - timedelta(days=days - 1)
+    async with service.pool.connection() as conn:
+        rows = await (await conn.execute(DAILY_SINCE, (user.id, first))).fetchall()
+    found: dict[date, dict[str, int]] = {first + timedelta(days=i): {} for i in range(days)}
+    for row in rows:
+        found.setdefault(row["day"], {})[row["model"]] = int(row["total"])
+    return [DayUsage(day, models) for day, models in sorted(found.items())]
+
+
+async def per_user(service: UsageService, since: date) -> list[UserUsage]:
+    """Every user's tokens since `since` (all days are users' local dates), most first."""
+    async with service.pool.connection() as conn:
+        rows = await (await conn.execute(PER_USER_SINCE, (since,))).fetchall()
+    return [UserUsage(r["user_id"], int(r["total"]), int(r["calls"]), r["last_used"])
+            for r in rows]
+
+
+async def last_used(service: UsageService) -> dict[int, Any]:
+    """When each user last made a model call."""
+    async with service.pool.connection() as conn:
+        rows = await (await conn.execute(LAST_USED)).fetchall()
+    return {r["user_id"]: r["last_used"] for r in rows}

@@ -1,4 +1,4 @@
-"""The web server: Google's OAuth callback, a health check and Prometheus metrics.
+"""The web server: the web page (web/routes.py), Google's OAuth callback, health, metrics.
 
 `start_web(app)` binds PANAGER_HTTP_HOST/PANAGER_HTTP_PORT (port 0 picks a
 free port; the bound one is on the returned server) and registers the server's
@@ -232,6 +232,9 @@ def build_web_app(app: App, server: WebServer) -> web.Application:
             web.get("/metrics", handlers.metrics),
         ]
     )
+    from panager.web.routes import add_pages
+
+    add_pages(web_app, app, server.spawn)
     return web_app
 
 
@@ -395,16 +398,19 @@ async def start_web(app: App, *, host: str | None = None, port: int | None = Non
 
 
 async def start_for_terminal(app: App) -> WebServer | None:
-    """`panager chat`'s starter: serve the OAuth callback when Google is configured.
+    """`panager chat`'s starter: the web page for the local user (and the OAuth callback).
 
-    A taken port prints one line and the REPL carries on without the web server.
+    A taken port prints one line when Google linking needs the server (else it is only
+    logged: /web links then point at whichever server holds the port) and the REPL
+    carries on without it.
     """
-    if app.deps.google is None:
-        return None
     try:
         return await start_web(app)
     except OSError as exc:
         where = f"{app.settings.http_host}:{app.settings.http_port}"
+        if app.deps.google is None:
+            log.info("web server not started: %s is unavailable (%s)", where, exc)
+            return None
         print(
             f"Web server not started: {where} is unavailable ({exc.strerror or exc}); Google "
             "linking needs it — free the port or set PANAGER_HTTP_PORT.",

@@ -32,7 +32,7 @@ class CommandContext:
 
     user: User
     assistant: Assistant
-    front_end: str = "terminal"  # or "discord"
+    front_end: str = "terminal"  # or "discord", "web"
 
     @property
     def deps(self) -> AgentDeps:
@@ -52,7 +52,7 @@ class Command:
     usage: str
     help: str
     admin_only: bool = False
-    front_ends: tuple[str, ...] = ("terminal", "discord")
+    front_ends: tuple[str, ...] = ("terminal", "discord", "web")
 
 
 REGISTRY: dict[str, Command] = {}
@@ -64,7 +64,7 @@ def command(
     help: str,
     *,
     admin_only: bool = False,
-    front_ends: Iterable[str] = ("terminal", "discord"),
+    front_ends: Iterable[str] = ("terminal", "discord", "web"),
 ) -> Callable[[Handler], Handler]:
     """Register `handler` as `/name`."""
 
@@ -151,4 +151,5 @@ COMMAND_MODULES: list[str] = [
     "panager.agent.commands.sessions",
     "panager.agent.commands.skills",
     "panager.agent.commands.relays",
+    "panager.agent.commands.web",
 ]

@@ -427,6 +427,22 @@ class MemoryService:
             return _hit(rows[0]) if rows else None
         return await self.get(user_id, ref)
 
+    async def edit(
+        self, user_id: int, memory_id: str, content: str, category: str | None = None
+    ) -> MemoryHit | None:
+        """Replace a memory's text (re-embedded) and category; None when it is not theirs."""
+        old = await self.get(user_id, memory_id)
+        if old is None:
+            return None
+        content = clean_content(content)
+        category = clean_category(category if category is not None else old.category)
+        vector = (await self._embed([content]))[0]
+        params = {"id": parse_memory_id(memory_id), "user": user_id, "content": content,
+                  "category": category, "v": vector, "now": self.clock.now()}
+        async with self._write(user_id, len(vector)) as conn:
+            row = await (await conn.execute(UPDATE, params)).fetchone()
+        return _hit(row) if row else None
+
     async def forget(self, user_id: int, memory_id: str) -> MemoryHit | None:
         """Delete the user's memory; None when no such memory is theirs."""
         async with self._write(user_id) as conn:

@@ -1,4 +1,4 @@
-"""Schedules in PostgreSQL: create, list and cancel per user (plus the workers' protocol).
+"""Schedules in PostgreSQL: create, list, edit, pause and cancel per user (plus workers' protocol).
 
 The database is the source of truth; nothing about a schedule lives only in a
 worker's memory. User-facing methods are scoped by user id; the claim protocol
@@ -9,6 +9,7 @@ workers use (`claim_due`, `begin_runs`, `complete_runs`, `settle`, …) is
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -118,9 +119,46 @@ SELECT * FROM schedules
 CANCEL_SCHEDULE = """
 UPDATE schedules
    SET status = 'cancelled', claimed_by = NULL, lease_until = NULL, updated_at = %(now)s
- WHERE id = %(id)s AND user_id = %(user_id)s AND status IN ('active', 'failed', 'missed')
+ WHERE id = %(id)s AND user_id = %(user_id)s AND status IN ('active', 'paused', 'failed', 'missed')
 RETURNING *
 """
+
+# Edits leave a schedule a worker is sending right now alone (its lease is live); a
+# backoff lease without a holder (a retry waiting) is cleared, so the new time counts.
+_NOT_SENDING = "(claimed_by IS NULL OR lease_until IS NULL OR lease_until <= %(now)s)"
+_NOTIFY_CHANGED = f"""
+SELECT changed.*,
+       pg_notify('{NOTIFY_CHANNEL}', extract(epoch FROM changed.next_run_at)::text) AS notified
+  FROM changed
+"""
+UPDATE_SCHEDULE = f"""
+WITH changed AS (
+    UPDATE schedules
+       SET message = %(message)s, kind = %(kind)s, timezone = %(timezone)s, rrule = %(rrule)s,
+           anchor_local = %(anchor_local)s, next_run_at = %(next_run_at)s,
+           status = CASE WHEN status = 'paused' THEN 'paused' ELSE 'active' END,
+           attempts = 0, last_error = NULL, claimed_by = NULL, lease_until = NULL,
+           updated_at = %(now)s
+     WHERE id = %(id)s AND user_id = %(user_id)s
+       AND status IN ('active', 'paused', 'failed', 'missed') AND {_NOT_SENDING}
+    RETURNING *
+){_NOTIFY_CHANGED}"""
+PAUSE_SCHEDULE = f"""
+UPDATE schedules SET status = 'paused', claimed_by = NULL, lease_until = NULL,
+                     updated_at = %(now)s
+ WHERE id = %(id)s AND user_id = %(user_id)s AND status = 'active' AND {_NOT_SENDING}
+RETURNING *
+"""
+RESUME_SCHEDULE = f"""
+WITH changed AS (
+    UPDATE schedules SET status = 'active', next_run_at = %(next_run_at)s, attempts = 0,
+                         updated_at = %(now)s
+     WHERE id = %(id)s AND user_id = %(user_id)s AND status = 'paused'
+    RETURNING *
+){_NOTIFY_CHANGED}"""
+LIST_WITH_PAUSED = LIST_SCHEDULES.replace(
+    "status = 'active' OR", "status IN ('active', 'paused') OR"
+)
 
 
 class ScheduleService:
@@ -215,6 +253,70 @@ class ScheduleService:
         since = self.clock.now() - LIST_FINISHED_FOR
         rows = await fetch_all(self.pool, LIST_SCHEDULES, {"user_id": user_id, "since": since})
         return [schedule_from_row(r) for r in rows]
+
+    async def list_all(self, user_id: int) -> builtins.list[Schedule]:
+        """Like `list`, with paused schedules too (the web page shows them)."""
+        since = self.clock.now() - LIST_FINISHED_FOR
+        rows = await fetch_all(self.pool, LIST_WITH_PAUSED, {"user_id": user_id, "since": since})
+        return [schedule_from_row(r) for r in rows]
+
+    async def update(
+        self, user: User, schedule_id: str, message: str, at: str, *, kind: str = "reminder",
+        repeat: str | None = None, timezone: str | None = None,
+    ) -> Schedule | None:
+        """Change text, time, rule and kind (validated like `create`); None if not theirs.
+
+        Raises ScheduleInputError for bad input or while a worker is sending it."""
+        message = self._check_message(message)
+        if kind not in KINDS:
+            raise ScheduleInputError(f"kind must be 'reminder' or 'agent', not {kind!r}.")
+        now = self.clock.now()
+        zone = _user_zone(timezone or user.timezone, at)
+        plan = plan_schedule(at, repeat, zone, now)
+        params = {"id": _clean_id(schedule_id), "user_id": user.id, "message": message,
+                  "kind": kind, "timezone": zone.key,
+                  "rrule": plan.rule, "anchor_local": plan.anchor_local,
+                  "next_run_at": plan.first_utc, "now": now}
+        return await self._change(UPDATE_SCHEDULE, params)
+
+    async def pause(self, user_id: int, schedule_id: str) -> Schedule | None:
+        """Stop an active schedule from firing until resumed; None if not theirs."""
+        params = {"id": _clean_id(schedule_id), "user_id": user_id, "now": self.clock.now()}
+        return await self._change(PAUSE_SCHEDULE, params)
+
+    async def resume(self, user_id: int, schedule_id: str) -> Schedule | None:
+        """Let a paused schedule fire again from its next occurrence after now."""
+        schedule = await self.get(user_id, schedule_id)
+        if schedule is None:
+            return None
+        now = self.clock.now()
+        due = schedule.next_run_at
+        if schedule.status == "paused" and (due is None or due < now):
+            due = self._resumed_at(schedule, now)
+        params = {"id": schedule.id, "user_id": user_id, "now": now, "next_run_at": due}
+        return await self._change(RESUME_SCHEDULE, params)
+
+    @staticmethod
+    def _resumed_at(schedule: Schedule, now: datetime) -> datetime:
+        if schedule.rrule:
+            found = next_occurrence(schedule.rrule, schedule.zone, schedule.anchor_local, now)
+            if found is not None:
+                return found
+            raise ScheduleInputError("Its repeat rule has no occurrences left; cancel it instead.")
+        raise ScheduleInputError(
+            "Its time passed while it was paused; edit it to give a new time."
+        )
+
+    async def _change(self, sql: str, params: dict) -> Schedule | None:
+        changed = schedule_from_row(await fetch_one(self.pool, sql, params))
+        if changed is not None:
+            return changed
+        current = await self.get(params["user_id"], params["id"])
+        if current is None:
+            return None
+        if current.claimed_by is not None:
+            raise ScheduleInputError("It is being delivered right now; try again in a moment.")
+        raise ScheduleInputError(f"That schedule is {current.status}; nothing to change.")
 
     async def cancel(self, user_id: int, schedule_id: str) -> Schedule | None:
         """Cancel (or dismiss a failed/missed) schedule of this user; None if not theirs/open."""

@@ -43,6 +43,7 @@ from panager.services.schedules.recurrence.expand import (
     SchedulePlan,
     first_occurrence,
     next_occurrence,
+    occurrences_between,
     plan_schedule,
     validate_future,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "first_occurrence",
     "localize",
     "next_occurrence",
+    "occurrences_between",
     "parse_local",
     "parse_when",
     "parse_zone",

@@ -123,6 +123,38 @@ def next_occurrence(
     return found[1] if found else None
 
 
+def occurrences_between(
+    rule: str, zone: ZoneInfo, anchor_local: datetime, start: datetime, end: datetime,
+    limit: int,
+) -> list[datetime]:
+    """Fire instants in [start, end) of the series, at most `limit`, from one rule expansion.
+
+    The same instants `next_occurrence` steps through one by one, found in a single pass
+    (for calendar views: hundreds of occurrences in one call)."""
+    spec = _spec(rule)
+    if spec is None:
+        return []
+    anchor = wall_time(anchor_local, zone).replace(microsecond=0)
+    _ensure_feasible(spec, anchor, tuple(sorted({1, spec.interval})))
+    begin = wall_time(_utc(start), zone) - _MARGIN
+    until = _until_utc(spec, zone)
+    last = wall_time(_utc(end), zone) + _MARGIN
+    stop = min(last, wall_time(until, zone) + _MARGIN) if until else last
+    found: set[datetime] = set()
+    bounded = stop if spec.count is None else None  # dateutil refuses COUNT with UNTIL
+    for local in _rrule(spec, _fast_forward(spec, anchor, begin), until=bounded).xafter(
+        begin, inc=True
+    ):
+        if local > stop:
+            break
+        when = localize(local, zone)
+        if start <= when < end and (until is None or when <= until):
+            found.add(when)
+            if len(found) >= limit + 2:  # a gap shift can reorder neighbours: keep a spare
+                break
+    return sorted(found)[:limit]
+
+
 def plan_schedule(
     at: str,
     repeat: str | None,

@@ -1,0 +1,167 @@
+"""Sign-in, sessions and CSRF for the web page.
+
+`/signin?token=…` (the link `/web` hands out) only shows a confirmation page
+with one button: chat apps fetch links to draw previews, and such a fetch
+must not use the link up. The button POSTs the token; the link is spent
+atomically, a session starts and its cookie is set (HttpOnly, SameSite=Lax,
+Secure when PANAGER_PUBLIC_URL is https). Link use is rate limited per client
+address. `Gate.page` wraps every page handler: no live session → a page
+saying how to sign in; a state-changing request without the session's CSRF
+token → 403; admin pages → 403 for everyone else.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from panager.agent.commands.web import SIGNIN_PATH
+from panager.services.web_sessions import LINK_TTL, WebSession
+from panager.web.render import message_page, render
+
+if TYPE_CHECKING:
+    from panager.app import App
+
+COOKIE = "panager_session"
+COOKIE_MAX_AGE = 7 * 24 * 3600
+RATE_LIMIT = (10, 60.0)  # link uses per client address per this many seconds
+SAFE_METHODS = ("GET", "HEAD")
+_MINUTES = int(LINK_TTL.total_seconds() // 60)
+_NEW_LINK = "Send /web to Panager (in Discord or the terminal) for a new link."
+REFUSALS = {
+    "unknown": (400, "This sign-in link is not valid",
+                "It was not issued by Panager, or part of it is missing. " + _NEW_LINK),
+    "used": (410, "This sign-in link was already used",
+             "Each link signs in once. If that was not you, send /web signout to end every "
+             "web session. " + _NEW_LINK),
+    "expired": (410, "This sign-in link has expired",
+                f"Links work for {_MINUTES} minutes. " + _NEW_LINK),
+    "blocked": (403, "Your access is blocked", "Ask the person running Panager."),
+}
+
+PageHandler = Callable[[web.Request, WebSession], Awaitable[web.StreamResponse]]
+
+
+class RateLimit:
+    """At most `limit` events per `window` seconds per key (in this process)."""
+
+    def __init__(self, limit: int, window: float) -> None:
+        self.limit, self.window = limit, window
+        self._seen: dict[str, deque[float]] = {}
+
+    def allow(self, key: str) -> bool:
+        """Count one event for `key`; False when it is over the limit."""
+        now = time.monotonic()
+        seen = self._seen.setdefault(key, deque())
+        while seen and now - seen[0] > self.window:
+            seen.popleft()
+        if len(seen) >= self.limit:
+            return False
+        seen.append(now)
+        if len(self._seen) > 10_000:
+            self._seen = {k: v for k, v in self._seen.items() if v}
+        return True
+
+
+class Gate:
+    """Sessions for the web page: sign-in routes and the guard around every page."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.sessions = app.deps.web_sessions
+        self.secure = app.settings.public_url.lower().startswith("https://")
+        self.limiter = RateLimit(*RATE_LIMIT)
+
+    def routes(self) -> list[web.RouteDef]:
+        """The sign-in and sign-out routes."""
+        return [
+            web.get(SIGNIN_PATH, self.signin_page),
+            web.post(SIGNIN_PATH, self.signin),
+            web.post("/signout", self.page(self.signout)),
+        ]
+
+    def page(self, handler: PageHandler, *, admin: bool = False) -> Callable:
+        """Wrap a page handler: session required, CSRF on changes, admin check."""
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            session = await self.sessions.lookup(request.cookies.get(COOKIE))
+            if session is None:
+                return signed_out_page()
+            if request.method not in SAFE_METHODS and not await csrf_ok(request, session):
+                return message_page(
+                    403, "This form has expired",
+                    "The request did not carry this page's security token, so nothing was "
+                    "changed. Go back, reload the page and try again.", session=session)
+            if admin and session.user.role != "admin":
+                return message_page(403, "For admins only",
+                                    "This page is for the people running Panager.",
+                                    session=session)
+            return await handler(request, session)
+
+        return guarded
+
+    async def signin_page(self, request: web.Request) -> web.Response:
+        """The one-button confirmation page (opening the link changes nothing)."""
+        token = request.query.get("token", "")
+        found = await self.sessions.peek_link(token)
+        if found.refusal or found.user_id is None:
+            return _refusal(found.refusal or "unknown")
+        user = await self.app.deps.users.get(found.user_id)
+        if user is None or user.status != "active":
+            return _refusal("blocked")
+        return render("signin.html", title="Sign in", token=token, who=user.name,
+                      session=None, nav=None)
+
+    async def signin(self, request: web.Request) -> web.Response:
+        """Spend the link, start a session, set the cookie and go home."""
+        if not self.limiter.allow(request.remote or "unknown"):
+            return message_page(429, "Too many sign-in attempts",
+                                "Wait a minute, then open your link again.")
+        form = await request.post()
+        used = await self.sessions.use_link(str(form.get("token", "")))
+        if used.refusal or used.user_id is None:
+            return _refusal(used.refusal or "unknown")
+        user = await self.app.deps.users.get(used.user_id)
+        if user is None or user.status != "active":
+            return _refusal("blocked")
+        cookie = await self.sessions.start(user.id)
+        response = web.HTTPSeeOther("/")
+        response.set_cookie(COOKIE, cookie, max_age=COOKIE_MAX_AGE, httponly=True,
+                            samesite="Lax", secure=self.secure, path="/")
+        raise response
+
+    async def signout(self, request: web.Request, session: WebSession) -> web.Response:
+        """End this browser's session."""
+        await self.sessions.end(request.cookies.get(COOKIE))
+        response = message_page(200, "Signed out", "This browser is signed out. " + _NEW_LINK)
+        response.del_cookie(COOKIE, path="/")
+        return response
+
+
+async def csrf_ok(request: web.Request, session: WebSession) -> bool:
+    """The form field `csrf` or header X-CSRF-Token equals the session's token."""
+    sent: object = request.headers.get("X-CSRF-Token")
+    if sent is None and request.content_type in (
+        "application/x-www-form-urlencoded", "multipart/form-data"
+    ):
+        sent = (await request.post()).get("csrf")
+    return isinstance(sent, str) and hmac.compare_digest(sent, session.csrf_token)
+
+
+def signed_out_page() -> web.Response:
+    """What a request without a live session gets."""
+    return message_page(
+        401, "Please sign in",
+        "Send /web to Panager in Discord or the terminal: it answers with a one-time sign-in "
+        "link. (Sessions end after 7 days without use, on /web signout, and when access "
+        "is blocked.)")
+
+
+def _refusal(reason: str) -> web.Response:
+    status, title, text = REFUSALS[reason]
+    return message_page(status, title, text)

@@ -1,0 +1,142 @@
+// Chat page: send without reloading and show the answer as it streams in.
+// The server answers a fetch POST with text/event-stream frames: tool, delta, reset,
+// message, done (see panager/web/sse.py). Text is always set with textContent.
+(function () {
+  "use strict";
+  var form = document.getElementById("chat-form");
+  var log = document.getElementById("log");
+  var status = document.getElementById("status");
+  if (!form || !log || !window.fetch || !window.TextDecoder) { return; }
+  var box = form.querySelector("textarea");
+  var button = form.querySelector("button");
+
+  function bubble(who, cls, text) {
+    var empty = log.querySelector(".empty");
+    if (empty) { empty.remove(); }
+    var li = document.createElement("li");
+    li.className = "msg " + cls;
+    var name = document.createElement("span");
+    name.className = "who";
+    name.textContent = who;
+    var body = document.createElement("div");
+    body.className = "text";
+    body.textContent = text || "";
+    li.appendChild(name);
+    li.appendChild(body);
+    log.appendChild(li);
+    li.scrollIntoView({block: "end"});
+    return li;
+  }
+
+  function Turn() {
+    this.iterations = {};  // iteration -> text element
+    this.tools = {};
+    this.last = null;
+  }
+  Turn.prototype.textFor = function (iteration) {
+    if (!this.iterations[iteration]) {
+      var li = bubble("Panager", "panager streaming", "");
+      this.iterations[iteration] = li.querySelector(".text");
+    }
+    this.last = this.iterations[iteration];
+    return this.last;
+  };
+  Turn.prototype.handle = function (name, data) {
+    if (name === "delta") {
+      this.textFor(data.iteration).textContent += data.text;
+    } else if (name === "reset") {
+      if (this.iterations[data.iteration]) { this.iterations[data.iteration].textContent = ""; }
+    } else if (name === "message") {
+      if (data.text) { this.textFor(data.iteration).textContent = data.text; }
+      else if (this.iterations[data.iteration]) {
+        this.iterations[data.iteration].parentNode.remove();
+        delete this.iterations[data.iteration];
+      }
+    } else if (name === "tool") {
+      var line = this.tools[data.id];
+      if (!line) {
+        line = document.createElement("li");
+        line.className = "tools";
+        log.appendChild(line);
+        this.tools[data.id] = line;
+      }
+      var mark = {running: "…", done: "✓", error: "✗"}[data.state] || "";
+      line.textContent = data.name + " " + mark;
+      status.textContent = data.state === "running" ? "Using " + data.name + "…" : "Thinking…";
+    } else if (name === "done") {
+      var el = this.last;
+      if (!el || (data.text && el.textContent !== data.text)) {
+        el = bubble("Panager", "panager", data.text).querySelector(".text");
+      }
+      var li = el.parentNode;
+      li.classList.remove("streaming");
+      if (!data.ok) { li.classList.add("failed"); }
+      if (data.link && data.link.url) {
+        var a = document.createElement("a");
+        a.className = "button";
+        a.href = data.link.url;
+        a.textContent = data.link.label || "Open";
+        li.appendChild(a);
+      }
+      li.scrollIntoView({block: "end"});
+      status.textContent = "";
+    }
+  };
+
+  function parse(block, turn) {
+    var name = "message", data = "";
+    block.split("\n").forEach(function (line) {
+      if (line.indexOf("event: ") === 0) { name = line.slice(7); }
+      else if (line.indexOf("data: ") === 0) { data += line.slice(6); }
+    });
+    if (data) { turn.handle(name, JSON.parse(data)); }
+  }
+
+  async function send(text) {
+    var body = new URLSearchParams(new FormData(form));
+    body.set("text", text);
+    var turn = new Turn();
+    status.textContent = "Thinking…";
+    var response = await fetch(form.action, {
+      method: "POST", body: body, credentials: "same-origin",
+      headers: {"X-Requested-With": "fetch", "Accept": "text/event-stream"}
+    });
+    if (!response.ok || !response.body) {
+      status.textContent = "";
+      bubble("Panager", "panager failed", "The page could not reach Panager (" + response.status + "). Reload and try again.");
+      return;
+    }
+    var reader = response.body.getReader();
+    var decoder = new TextDecoder();
+    var buffer = "";
+    for (;;) {
+      var part = await reader.read();
+      if (part.done) { break; }
+      buffer += decoder.decode(part.value, {stream: true});
+      var cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        parse(buffer.slice(0, cut), turn);
+        buffer = buffer.slice(cut + 2);
+      }
+    }
+  }
+
+  form.addEventListener("submit", function (event) {
+    event.preventDefault();
+    var text = box.value.trim();
+    if (!text) { return; }
+    bubble("You", "you", text);
+    box.value = "";
+    button.disabled = true;
+    send(text).catch(function () {
+      status.textContent = "";
+      bubble("Panager", "panager failed", "The connection broke; your message may still be answered — reload the page.");
+    }).finally(function () { button.disabled = false; box.focus(); });
+  });
+  box.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+})();
