@@ -48,7 +48,8 @@ async def test_compaction_removes_messages_from_the_checkpoint(make_app, tmp_pat
     monkeypatch.setattr(tools_pkg, "TOOL_FACTORIES", [lookup_tools(2_000)])
     model = ScriptedChatModel(script=[policy(lambda: json.dumps(SUMMARY))] * 200)
     app = await make_app(model=model, home=write_config(tmp_path / "h", context_window=WINDOW))
-    assert [e.name for e in app.graph_config.effects] == ["usage", "trim_tool_results", "compact"]
+    names = [e.name for e in app.graph_config.effects]
+    assert names == ["usage", "token_budget", "trim_tool_results", "compact"]  # the defaults
     user = await app.local_user()
     await long_chat(app, user, 25)
     values = await thread_values(app.assistant, user)

@@ -14,7 +14,7 @@ import pytest
 
 from panager.discord.bot import PanagerBot
 from tests.fakes.openai_server import tool_call, tool_calls
-from tests.reliability.conftest import TOKEN, last_user_text, texts_to
+from tests.reliability.conftest import TOKEN, last_user_text, texts_to, write_home
 from tests.reliability.test_crash_recovery import ask
 
 pytestmark = pytest.mark.timeout(120)
@@ -23,8 +23,13 @@ ALICE, BOB = 7301, 7302
 
 
 @pytest.fixture
-async def bot(discord, openai, make_app):
-    app = await make_app(openai_base_url=openai.base_url, openai_api_key="test", access="open")
+async def bot(discord, openai, make_app, tmp_path):
+    # The oversized arguments below count as ~160k tokens: no daily budget, so the answers
+    # are exactly the model's (the budget has its own tests).
+    home = write_home(tmp_path / "home", daily_token_budget=0)
+    app = await make_app(
+        openai_base_url=openai.base_url, openai_api_key="test", access="open", home=home
+    )
     with discord.patch_discord():
         bot = PanagerBot(app, status_interval=0.05, poll_interval=0.05, guild_ready_timeout=0)
         task = asyncio.create_task(bot.start(TOKEN))
