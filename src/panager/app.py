@@ -26,7 +26,7 @@ from panager.clock import Clock, SystemClock
 from panager.config import ConfigError, Settings
 from panager.db import migrate
 from panager.db.pool import open_pool, resolve_database_url
-from panager.llm import invoke_with_retries, make_chat_model
+from panager.llm import invoke_with_retries, make_chat_model, stream_with_retries
 from panager.services.users import User, UserService
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ class App:
             model=model,
             clock=clock,
             invoke=_retrying_invoker(settings.runtime.model_retries),
+            stream_invoke=_streaming_invoker(settings.runtime),
             max_iterations=settings.runtime.max_iterations,
             history_max_tokens=settings.runtime.history_max_tokens,
             max_tool_result_chars=settings.runtime.max_tool_result_chars,
@@ -159,6 +160,19 @@ async def ensure_schema(url: str, auto_migrate: bool) -> None:
 def _retrying_invoker(retries: int):
     async def invoke(model, tools, messages):
         return await invoke_with_retries(model, tools, messages, retries=retries)
+
+    return invoke
+
+
+def _streaming_invoker(runtime):
+    """The streamed model call (`stream: false` in the YAML turns it off)."""
+    if not runtime.stream:
+        return None
+
+    retries = runtime.model_retries
+
+    async def invoke(model, tools, messages, sink):
+        return await stream_with_retries(model, tools, messages, sink, retries=retries)
 
     return invoke
 

@@ -45,6 +45,10 @@ OVERFLOW_MESSAGE = (
     "kept; send /compact or /clear and try again."
 )
 ModelInvoker = Callable[[BaseChatModel, Sequence[BaseTool], list[AnyMessage]], Awaitable[AIMessage]]
+# Like ModelInvoker, streaming the reply's text into the sink (llm.stream_with_retries).
+StreamInvoker = Callable[
+    [BaseChatModel, Sequence[BaseTool], list[AnyMessage], Any], Awaitable[AIMessage]
+]
 AuthHandler = Callable[[TurnContext, AuthRequired], Awaitable[str | None]]
 # Called when the API refuses the prompt as too long: shrink `call` (attempt 1, 2, …).
 OverflowHandler = Callable[[ModelCall, int], Awaitable[None]]
@@ -133,6 +137,7 @@ class Graph:
         skills_text: Callable[[TurnContext, dict], Sequence[str]] | None = None,
         on_overflow: OverflowHandler | None = None,
         overflow_retries: int = 2,
+        stream_invoke: StreamInvoker | None = None,
     ) -> None:
         self.model = model
         self.effects = list(effects)
@@ -147,6 +152,7 @@ class Graph:
         self.skills_text = skills_text
         self.on_overflow = on_overflow
         self.overflow_retries = overflow_retries
+        self.stream_invoke = stream_invoke
 
     # -- agent node -------------------------------------------------------------------------
 
@@ -178,7 +184,7 @@ class Graph:
         while True:
             messages = await self._model_messages(state, ctx, call, last_round)
             try:
-                response = await self.invoke(call.model, [] if last_round else ctx.tools, messages)
+                response = await self._invoke(ctx, call, [] if last_round else ctx.tools, messages)
             except ContextOverflow:
                 attempt += 1
                 if self.on_overflow is None or attempt > self.overflow_retries:
@@ -192,6 +198,15 @@ class Graph:
                     content=response.text or "I stopped here: too many steps for one message."
                 )
             return response
+
+    async def _invoke(
+        self, ctx: TurnContext, call: ModelCall, tools: Sequence[BaseTool], messages: list
+    ) -> AIMessage:
+        """The model call: streamed as message_delta events when streaming is on."""
+        if self.stream_invoke is None or ctx.emitter is None:
+            return await self.invoke(call.model, tools, messages)
+        sink = TextEvents(ctx, call.iteration)
+        return await self.stream_invoke(call.model, tools, messages, sink)
 
     async def _model_messages(
         self, state: AgentState, ctx: TurnContext, call: ModelCall, last_round: bool
@@ -372,6 +387,27 @@ class Graph:
             content=text,
             additional_kwargs={"panager_link": {"url": link, "label": f"Connect {auth.provider}"}},
         )
+
+
+class TextEvents:
+    """A streamed reply's text as `message_delta` / `message_reset` events of the turn."""
+
+    def __init__(self, ctx: TurnContext, iteration: int) -> None:
+        self.ctx = ctx
+        self.iteration = iteration
+        self.shown = False
+
+    async def delta(self, text: str) -> None:
+        """Emit the new piece of text."""
+        self.shown = True
+        user_id = self.ctx.user.id
+        await self.ctx.emitter("message_delta", user_id, iteration=self.iteration, text=text)
+
+    async def reset(self) -> None:
+        """Tell front ends to drop this iteration's text (only when some was emitted)."""
+        if self.shown:
+            self.shown = False
+            await self.ctx.emitter("message_reset", self.ctx.user.id, iteration=self.iteration)
 
 
 def _model_name(model: BaseChatModel | None) -> str:

@@ -14,6 +14,7 @@ the thread but unanswered is continued, anything else runs as a new turn.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import unicodedata
 import uuid
@@ -26,6 +27,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from panager.agent.deps import AgentDeps
 from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
+from panager.agent.interrupted import ShownText, keep_interrupted
 from panager.agent.state import TurnContext
 from panager.agent.tools import build_tools
 from panager.agent.turnlock import TurnLocks
@@ -190,12 +192,17 @@ class Assistant:
             message_id=new.id if new else None,
         )
         self._clean_threads.discard(user.id)  # until this turn ends normally
+        shown = ShownText(user.id)
+        unsubscribe = emitter.subscribe(shown.on_event)
         try:
             state = await self.graph.ainvoke(
                 inputs, config=config, context=ctx, **self.invoke_options
             )
             self._clean_threads.add(user.id)
             return _result(state)
+        except asyncio.CancelledError:  # Ctrl+C mid-answer: keep what the person saw
+            await keep_interrupted(self.graph, config, shown.text, new)
+            raise
         except ModelUnavailable as exc:
             self._clean_threads.add(user.id)  # the model failed between steps: no dangling call
             return TurnResult(exc.user_message, ok=False)
@@ -203,6 +210,7 @@ class Assistant:
             log.exception("turn failed for user %s", user.id)
             return TurnResult(FAILURE_MESSAGE, ok=False)
         finally:
+            unsubscribe()
             await emitter("agent_end", user.id)
 
     def _inputs(
