@@ -201,6 +201,10 @@ async def _stream_once(bound, messages: list[AnyMessage], sink: TextSink) -> AIM
     full: AIMessageChunk | None = None
     calls_tools = False
     async for chunk in bound.astream(messages):
+        if not isinstance(chunk, AIMessageChunk):  # a model that cannot stream: whole reply
+            if not chunk.tool_calls and chunk.text:
+                await sink.delta(chunk.text)
+            return chunk
         full = chunk if full is None else full + chunk
         if calls_tools:
             continue
