@@ -577,6 +577,7 @@ class FakeOpenAI:
         self.host, self.port = host, port
         self.base_url = ""
         self.requests: list[dict] = []
+        self.first_piece_at: list[float] = []  # time.monotonic() of each stream's first text
         self.embedding_requests: list[dict] = []
         self.handler: Callable[[dict], Reply | str | Awaitable[Reply | str]] | None = None
         self.default_reply: Reply = text("ok")
@@ -749,7 +750,7 @@ class FakeOpenAI:
             return web.json_response(_chat_completion(answer))
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
         chunks = (("", c) for c in _chat_chunks(answer, usage))
-        return await _sse(request, chunks, done=True, answer=answer)
+        return await _sse(request, chunks, done=True, answer=answer, seen=self.first_piece_at)
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         """Serve ``POST /v1/responses``."""
@@ -762,7 +763,7 @@ class FakeOpenAI:
                 _response_object(answer, body, _new_id("resp_", 32), items, "completed")
             )
         events = ((e["type"], e) for e in _response_events(answer, body))
-        return await _sse(request, events, done=False, answer=answer)
+        return await _sse(request, events, done=False, answer=answer, seen=self.first_piece_at)
 
     async def _embeddings(self, request: web.Request) -> web.Response:
         """Serve ``POST /v1/embeddings`` with deterministic unit vectors."""
@@ -817,11 +818,17 @@ def _json_error(failure: _Failure, responses_api: bool = False) -> web.Response:
 
 
 async def _sse(
-    request: web.Request, events: Iterable, *, done: bool, answer: _Answer | None = None
+    request: web.Request,
+    events: Iterable,
+    *,
+    done: bool,
+    answer: _Answer | None = None,
+    seen: list[float] | None = None,
 ) -> web.StreamResponse:
     """Write ``(event_name, data)`` pairs as server-sent events, then ``[DONE]`` if asked.
 
-    Text pieces are paced by ``answer.piece_delay``; after ``answer.fail_after`` pieces the
+    Text pieces are paced by ``answer.piece_delay`` (on a fixed schedule from the first
+    piece, as a model generates regardless of how fast it is read); after ``answer.fail_after`` pieces the
     stream ends with an error event instead (what OpenAI sends when a stream breaks)."""
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -830,7 +837,7 @@ async def _sse(
     await resp.prepare(request)
     pause = answer.piece_delay if answer is not None else 0.0
     fail_after = answer.fail_after if answer is not None else None
-    pieces = 0
+    pieces, started = 0, time.monotonic()
     for name, data in events:
         if _is_text_piece(data):
             if fail_after is not None and pieces >= fail_after:
@@ -838,8 +845,12 @@ async def _sse(
                 await resp.write(f"data: {json.dumps(error)}\n\n".encode())
                 await resp.write_eof()
                 return resp
-            if pieces and pause:
-                await asyncio.sleep(pause)
+            if not pieces:
+                started = time.monotonic()
+            elif pause:  # piece n is due n pauses after the first, however slow the reader
+                await asyncio.sleep(max(0.0, started + pieces * pause - time.monotonic()))
+            if not pieces and seen is not None:
+                seen.append(time.monotonic())
             pieces += 1
         prefix = f"event: {name}\n" if name else ""
         await resp.write(f"{prefix}data: {json.dumps(data)}\n\n".encode())

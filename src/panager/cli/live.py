@@ -185,7 +185,7 @@ def no_echo(stream: IO[str] | None = None) -> Iterator[None]:
 
         fd = stream.fileno()
         saved = termios.tcgetattr(fd)
-    except (ImportError, OSError, ValueError):
+    except Exception:  # no termios, no file descriptor, or not a terminal
         yield
         return
     quiet = list(saved)
