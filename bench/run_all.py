@@ -67,6 +67,13 @@ KNOWN = [
         "long_conversation", "Long conversation", [], ["--turns", "200"], "long_conversation.py"
     ),
     Benchmark(
+        "first_token",
+        "First token",
+        [],
+        ["--answers", "10", "--overhead-turns", "2"],
+        "first_token.py",
+    ),
+    Benchmark(
         "reliability",
         "Reliability",
         ["-q", "-p", "no:cacheprovider", "tests/reliability/test_load.py"],
