@@ -4,7 +4,8 @@ pexpect runs the real process on a pty; pyte (a VT100 emulator) replays what it
 wrote, so the assertions are about what a person would see: no `?[` and no bare
 escape character ever on screen, a Markdown code block drawn without its
 backticks, and Ctrl+C in the middle of a streamed answer giving the prompt back
-with the conversation still usable.
+with the conversation still usable; a reminder arriving while a line is being
+typed prints above the prompt and leaves that line as it was.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
+from datetime import UTC, datetime, timedelta
 
 import pexpect
 import pyte
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.openai_server import FakeOpenAI, Reply, tool_call
 from tests.test_cli import cli_env
 
 pytestmark = pytest.mark.timeout(120)
@@ -111,3 +113,41 @@ async def test_chat_in_a_terminal_renders_markdown_and_stops_cleanly(db_url, tmp
                 child.terminate(force=True)
         never_garbled(screen)
         assert "Traceback" not in screen.text()
+
+
+async def test_a_reminder_prints_above_the_line_being_typed(db_url, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("scheduler_poll_seconds: 0.3\n")
+    async with FakeOpenAI() as openai:
+        env = cli_env(db_url, home, openai.base_url) | {"TERM": "xterm-256color"}
+        screen = Screen()
+        child = pexpect.spawn(
+            sys.executable, ["-m", "panager.cli.main", "chat"],
+            env=env, dimensions=(ROWS, COLS), timeout=30,
+        )
+        child.logfile_read = screen
+        try:
+            await expect(child, "you ›")
+            at = (datetime.now(UTC) + timedelta(seconds=4)).isoformat(timespec="seconds")
+            openai.script(tool_call("schedule_create", {"message": "drink water", "at": at}), "Set.")
+            child.sendline("remind me to drink water")
+            await expect(child, "Set.")
+            await expect(child, "you ›")
+            child.send("half typed")
+            await expect(child, "drink water", timeout=30)
+            await asyncio.sleep(0.5)  # let the prompt redraw below it
+            lines = [line for line in screen.text().splitlines() if line.strip()]
+            reminder = max(i for i, line in enumerate(lines) if "🔔 drink water" in line)
+            assert lines[-1] == "you › half typed", lines[-4:]  # the typed line, intact
+            assert reminder == len(lines) - 2  # printed just above it
+            openai.script("Noted.")
+            child.sendline(" and done")
+            await expect(child, "Noted.")
+            assert openai.last_user_text() == "half typed and done"
+            child.sendline("exit")
+            await expect(child, pexpect.EOF)
+        finally:
+            if child.isalive():
+                child.terminate(force=True)
+        never_garbled(screen)
