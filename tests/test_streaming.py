@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from panager.agent.events import EventEmitter
 from panager.agent.threads import thread_values
-from tests.fakes.openai_server import FakeOpenAI, Reply, tool_call
+from tests.fakes.openai_server import FakeOpenAI, Reply, tool_call, tool_calls
 from tests.runtime_helpers import write_config
 
 
@@ -155,3 +155,37 @@ async def test_cancelled_mid_answer_keeps_what_was_shown_marked_interrupted(make
     assert (await app.assistant.run_turn(user, "go on")).text == "fine"  # thread still valid
     roles = [m["role"] for m in srv.requests[-1]["messages"]]
     assert roles[-3:] == ["user", "assistant", "user"]
+
+
+class NullSink:
+    async def delta(self, text: str) -> None:
+        raise AssertionError("a tool-call reply showed text")
+
+    async def reset(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("responses_api", [False, True])
+async def test_streamed_tool_calls_parse_as_plain_calls_do(srv, responses_api):
+    """Cut-off argument JSON is refused (not "completed" as partial JSON), like ainvoke does."""
+    from langchain_openai import ChatOpenAI
+
+    from panager.llm import invoke_with_retries, stream_with_retries
+
+    llm = ChatOpenAI(
+        model="gpt-4o-mini", base_url=srv.base_url, api_key="test", max_retries=0,
+        stream_usage=True, use_responses_api=responses_api,
+    )
+    calls = tool_calls(("memory_save", '{"content": "' + "z" * 5000), ("noop", {"a": [1, 2]}))
+    results = []
+    for call in (lambda: invoke_with_retries(llm, [], [HumanMessage("hi")]),
+                 lambda: stream_with_retries(llm, [], [HumanMessage("hi")], NullSink())):
+        srv.script(Reply(tool_calls=calls.tool_calls))
+        reply = await call()
+        results.append((
+            [(c["name"], c["args"]) for c in reply.tool_calls],
+            [(c["name"], c["args"]) for c in reply.invalid_tool_calls],
+        ))
+    plain, streamed = results
+    assert streamed == plain
+    assert streamed[0] == [("noop", {"a": [1, 2]})] and streamed[1][0][0] == "memory_save"

@@ -16,8 +16,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import openai
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, AnyMessage, message_chunk_to_message
+from langchain_core.messages.tool import tool_call
+from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
@@ -198,14 +201,14 @@ async def stream_with_retries(
 
 async def _stream_once(bound, messages: list[AnyMessage], sink: TextSink) -> AIMessage:
     """One streamed call: the chunks summed into the same AIMessage `ainvoke` returns."""
-    full: AIMessageChunk | None = None
+    chunks: list[AIMessageChunk] = []
     calls_tools = False
     async for chunk in bound.astream(messages):
         if not isinstance(chunk, AIMessageChunk):  # a model that cannot stream: whole reply
             if not chunk.tool_calls and chunk.text:
                 await sink.delta(chunk.text)
             return chunk
-        full = chunk if full is None else full + chunk
+        chunks.append(chunk)
         if calls_tools:
             continue
         if chunk.tool_call_chunks:
@@ -213,9 +216,33 @@ async def _stream_once(bound, messages: list[AnyMessage], sink: TextSink) -> AIM
             await sink.reset()
         elif text := chunk.text:
             await sink.delta(text)
-    if full is None:
+    return whole_message(chunks)
+
+
+def whole_message(chunks: list[AIMessageChunk]) -> AIMessage:
+    """The chunks summed once, tool arguments parsed as a plain call parses them.
+
+    Adding chunks one by one would re-parse the growing arguments at every step
+    (quadratic: minutes for 200 KB of arguments), and the sum parses them as
+    *partial* JSON, which "completes" cut-off arguments a plain call would refuse."""
+    if not chunks:
         return AIMessage(content="")
-    return message_chunk_to_message(full)
+    full = chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0]
+    message = message_chunk_to_message(full)
+    if not full.tool_call_chunks:
+        return message
+    calls, invalid = [], []
+    for piece in full.tool_call_chunks:
+        raw = {
+            "function": {"name": piece.get("name") or "", "arguments": piece.get("args") or ""},
+            "id": piece.get("id"),
+        }
+        try:
+            parsed = parse_tool_call(raw, return_id=True) or {}
+            calls.append(tool_call(name=parsed["name"], args=parsed["args"], id=parsed["id"]))
+        except (OutputParserException, KeyError, TypeError) as exc:
+            invalid.append(make_invalid_tool_call(raw, str(exc)))
+    return message.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
 
 
 async def _with_retries(

@@ -230,6 +230,11 @@ def _text_pieces(a: _Answer) -> list[str]:
     return [p for p in re.findall(r"\S*\s*", a.content) if p]
 
 
+def _arg_piece(arguments: str) -> int:
+    """Tool arguments stream 8 characters at a time, in at most ~64 pieces (huge ones too)."""
+    return max(8, len(arguments) // 64 + 1)
+
+
 def _split(value: str, size: int = 8) -> list[str]:
     """Split ``value`` into streaming pieces of ``size`` characters."""
     return [value[i : i + size] for i in range(0, len(value), size)] or [""]
@@ -325,7 +330,7 @@ def _chat_deltas(a: _Answer) -> list[tuple[dict, str | None]]:
         out.append(({"tool_calls": [head]}, None))
         out += [
             ({"tool_calls": [{"index": i, "function": {"arguments": p}}]}, None)
-            for p in _split(c.arguments)
+            for p in _split(c.arguments, _arg_piece(c.arguments))
         ]
     out.append(({}, _finish_reason(a)))
     return out
@@ -476,7 +481,7 @@ def _function_events(idx: int, item_id: str, c: _Call) -> list[dict]:
     ]
     events += [
         {"type": "response.function_call_arguments.delta", **ref, "delta": p}
-        for p in _split(c.arguments)
+        for p in _split(c.arguments, _arg_piece(c.arguments))
     ]
     return [
         *events,
