@@ -73,12 +73,18 @@ async def test_chat_in_a_terminal_renders_markdown_and_stops_cleanly(db_url, tmp
         child.logfile_read = screen
         try:
             await expect(child, "you ›")
-            # 1. A Markdown answer streamed in pieces: the code block is drawn, not fenced.
-            openai.script(Reply(content=CODE_ANSWER, piece_delay=0.01))
+            # 1. A tool call (its status line), then a Markdown answer streamed in pieces:
+            #    the code block is drawn, not fenced.
+            openai.script(
+                tool_call("set_timezone", {"timezone": "Europe/Berlin"}),
+                Reply(content=CODE_ANSWER, piece_delay=0.01),
+            )
             child.sendline("show me a script")
             await expect(child, "one line")
             await expect(child, "you ›")
             shown = screen.text()
+            never_garbled(screen)  # the status line came without a raw escape
+            assert "setting the time zone" in shown
             assert "print('hello from the block')" in shown
             assert "```" not in shown and "**prints**" not in shown
             assert "prints one line" in shown.replace("  ", " ")
