@@ -68,6 +68,13 @@ KNOWN = [
     ),
     Benchmark("web", "Web page", [], ["--requests", "30", "--chat", "15"], "web.py"),
     Benchmark(
+        "first_token",
+        "First token",
+        [],
+        ["--answers", "10", "--overhead-turns", "2"],
+        "first_token.py",
+    ),
+    Benchmark(
         "reliability",
         "Reliability",
         ["-q", "-p", "no:cacheprovider", "tests/reliability/test_load.py"],

@@ -7,6 +7,7 @@ real PostgreSQL database.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -157,3 +158,22 @@ async def test_chat_debug_prints_the_state_after_each_turn(db_url, tmp_path, ope
     snapshots = [line for line in out.splitlines() if line.startswith("debug ")]
     assert len(snapshots) == 2
     assert '"messages": 2' in out and '"messages": 4' in out
+
+
+async def test_ask_streams_plain_text_and_json_reports_tools_and_usage(db_url, tmp_path, openai):
+    env = cli_env(db_url, tmp_path, openai.base_url)
+    openai.script("Here is **bold** text\n\n```\ncode\n```")
+    code, out, err = await run_cli(["ask", "show", "me"], env)
+    assert code == 0, err
+    assert out == "Here is **bold** text\n\n```\ncode\n```\n"  # as written: no escapes
+    assert openai.requests[-1]["stream"] is True
+    openai.script(tool_call("set_timezone", {"timezone": "Asia/Seoul"}), "Done.")
+    code, out, err = await run_cli(["ask", "--json", "I live in Seoul"], env)
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["answer"] == "Done." and body["ok"] is True and body["link"] is None
+    assert body["tool_calls"] == [
+        {"name": "set_timezone", "args": {"timezone": "Asia/Seoul"}, "status": "success"}
+    ]
+    assert body["usage"]["total_tokens"] > 0
+    assert body["usage"]["total_tokens"] == body["usage"]["input_tokens"] + body["usage"]["output_tokens"]

@@ -59,13 +59,15 @@ async def test_events_arrive_in_the_documented_order(make_app, monkeypatch):
         ("tool_end", "slow"),
         ("turn_end", None),
         ("turn_start", None),  # model call 2
-        ("message_end", None),  # the answer
+        ("message_delta", None),  # the answer's text as it streams (one piece here)
+        ("message_end", None),  # the answer, whole
         ("turn_end", None),
         ("agent_end", None),
     ]
     assert all(e.user_id == user.id for e in events)
     assert events[2].data["tool_calls"] == ["slow", "fast"]
-    assert events[9].data["text"] == "both done" and events[9].data["usage"]["input_tokens"] > 0
+    assert events[9].data == {"iteration": 2, "text": "both done"}
+    assert events[10].data["text"] == "both done" and events[10].data["usage"]["input_tokens"] > 0
 
 
 async def test_json_logs_leave_out_bodies_unless_debugging(make_app, monkeypatch, caplog):

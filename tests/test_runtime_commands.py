@@ -36,3 +36,16 @@ async def test_help_lists_the_runtime_commands(make_app):
     for usage in ("/usage", "/model [name|default]", "/debug", "/compact", "/skills",
                   "/skill NAME", "/sessions", "/save [name]", "/load NAME"):
         assert usage in text, usage
+
+
+async def test_help_columns_line_up_in_the_terminal(make_app):
+    app = await make_app(model=ScriptedChatModel())
+    user = await app.local_user()
+    text = (await command(app, user, "/help")).text
+    rows = [line for line in text.splitlines() if line.startswith("  ")]
+    assert any(r.lstrip().startswith("exit, quit, /q") for r in rows)
+    starts = set()
+    for row in rows:
+        usage_end = row.index("  ", 2)  # the usage column ends at the first double space
+        starts.add(len(row) - len(row[usage_end:].lstrip()))
+    assert len(starts) == 1, rows  # every description starts in the same column

@@ -27,7 +27,13 @@ from panager.agent.deps import AgentDeps
 from panager.agent.effects.registry import EffectServices
 from panager.agent.events import EventEmitter
 from panager.agent.google_link import GoogleLinkFlow, auth_hook
-from panager.agent.graph import GraphConfig, GraphLimits, ModelInvoker, build_graph
+from panager.agent.graph import (
+    GraphConfig,
+    GraphLimits,
+    ModelInvoker,
+    StreamInvoker,
+    build_graph,
+)
 from panager.agent.messaging import FanoutMessenger
 from panager.agent.runner import Assistant, ModelSelector
 from panager.agent.runtime import build_runtime
@@ -39,7 +45,7 @@ from panager.clock import Clock, SystemClock
 from panager.config import ConfigError, RuntimeConfig, Settings
 from panager.db import migrate
 from panager.db.pool import Pool, open_pool, resolve_database_url
-from panager.llm import invoke_with_retries, make_chat_model
+from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_with_retries
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
 from panager.services.memory.service import MemoryHit, MemoryService
@@ -148,6 +154,7 @@ class App:
             on_overflow=runtime.compactor.on_overflow,
             skills_text=runtime.skills.prompt_sections,
             invoke=_retrying_invoker(config.model_retries),
+            stream_invoke=_streaming_invoker(config),
             clock=clock,
             limits=GraphLimits(
                 max_iterations=config.max_iterations,
@@ -299,6 +306,23 @@ def _retrying_invoker(retries: int) -> ModelInvoker:
         model: BaseChatModel, tools: Sequence[BaseTool], messages: list[AnyMessage]
     ) -> AIMessage:
         return await invoke_with_retries(model, tools, messages, retries=retries)
+
+    return invoke
+
+
+def _streaming_invoker(config: RuntimeConfig) -> StreamInvoker | None:
+    """The streamed model call (`stream: false` in the YAML turns it off)."""
+    if not config.stream:
+        return None
+    retries = config.model_retries
+
+    async def invoke(
+        model: BaseChatModel,
+        tools: Sequence[BaseTool],
+        messages: list[AnyMessage],
+        sink: TextSink,
+    ) -> AIMessage:
+        return await stream_with_retries(model, tools, messages, sink, retries=retries)
 
     return invoke
 

@@ -217,6 +217,7 @@ class RuntimeConfig(BaseModel):
     checkpoint_durability: Literal["exit", "async", "sync"] = "exit"
     model_retries: int = Field(default=3, ge=0, le=10)
     model_timeout_seconds: float = Field(default=120.0, gt=0)
+    stream: bool = True  # stream answers as they are written (false: one piece at the end)
 
 
 def load_runtime_config(settings: Settings) -> RuntimeConfig:

@@ -12,11 +12,15 @@ import asyncio
 import copy
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 import openai
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, AnyMessage, message_chunk_to_message
+from langchain_core.messages.tool import tool_call
+from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import SecretStr
@@ -26,7 +30,14 @@ from panager.errors import ContextOverflow, ModelUnavailable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ContextOverflow", "ModelUnavailable", "invoke_with_retries", "make_chat_model"]
+__all__ = [
+    "ContextOverflow",
+    "ModelUnavailable",
+    "TextSink",
+    "invoke_with_retries",
+    "make_chat_model",
+    "stream_with_retries",
+]
 
 NO_MODEL_MESSAGE = (
     "No model is configured. Set OPENAI_API_KEY (and optionally PANAGER_MODEL), or "
@@ -113,8 +124,10 @@ def _retryable(exc: BaseException) -> str | None:
         return "timed out"
     if isinstance(exc, openai.APIConnectionError):
         return "cannot connect"
-    if isinstance(exc, openai.APIStatusError) and exc.status_code >= 500:
-        return f"server error {exc.status_code}"
+    if isinstance(exc, openai.APIStatusError):
+        return f"server error {exc.status_code}" if exc.status_code >= 500 else None
+    if isinstance(exc, openai.APIError):  # an error event in the middle of a stream
+        return "the answer stream broke off"
     return None
 
 
@@ -155,11 +168,100 @@ async def invoke_with_retries(
 ) -> AIMessage:
     """Call the model, retrying transient failures; raise ContextOverflow or ModelUnavailable."""
     bound = model.bind_tools([openai_tool(t) for t in tools]) if tools else model
+    return await _with_retries(lambda: bound.ainvoke(messages), retries=retries, sleep=sleep)
+
+
+class TextSink(Protocol):
+    """Where a streamed reply's text goes while it arrives."""
+
+    async def delta(self, text: str) -> None:
+        """A new piece of the reply's text."""
+
+    async def reset(self) -> None:
+        """Forget the text sent so far (a tool-call reply, or the call starts over)."""
+
+
+async def stream_with_retries(
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    messages: list[AnyMessage],
+    sink: TextSink,
+    *,
+    retries: int = 3,
+    sleep=asyncio.sleep,
+) -> AIMessage:
+    """`invoke_with_retries`, streamed: text pieces go to `sink` as they arrive.
+
+    A reply that turns out to call tools shows no text (the sink is reset when it had
+    some); a failure mid-stream resets the sink before the retry starts the answer over."""
+    bound = model.bind_tools([openai_tool(t) for t in tools]) if tools else model
+    return await _with_retries(
+        lambda: _stream_once(bound, messages, sink), retries=retries, sleep=sleep, sink=sink
+    )
+
+
+async def _stream_once(bound, messages: list[AnyMessage], sink: TextSink) -> AIMessage:
+    """One streamed call: the chunks summed into the same AIMessage `ainvoke` returns."""
+    chunks: list[AIMessageChunk] = []
+    calls_tools = False
+    async for chunk in bound.astream(messages):
+        if not isinstance(chunk, AIMessageChunk):  # a model that cannot stream: whole reply
+            if not chunk.tool_calls and chunk.text:
+                await sink.delta(chunk.text)
+            return chunk
+        chunks.append(chunk)
+        if calls_tools:
+            continue
+        if chunk.tool_call_chunks:
+            calls_tools = True
+            await sink.reset()
+        elif text := chunk.text:
+            await sink.delta(text)
+    return whole_message(chunks)
+
+
+def whole_message(chunks: list[AIMessageChunk]) -> AIMessage:
+    """The chunks summed once, tool arguments parsed as a plain call parses them.
+
+    Adding chunks one by one would re-parse the growing arguments at every step
+    (quadratic: minutes for 200 KB of arguments), and the sum parses them as
+    *partial* JSON, which "completes" cut-off arguments a plain call would refuse."""
+    if not chunks:
+        return AIMessage(content="")
+    full = chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0]
+    message = message_chunk_to_message(full)
+    assert isinstance(message, AIMessage)  # AIMessageChunks sum to an AIMessageChunk
+    if not full.tool_call_chunks:
+        return message
+    calls, invalid = [], []
+    for piece in full.tool_call_chunks:
+        raw = {
+            "function": {"name": piece.get("name") or "", "arguments": piece.get("args") or ""},
+            "id": piece.get("id"),
+        }
+        try:
+            parsed = parse_tool_call(raw, return_id=True) or {}
+            calls.append(tool_call(name=parsed["name"], args=parsed["args"], id=parsed["id"]))
+        except (OutputParserException, KeyError, TypeError) as exc:
+            invalid.append(make_invalid_tool_call(raw, str(exc)))
+    return message.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
+
+
+async def _with_retries(
+    call: Callable[[], Awaitable[AIMessage]],
+    *,
+    retries: int,
+    sleep,
+    sink: TextSink | None = None,
+) -> AIMessage:
+    """Run `call`, retrying transient failures with backoff (see the module doc)."""
     attempt = 0
     while True:
         try:
-            return await bound.ainvoke(messages)
+            return await call()
         except Exception as exc:
+            if sink is not None:
+                await sink.reset()
             if is_context_overflow(exc):
                 raise ContextOverflow(str(exc)) from exc
             reason = _retryable(exc)

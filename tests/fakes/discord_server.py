@@ -618,6 +618,18 @@ class FakeDiscord:
         channel_id = dm_channel_id(user_id)
         return [m for m in self.sent if m["channel_id"] == channel_id]
 
+    def shown_to(self, user_id: int) -> list[str]:
+        """What ``user_id`` sees now: the bot's messages to them, as last edited, in order."""
+        return [
+            self._messages[m["id"]]["content"]
+            for m in self.messages_to(user_id)
+            if m["id"] in self._messages
+        ]
+
+    def edits_of(self, message_id: int) -> list[Payload]:
+        """The edits of one message, in order (each with its ``time``)."""
+        return [e for e in self.edits if e["id"] == message_id]
+
     async def wait_for_messages(
         self,
         user_id: int,

@@ -97,6 +97,12 @@ class Reply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     delay: float = 0.0
+    # Streaming only: the text's pieces (default: word by word), a pause before each
+    # piece after the first, and a failure after that many pieces (an SSE error event,
+    # as OpenAI sends when a stream breaks; the reply is used up).
+    pieces: list[str] | None = None
+    piece_delay: float = 0.0
+    fail_after: int | None = None
 
 
 def text(content: str, **kw: Any) -> Reply:
@@ -143,6 +149,9 @@ class _Answer:
     calls: list[_Call]
     prompt_tokens: int
     completion_tokens: int
+    pieces: list[str] | None = None
+    piece_delay: float = 0.0
+    fail_after: int | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -208,7 +217,22 @@ def _make_answer(body: dict, reply: Reply) -> _Answer:
             if reply.completion_tokens is not None
             else _estimate(completion)
         ),
+        pieces=reply.pieces,
+        piece_delay=reply.piece_delay,
+        fail_after=reply.fail_after,
     )
+
+
+def _text_pieces(a: _Answer) -> list[str]:
+    """The streamed pieces of the answer's text: scripted, else word by word."""
+    if a.pieces is not None:
+        return [p for p in a.pieces if p]
+    return [p for p in re.findall(r"\S*\s*", a.content) if p]
+
+
+def _arg_piece(arguments: str) -> int:
+    """Tool arguments stream 8 characters at a time, in at most ~64 pieces (huge ones too)."""
+    return max(8, len(arguments) // 64 + 1)
 
 
 def _split(value: str, size: int = 8) -> list[str]:
@@ -295,7 +319,7 @@ def _chat_deltas(a: _Answer) -> list[tuple[dict, str | None]]:
         ({"role": "assistant", "content": "", "refusal": None}, None)
     ]
     if a.content:
-        out += [({"content": piece}, None) for piece in re.findall(r"\S*\s*", a.content) if piece]
+        out += [({"content": piece}, None) for piece in _text_pieces(a)]
     for i, c in enumerate(a.calls):
         head = {
             "index": i,
@@ -306,7 +330,7 @@ def _chat_deltas(a: _Answer) -> list[tuple[dict, str | None]]:
         out.append(({"tool_calls": [head]}, None))
         out += [
             ({"tool_calls": [{"index": i, "function": {"arguments": p}}]}, None)
-            for p in _split(c.arguments)
+            for p in _split(c.arguments, _arg_piece(c.arguments))
         ]
     out.append(({}, _finish_reason(a)))
     return out
@@ -431,8 +455,7 @@ def _message_events(a: _Answer, idx: int, item_id: str) -> list[dict]:
     ]
     events += [
         {"type": "response.output_text.delta", **ref, "delta": p, "logprobs": []}
-        for p in re.findall(r"\S*\s*", a.content)
-        if p
+        for p in _text_pieces(a)
     ]
     return [
         *events,
@@ -458,7 +481,7 @@ def _function_events(idx: int, item_id: str, c: _Call) -> list[dict]:
     ]
     events += [
         {"type": "response.function_call_arguments.delta", **ref, "delta": p}
-        for p in _split(c.arguments)
+        for p in _split(c.arguments, _arg_piece(c.arguments))
     ]
     return [
         *events,
@@ -559,6 +582,7 @@ class FakeOpenAI:
         self.host, self.port = host, port
         self.base_url = ""
         self.requests: list[dict] = []
+        self.first_piece_at: list[float] = []  # time.monotonic() of each stream's first text
         self.embedding_requests: list[dict] = []
         self.handler: Callable[[dict], Reply | str | Awaitable[Reply | str]] | None = None
         self.default_reply: Reply = text("ok")
@@ -730,7 +754,8 @@ class FakeOpenAI:
         if not body.get("stream"):
             return web.json_response(_chat_completion(answer))
         usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return await _sse(request, (("", c) for c in _chat_chunks(answer, usage)), done=True)
+        chunks = (("", c) for c in _chat_chunks(answer, usage))
+        return await _sse(request, chunks, done=True, answer=answer, seen=self.first_piece_at)
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         """Serve ``POST /v1/responses``."""
@@ -743,7 +768,7 @@ class FakeOpenAI:
                 _response_object(answer, body, _new_id("resp_", 32), items, "completed")
             )
         events = ((e["type"], e) for e in _response_events(answer, body))
-        return await _sse(request, events, done=False)
+        return await _sse(request, events, done=False, answer=answer, seen=self.first_piece_at)
 
     async def _embeddings(self, request: web.Request) -> web.Response:
         """Serve ``POST /v1/embeddings`` with deterministic unit vectors."""
@@ -797,17 +822,52 @@ def _json_error(failure: _Failure, responses_api: bool = False) -> web.Response:
     return web.json_response(body, status=failure.status, headers=headers)
 
 
-async def _sse(request: web.Request, events: Iterable, *, done: bool) -> web.StreamResponse:
-    """Write ``(event_name, data)`` pairs as server-sent events, then ``[DONE]`` if asked."""
+async def _sse(
+    request: web.Request,
+    events: Iterable,
+    *,
+    done: bool,
+    answer: _Answer | None = None,
+    seen: list[float] | None = None,
+) -> web.StreamResponse:
+    """Write ``(event_name, data)`` pairs as server-sent events, then ``[DONE]`` if asked.
+
+    Text pieces are paced by ``answer.piece_delay`` (on a fixed schedule from the first
+    piece, as a model generates regardless of how fast it is read); after ``answer.fail_after`` pieces the
+    stream ends with an error event instead (what OpenAI sends when a stream breaks)."""
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     resp.force_close()
     await resp.prepare(request)
+    pause = answer.piece_delay if answer is not None else 0.0
+    fail_after = answer.fail_after if answer is not None else None
+    pieces, started = 0, time.monotonic()
     for name, data in events:
+        if _is_text_piece(data):
+            if fail_after is not None and pieces >= fail_after:
+                error = _error_body(500, "The server had an error while streaming.", None)
+                await resp.write(f"data: {json.dumps(error)}\n\n".encode())
+                await resp.write_eof()
+                return resp
+            if not pieces:
+                started = time.monotonic()
+            elif pause:  # piece n is due n pauses after the first, however slow the reader
+                await asyncio.sleep(max(0.0, started + pieces * pause - time.monotonic()))
+            if not pieces and seen is not None:
+                seen.append(time.monotonic())
+            pieces += 1
         prefix = f"event: {name}\n" if name else ""
         await resp.write(f"{prefix}data: {json.dumps(data)}\n\n".encode())
     if done:
         await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
     return resp
+
+
+def _is_text_piece(data: dict) -> bool:
+    """True for a chunk/event carrying a piece of the answer's text."""
+    if data.get("type") == "response.output_text.delta":
+        return True
+    choices = data.get("choices") or []
+    return bool(choices and choices[0].get("delta", {}).get("content"))

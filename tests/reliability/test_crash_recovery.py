@@ -18,6 +18,7 @@ from panager.clock import SystemClock
 from panager.db.pool import open_pool
 from panager.services.schedules.service import ScheduleService
 from panager.services.users import UserService
+from tests.fakes.openai_server import Reply
 from tests.reliability.conftest import eventually, last_user_text, texts_to, write_home
 
 pytestmark = pytest.mark.timeout(180)
@@ -187,3 +188,28 @@ async def test_sigterm_finishes_the_turn_and_releases_claimed_schedules(
         lambda: _status_is(pool, delivered, schedule_id, "delivered"), 15, "the run delivered"
     )
     assert sum(REMINDER in t for t in texts_to(discord, USER)) == 1
+
+
+async def test_kill_9_mid_stream_leaves_one_complete_answer(
+    panager_run, discord, openai, db_url, tmp_path
+):
+    run = panager_run(database_url=db_url, home=write_home(tmp_path / "home", **FAST_LEASES))
+    await run.start()
+    answer = " ".join(f"piece{i}" for i in range(150)) + "\n\nAll done."
+    pieces = [answer[i : i + 30] for i in range(0, len(answer), 30)]
+    openai.script(
+        Reply(content=answer, pieces=pieces, piece_delay=0.15),  # killed part-way through
+        Reply(content=answer, pieces=pieces, piece_delay=0.02),  # the run after the restart
+    )
+    await discord.send_dm(USER, "tell me everything")
+    (posted,) = await discord.wait_for_messages(USER, 1, timeout=30)
+    await eventually(lambda: discord.edits_of(posted["id"]), 20, "an edit of the streamed answer")
+    assert discord.shown_to(USER) != [answer]  # killed mid-stream: the message is partial
+    run.kill()
+    assert await run.wait_dead() == -9
+    await run.start()  # the message is queued again; the turn runs anew and streams again
+    await eventually(lambda: discord.shown_to(USER) == [answer], 40, "the complete answer")
+    await asyncio.sleep(1.5)  # room for a (wrong) second copy to show up
+    assert discord.shown_to(USER) == [answer]
+    assert [m["id"] for m in discord.messages_to(USER)] == [posted["id"]]
+    assert "Traceback" not in run.log()

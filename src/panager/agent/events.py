@@ -1,7 +1,11 @@
 """Lifecycle events of a run; front ends, logs and session recording subscribe.
 
 Order for one user message: agent_start, then per model call turn_start →
-message_end → (tool_start… tool_end…)*, then turn_end; agent_end last.
+(message_delta… message_reset?)* → message_end → (tool_start… tool_end…)*, then
+turn_end; agent_end last. `message_delta` carries each new piece of a streamed
+answer's text (not the text so far); `message_reset` says the pieces of that
+iteration are void (the reply calls tools, or a retry starts it over);
+`message_end` always carries the final full text.
 """
 
 from __future__ import annotations
@@ -15,7 +19,15 @@ from typing import Any, Literal, get_args
 log = logging.getLogger(__name__)
 
 EventType = Literal[
-    "agent_start", "turn_start", "tool_start", "tool_end", "message_end", "turn_end", "agent_end"
+    "agent_start",
+    "turn_start",
+    "message_delta",
+    "message_reset",
+    "tool_start",
+    "tool_end",
+    "message_end",
+    "turn_end",
+    "agent_end",
 ]
 EVENT_TYPES: tuple[str, ...] = get_args(EventType)
 

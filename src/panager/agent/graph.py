@@ -35,6 +35,7 @@ from panager.agent.state import AgentState, Recall, TurnContext
 from panager.agent.tools.base import clean_args
 from panager.clock import Clock, SystemClock
 from panager.errors import AuthRequired, ContextOverflow, ModelUnavailable, ToolError
+from panager.llm import TextSink
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,10 @@ OVERFLOW_MESSAGE = (
     "kept; send /compact or /clear and try again."
 )
 ModelInvoker = Callable[[BaseChatModel, Sequence[BaseTool], list[AnyMessage]], Awaitable[AIMessage]]
+# Like ModelInvoker, streaming the reply's text into the sink (llm.stream_with_retries).
+StreamInvoker = Callable[
+    [BaseChatModel, Sequence[BaseTool], list[AnyMessage], TextSink], Awaitable[AIMessage]
+]
 AuthHandler = Callable[[TurnContext, AuthRequired], Awaitable[str | None]]
 # Called when the API refuses the prompt as too long: shrink `call` (attempt 1, 2, …).
 OverflowHandler = Callable[[ModelCall, int], Awaitable[None]]
@@ -150,6 +155,8 @@ class GraphConfig:
     on_overflow: OverflowHandler | None = None  # the prompt was too long: shrink the call
     skills_text: SkillsText | None = None  # prompt sections of the loaded skills
     invoke: ModelInvoker = plain_invoke  # how the model is called (retries live in llm.py)
+    # The streamed call (text as message_delta events); None: `invoke` only (stream: false).
+    stream_invoke: StreamInvoker | None = None
     clock: Clock = field(default_factory=SystemClock)
     limits: GraphLimits = GraphLimits()
     context_window: int | None = None  # tokens; None when unknown (compaction decides)
@@ -191,10 +198,7 @@ class Graph:
         while True:
             messages = await self._model_messages(state, ctx, call, last_round)
             try:
-                tools = [] if last_round else ctx.tools
-                model = call.model
-                assert model is not None  # the runner refuses turns when there is no model
-                response = await self.config.invoke(model, tools, messages)
+                response = await self._invoke(ctx, call, [] if last_round else ctx.tools, messages)
             except ContextOverflow:
                 attempt += 1
                 if self.config.on_overflow is None or attempt > self.config.limits.overflow_retries:
@@ -208,6 +212,17 @@ class Graph:
                     content=response.text or "I stopped here: too many steps for one message."
                 )
             return response
+
+    async def _invoke(
+        self, ctx: TurnContext, call: ModelCall, tools: Sequence[BaseTool], messages: list
+    ) -> AIMessage:
+        """The model call: streamed as message_delta events when streaming is on."""
+        model = call.model
+        assert model is not None  # the runner refuses turns when there is no model
+        stream = self.config.stream_invoke
+        if stream is None or ctx.emitter is None:
+            return await self.config.invoke(model, tools, messages)
+        return await stream(model, tools, messages, TextEvents(ctx, call.iteration))
 
     async def _model_messages(
         self, state: AgentState, ctx: TurnContext, call: ModelCall, last_round: bool
@@ -403,6 +418,28 @@ class Graph:
                 "panager_link": {"url": stored, "label": f"Connect {auth.provider}"}
             },
         )
+
+
+class TextEvents:
+    """A streamed reply's text as `message_delta` / `message_reset` events of the turn."""
+
+    def __init__(self, ctx: TurnContext, iteration: int) -> None:
+        self.ctx = ctx
+        self.iteration = iteration
+        self.shown = False
+
+    async def delta(self, text: str) -> None:
+        """Emit the new piece of text."""
+        self.shown = True
+        if self.ctx.emitter is not None:
+            user_id, iteration = self.ctx.user.id, self.iteration
+            await self.ctx.emitter("message_delta", user_id, iteration=iteration, text=text)
+
+    async def reset(self) -> None:
+        """Tell front ends to drop this iteration's text (only when some was emitted)."""
+        if self.shown and self.ctx.emitter is not None:
+            self.shown = False
+            await self.ctx.emitter("message_reset", self.ctx.user.id, iteration=self.iteration)
 
 
 def _model_name(model: BaseChatModel | None) -> str:

@@ -26,6 +26,7 @@ SAFE_FIELDS = (
     "iteration", "model", "tool_calls", "name", "id", "status", "usage", "system_trigger"
 )
 BODY_FIELDS = ("text", "args", "result", "calls")  # message bodies: only when debugging
+UNLOGGED = ("message_delta",)  # one per piece of streamed text: noise in a log
 ACTIVITY_SIZE = 20
 # An OAuth link's state lets whoever holds it link *their* account to the user's:
 # it never goes into a log line or a session file.
@@ -41,7 +42,7 @@ class JsonEventLog:
 
     def __call__(self, event: Event) -> None:
         """Log `event` when INFO is enabled for the events logger."""
-        if not self.log.isEnabledFor(logging.INFO):
+        if event.type in UNLOGGED or not self.log.isEnabledFor(logging.INFO):
             return
         payload: dict[str, Any] = {
             "event": event.type,

@@ -14,6 +14,7 @@ the thread but unanswered is continued, anything else runs as a new turn.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import unicodedata
@@ -32,6 +33,7 @@ from langgraph.types import Durability
 from panager.agent.deps import AgentDeps
 from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
+from panager.agent.interrupted import ShownText, keep_interrupted
 from panager.agent.state import SCHEDULED_RUN, TurnContext
 from panager.agent.threads import Threads
 from panager.agent.tools import build_tools
@@ -215,12 +217,17 @@ class Assistant:
         )
         self._clean_threads.discard(user.id)  # until this turn ends normally
         scheduled = SCHEDULED_RUN.set(is_system_trigger)
+        shown = ShownText(user.id)
+        unsubscribe = emitter.subscribe(shown.on_event)
         try:
             state = await self.graph.ainvoke(
                 inputs, config=config, context=ctx, **self.invoke_options
             )
             self._clean_threads.add(user.id)
             return _with_live_links(_result(state), ctx.extra.get("live_links"))
+        except asyncio.CancelledError:  # Ctrl+C mid-answer: keep what the person saw
+            await keep_interrupted(self.graph, config, shown.text, new)
+            raise
         except ModelUnavailable as exc:
             self._clean_threads.add(user.id)  # the model failed between steps: no dangling call
             return TurnResult(exc.user_message, ok=False)
@@ -229,6 +236,7 @@ class Assistant:
             return TurnResult(FAILURE_MESSAGE, ok=False)
         finally:
             SCHEDULED_RUN.reset(scheduled)
+            unsubscribe()
             await emitter("agent_end", user.id)
 
     def _inputs(

@@ -2,9 +2,11 @@
 
 Input: prompt_toolkit on a terminal, plain lines when stdin is a pipe (scripts
 and tests). A trailing backslash continues a line; `/paste` collects raw lines
-until `/submit`. Ctrl+C cancels a running turn (the thread stays valid: the
-next turn repairs an unanswered tool call); Ctrl+C or Ctrl+D at an empty
-prompt exits, as do `exit`, `quit` and `/q`.
+until `/submit`. Answers stream in as they are written (cli/live.py: Markdown on
+a terminal, plain text in a pipe). Ctrl+C stops a running turn: what was shown
+stays in the thread, marked as interrupted, and the thread stays valid (the next
+turn repairs an unanswered tool call); Ctrl+C or Ctrl+D at an empty prompt
+exits, as do `exit`, `quit` and `/q`.
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from rich.console import Console as RichConsole
+from rich.text import Text
+
 from panager.agent.commands import CommandContext, dispatch, is_command
 from panager.agent.events import Event
 from panager.agent.messaging import tool_status_label
 from panager.app import App
+from panager.cli.live import SPEAKER, AnswerView, LiveAnswer, PlainAnswer, no_echo
 from panager.config import Settings
 from panager.services.users import LOCAL_USER_ID, User
 from panager.web.server import start_for_terminal
@@ -28,23 +34,41 @@ from panager.web.server import start_for_terminal
 log = logging.getLogger(__name__)
 
 EXIT_WORDS = {"exit", "quit", "/q", "/quit", "/exit"}
-SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+CANCELLED = "(stopped — what was shown is kept in the conversation; ask again any time)"
 
 
 class Console:
-    """Writes to the terminal; under prompt_toolkit it prints above the prompt."""
+    """Writes to the terminal: above the prompt while one is shown, above a live answer
+    while one is drawn, else straight to the terminal (made before stdout is patched)."""
 
     def __init__(self, interactive: bool) -> None:
         self.interactive = interactive
+        self.rich = RichConsole(file=sys.stdout, highlight=False, emoji=False)
+        self.view: AnswerView | None = None
 
     def say(self, text: str) -> None:
-        """Print a line (safe while a prompt is shown)."""
-        if self.interactive:
+        """Print a line (safe while a prompt or a live answer is shown)."""
+        if isinstance(self.view, LiveAnswer):
+            self.view.say(text)
+        elif not self.interactive:
+            print(text, flush=True)
+        elif _prompt_running():
             from prompt_toolkit import print_formatted_text
 
             print_formatted_text(text)
         else:
-            print(text, flush=True)
+            self.rich.print(Text(text))
+
+    def answer_view(self) -> AnswerView:
+        """A live Markdown view on a terminal, plain text in a pipe."""
+        return LiveAnswer(self.rich) if self.interactive else PlainAnswer(prefix=SPEAKER)
+
+
+def _prompt_running() -> bool:
+    from prompt_toolkit.application.current import get_app_or_none
+
+    app = get_app_or_none()
+    return app is not None and app.is_running
 
 
 class TerminalMessenger:
@@ -135,7 +159,6 @@ class Repl:
         self.console = console
         self.debug = debug
         self.app.emitter.subscribe(self._on_event)
-        self._spinner: asyncio.Task | None = None
 
     async def handle(self, text: str) -> bool:
         """Handle one message; returns False when the user wants to leave."""
@@ -159,45 +182,40 @@ class Repl:
         self.user = await self.app.deps.users.get(self.user.id) or self.user
 
     async def _turn(self, text: str) -> None:
+        view = self.console.view = self.console.answer_view()
         task = asyncio.create_task(self.app.assistant.run_turn(self.user, text))
-        self._start_spinner()
-        with _cancel_on_sigint(task):
-            try:
+        view.start()
+        try:
+            with _cancel_on_sigint(task), no_echo_if(self.console.interactive):
                 result = await task
-            except asyncio.CancelledError:
-                self._stop_spinner()
-                self.console.say("(cancelled — the conversation is kept; ask again any time)")
-                return
-        self._stop_spinner()
-        self.console.say(f"panager › {result.text}")
+        except asyncio.CancelledError:
+            view.interrupted()
+            self.console.view = None
+            self.console.say(CANCELLED)
+            return
+        except BaseException:
+            view.interrupted()
+            raise
+        finally:
+            self.console.view = None
+        view.finish(result.text)
         if result.link:
             self.console.say(f"  {result.link.get('label', 'Link')}: {result.link['url']}")
         if self.debug:
             await self._print_debug()
 
     async def _on_event(self, event: Event) -> None:
-        if event.user_id != self.user.id:
+        view = self.console.view
+        if event.user_id != self.user.id or view is None:
             return
-        if event.type == "tool_start":
-            self._clear_spinner_line()
-            self.console.say(f"  {tool_status_label(event.data.get('name', '?'))}")
+        if event.type == "message_delta":
+            view.delta(event.data.get("text", ""))
+        elif event.type == "message_reset":
+            view.reset()
+        elif event.type == "tool_start":
+            view.status(f"  {tool_status_label(event.data.get('name', '?'))}")
         elif event.type == "tool_end" and event.data.get("status") == "error":
-            self.console.say(f"  ⚠️ {event.data.get('name')} failed")
-
-    def _start_spinner(self) -> None:
-        if self.console.interactive:
-            self._spinner = asyncio.create_task(_spin())
-
-    def _clear_spinner_line(self) -> None:
-        if self._spinner is not None:
-            sys.stdout.write("\r\033[K")
-            sys.stdout.flush()
-
-    def _stop_spinner(self) -> None:
-        if self._spinner is not None:
-            self._spinner.cancel()
-            self._spinner = None
-            self._clear_spinner_line()
+            view.status(f"  ⚠️ {event.data.get('name')} failed")
 
     async def _print_debug(self) -> None:
         snapshot = await self.app.assistant.graph.aget_state(
@@ -214,14 +232,9 @@ class Repl:
         self.console.say("debug " + json.dumps(info, ensure_ascii=False, indent=1))
 
 
-async def _spin() -> None:
-    i = 0
-    with contextlib.suppress(asyncio.CancelledError):
-        while True:
-            sys.stdout.write(f"\r{SPINNER[i % len(SPINNER)]} thinking…")
-            sys.stdout.flush()
-            i += 1
-            await asyncio.sleep(0.1)
+def no_echo_if(interactive: bool) -> contextlib.AbstractContextManager:
+    """No echo of typed keys while a turn runs on a terminal."""
+    return no_echo() if interactive else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -270,7 +283,7 @@ async def run_chat(settings: Settings, *, debug: bool = False) -> None:
         if interactive:
             from prompt_toolkit.patch_stdout import patch_stdout
 
-            with patch_stdout():
+            with patch_stdout(raw=True):
                 await _loop(repl, read_lines_tty(_prompt_session()))
         else:
             await _loop(repl, read_lines_pipe())
@@ -312,23 +325,3 @@ BACKGROUND_STARTERS: list[Callable[[App], Awaitable[object]]] = [
     start_for_terminal,
 ]
 
-
-async def ask_once(settings: Settings, text: str) -> bool:
-    """One turn for the local user; prints the answer; returns success."""
-    app = await App.start(settings)
-    try:
-        user = await app.local_user()
-        if is_command(text):
-            ctx = CommandContext(user=user, assistant=app.assistant, front_end="terminal")
-            reply = await dispatch(ctx, text)
-            print(reply.text)
-            if reply.link:
-                print(f"{reply.link.get('label', 'Link')}: {reply.link['url']}")
-            return reply.ok
-        result = await app.assistant.run_turn(user, text)
-        print(result.text)
-        if result.link:
-            print(f"{result.link.get('label', 'Link')}: {result.link['url']}")
-        return result.ok
-    finally:
-        await app.stop()

@@ -86,13 +86,18 @@ def chat(
 
 
 @app.command()
-def ask(text: list[str] = typer.Argument(..., help="the message")) -> None:
-    """Run one turn for the local user and print the answer (exit 1 on failure)."""
+def ask(
+    text: list[str] = typer.Argument(..., help="the message"),
+    as_json: bool = typer.Option(
+        False, "--json", help="print one JSON object: answer, ok, tool_calls, usage, link"
+    ),
+) -> None:
+    """Run one turn for the local user; stream the answer to stdout (exit 1 on failure)."""
     settings = settings_or_exit()
     setup_logging()
-    from panager.cli.chat import ask_once
+    from panager.cli.ask import ask_once
 
-    ok = run_async(lambda: ask_once(settings, " ".join(text)))
+    ok = run_async(lambda: ask_once(settings, " ".join(text), as_json=as_json))
     raise typer.Exit(0 if ok else 1)
 
 

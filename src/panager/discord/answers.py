@@ -4,8 +4,9 @@ The bot (`discord/bot.py`) decides *when* a message is handled — once, in orde
 one at a time per user; `Answerer` decides *how*: it authorises the author
 before anything else (a refused person gets a short reply and the model is
 never called), runs slash commands from the shared table, and runs everything
-else as a turn with a typing indicator and a tool-status message, posting the
-answer in chunks with the link button last.
+else as a turn with a typing indicator and a tool-status message, the answer
+streamed into messages as it is written (discord/streaming.py), in chunks with
+the link button last.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import discord
 from panager.agent.commands import CommandContext, CommandReply, dispatch, is_command, parse
 from panager.discord.replies import nonce, send_followup, send_reply
 from panager.discord.status import StatusMessage, typing
+from panager.discord.streaming import StreamedReply
 
 if TYPE_CHECKING:
     import asyncio
@@ -46,6 +48,8 @@ class Answerer:
         self.access = access
         self.inbox = inbox
         self.status_interval = status_interval
+        self.edit_interval = 1.0  # seconds between edits of a streamed answer's message
+        self.first_post_after = 1.0  # an answer done sooner is sent once, without edits
 
     async def answer(self, row: InboxMessage, channel: discord.PartialMessageable) -> None:
         """Answer one stored DM in its channel."""
@@ -98,6 +102,14 @@ class Answerer:
             channel, interval=self.status_interval, nonce=nonce(row.message_id, "s")
         )
         emitter.subscribe(status.on_event)
+        reply = StreamedReply(
+            channel,
+            nonce_base=row.message_id,
+            reference=lambda: self._reference(row),
+            interval=self.edit_interval,
+            first_after=self.first_post_after,
+        )
+        emitter.subscribe(reply.on_event)
         try:
             async with typing(channel):
                 result = await self.app.assistant.run_turn(
@@ -107,14 +119,9 @@ class Answerer:
                     message_key=f"discord-{row.message_id}",
                     resume=row.attempts > 0,
                 )
-            await send_reply(
-                channel,
-                result.text,
-                link=result.link,
-                nonce_base=row.message_id,
-                reference=await self._reference(row),
-            )
+            await reply.finish(result.text, result.link)
         finally:
+            await reply.close()
             await status.close()
 
     async def _reference(self, row: InboxMessage) -> discord.MessageReference | None:

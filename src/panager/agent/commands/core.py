@@ -10,11 +10,16 @@ from panager.errors import ToolError
 @command("help", "/help", "list commands")
 async def help_command(ctx: CommandContext, args: str) -> str:
     """List the commands this user can run."""
-    lines = ["Commands (they never use the model):"]
-    lines += [f"  {c.usage:<28} {c.help}" for c in available(ctx.user, ctx.front_end)]
+    rows = [(c.usage, c.help) for c in available(ctx.user, ctx.front_end)]
     if ctx.front_end == "terminal":
-        lines.append("  exit, quit, /q                 leave (Ctrl+D also works)")
-        lines.append("  end a line with \\ to continue it; /paste … /submit for long text")
+        rows += [
+            ("exit, quit, /q", "leave (Ctrl+D also works)"),
+            ("line ending in \\", "continues on the next line"),
+            ("/paste … /submit", "send long text as one message"),
+        ]
+    width = max(len(usage) for usage, _ in rows)
+    lines = ["Commands (they never use the model):"]
+    lines += [f"  {usage:<{width}}  {help_}" for usage, help_ in rows]
     lines.append("Anything else you type goes to the assistant.")
     return "\n".join(lines)
 
