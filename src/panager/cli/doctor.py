@@ -33,16 +33,36 @@ async def check_database(settings: Settings, found: dict) -> tuple[bool | None, 
 
 
 async def check_pgvector(settings: Settings, found: dict) -> tuple[bool | None, str]:
-    """The vector extension is installed or installable."""
+    """The vector extension is installed in this database (or this role may create it)."""
+    from panager.db.extension import create_extension_fix, server_facts, supports_iterative_scan
+
     pool = found.get("pool")
     if pool is None:
         return None, "needs the database"
     async with pool.connection() as conn:
-        sql = "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
-        row = await (await conn.execute(sql)).fetchone()
-    if row is None:
-        return False, "the vector extension is not available; use the pgvector/pgvector image"
-    return True, f"available (version {row['default_version']})"
+        facts = found["facts"] = await server_facts(conn)
+    if facts.installed is not None:
+        scans = "iterative index scans" if supports_iterative_scan(facts.installed) else (
+            "no iterative index scans before 0.8: filtered search re-checks exactly"
+        )
+        return True, f"installed (version {facts.installed}; {scans})"
+    if facts.available is None:
+        return False, "pgvector is not installed on the server; use the pgvector/pgvector image"
+    if facts.superuser:
+        return True, f"not created yet (version {facts.available}); `panager db upgrade` creates it"
+    return False, create_extension_fix(facts.role, facts.db)
+
+
+async def check_privileges(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """The app role may create its tables (and the extension exists or can be made)."""
+    facts = found.get("facts")
+    if facts is None:
+        return None, "needs the database"
+    problems = facts.privilege_problems()
+    if problems:
+        return False, "; ".join(problems)
+    kind = "superuser" if facts.superuser else "no superuser needed"
+    return True, f'role "{facts.role}" may create tables in {facts.schema} ({kind})'
 
 
 async def check_migrations(settings: Settings, found: dict) -> tuple[bool | None, str]:
@@ -99,6 +119,7 @@ async def check_google(settings: Settings, found: dict) -> tuple[bool | None, st
 CHECKS: list[tuple[str, Check]] = [
     ("database", check_database),
     ("pgvector", check_pgvector),
+    ("privileges", check_privileges),
     ("migrations", check_migrations),
     ("model", check_model),
     ("discord", check_discord),
