@@ -20,6 +20,7 @@ from langchain_core.messages import HumanMessage
 
 from panager.agent.effects.compact import Compact
 from panager.agent.effects.registry import UsageRecorder, build_effects, resolve_context_window
+from panager.agent.effects.windows import learn_served_window
 from panager.agent.events import Event
 from panager.agent.recorders import ActivityLog, JsonEventLog, SessionRecorder
 from panager.agent.threads import update_thread
@@ -95,6 +96,7 @@ async def install(app: Any) -> None:
     """Build and hook the runtime into `app`."""
     settings, config, deps = app.settings, app.settings.runtime, app.deps
     deps.usage = UsageService(app.pool, app.clock)
+    await learn_served_window(settings)  # a local server's real window, before effects use it
     effects = build_effects(config, deps, settings.model)
     compactor = next((e for e in effects if isinstance(e, Compact)), None) or Compact(
         context_window=config.context_window,

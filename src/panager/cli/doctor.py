@@ -98,7 +98,48 @@ async def check_model(settings: Settings, found: dict) -> tuple[bool | None, str
         return False, f"endpoint unreachable ({type(exc).__name__}); check OPENAI_BASE_URL"
     finally:
         await client.close()
+    found["model_ok"] = True
     return True, f"endpoint answers (model {settings.model})"
+
+
+async def check_window(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """The context window the model gets, and where that number came from."""
+    if not found.get("model_ok"):
+        return None, "needs the model endpoint"
+    from panager.agent.effects.windows import learn_served_window
+
+    window = await learn_served_window(settings)
+    if not window.tokens:
+        return True, "compaction off (context_window: 0 in the config)"
+    return True, f"{window.tokens:,} tokens ({window.source}); compaction on"
+
+
+def ping_tool(ok: bool = True) -> str:
+    """Answer 'pong' (the doctor's tool-call check)."""
+    return "pong"
+
+
+async def check_tool_call(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """The model answers a request with a tool call (the assistant is all tool calls)."""
+    if not found.get("model_ok"):
+        return None, "needs the model endpoint"
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+
+    from panager.llm import make_chat_model
+
+    model = make_chat_model(settings).bind_tools([tool(ping_tool)])
+    ask = "Call the ping_tool tool now. Do not answer in words."
+    try:
+        reply = await model.ainvoke([HumanMessage(ask)])
+    except Exception as exc:
+        return False, f"the model refused a request with tools ({type(exc).__name__}: {exc})"[:300]
+    if any(call.get("name") == "ping_tool" for call in reply.tool_calls or []):
+        return True, f"{settings.model} calls tools"
+    return False, (
+        f"{settings.model} answered without calling the tool: pick a model with tool calling "
+        "(and, on Ollama/llama.cpp, a chat template that supports tools)"
+    )
 
 
 async def check_discord(settings: Settings, found: dict) -> tuple[bool | None, str]:
@@ -122,6 +163,8 @@ CHECKS: list[tuple[str, Check]] = [
     ("privileges", check_privileges),
     ("migrations", check_migrations),
     ("model", check_model),
+    ("window", check_window),
+    ("tool call", check_tool_call),
     ("discord", check_discord),
     ("google", check_google),
 ]

@@ -40,7 +40,7 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.effects import ModelCall
 from panager.agent.effects.trim import trim_old_tool_results
-from panager.agent.effects.windows import context_window_for
+from panager.agent.effects.windows import DEFAULT_WINDOW, context_window_for, known_window
 from panager.agent.history import cap_tool_results, truncate_text
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class Compact:
         if self.context_window is not None:
             window = self.context_window
         else:
-            window = context_window_for(call.model_name) or call.context_window
+            window = known_window(call.model_name) or call.context_window or DEFAULT_WINDOW
         learned = self._learned.get(call.model_name)
         if window and learned:
             window = min(window, learned)
