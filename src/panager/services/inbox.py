@@ -58,39 +58,34 @@ UPDATE discord_inbox SET status = %(status)s, content = '', finished_at = %(now)
 MAX_RETRIES = 2
 # A claim whose lease ran out belongs to a dead process: queue it again (attempts + 1), or
 # retire it once it has been retried MAX_RETRIES times.
-RECOVER_STALE = """
-WITH stale AS (
+_REQUEUE = """
+UPDATE discord_inbox AS d
+   SET status = CASE WHEN d.attempts < %(max_retries)s THEN 'queued' ELSE 'abandoned' END,
+       attempts = d.attempts + 1, claimed_by = NULL, lease_until = NULL,
+       finished_at = CASE WHEN d.attempts < %(max_retries)s THEN NULL ELSE %(now)s END
+  FROM picked
+ WHERE d.message_id = picked.message_id
+RETURNING d.*
+"""
+RECOVER_STALE = f"""
+WITH picked AS (
     SELECT message_id FROM discord_inbox
      WHERE status = 'processing' AND lease_until < %(now)s
        AND (%(user_id)s::bigint IS NULL OR user_id = %(user_id)s)
      FOR UPDATE SKIP LOCKED
 )
-UPDATE discord_inbox AS d
-   SET status = CASE WHEN d.attempts < %(max_retries)s THEN 'queued' ELSE 'abandoned' END,
-       attempts = d.attempts + 1, claimed_by = NULL, lease_until = NULL,
-       finished_at = CASE WHEN d.attempts < %(max_retries)s THEN NULL ELSE %(now)s END
-  FROM stale
- WHERE d.message_id = stale.message_id
-RETURNING d.*
-"""
+{_REQUEUE}"""
 # The same, at once, for claims whose process is gone (PostgreSQL released its presence
 # lock, see db/presence.py): no waiting out the lease. A slow process keeps its lock.
 RECOVER_ORPHANED = f"""
 WITH held AS MATERIALIZED ({HELD_OWNERS}),
-orphans AS (
+picked AS (
     SELECT message_id FROM discord_inbox
      WHERE status = 'processing' AND claimed_by IS NOT NULL AND claimed_by <> %(me)s
        AND {OWNER_IS_GONE.format(column="claimed_by")}
      FOR UPDATE SKIP LOCKED
 )
-UPDATE discord_inbox AS d
-   SET status = CASE WHEN d.attempts < %(max_retries)s THEN 'queued' ELSE 'abandoned' END,
-       attempts = d.attempts + 1, claimed_by = NULL, lease_until = NULL,
-       finished_at = CASE WHEN d.attempts < %(max_retries)s THEN NULL ELSE %(now)s END
-  FROM orphans
- WHERE d.message_id = orphans.message_id
-RETURNING d.*
-"""
+{_REQUEUE}"""
 EXPIRE = """
 UPDATE discord_inbox SET lease_until = %(past)s
  WHERE message_id = %(message_id)s AND status = 'processing'

@@ -14,8 +14,9 @@ users go through the HNSW index. The index is shared by all users, so pgvector
 filters by user after the index scan; when that leaves fewer candidates than
 asked (a large user among even larger ones), the query is repeated as an exact
 scan, so results never go missing because of other users' rows. On pgvector
-≥ 0.8 the index scan itself goes on until enough of the user's rows are found
-(`hnsw.iterative_scan`), so that second query is rarely needed.
+≥ 0.8 the index scan itself can go on until enough of the user's rows are
+found (`hnsw.iterative_scan`, the `iterative_scan` argument); measured, it is
+left off by default (ITERATIVE_SCAN_AUTO).
 
 Saving a near-duplicate (cosine similarity at or above the threshold, or the
 same text) updates the existing memory instead of adding another. The default
@@ -79,9 +80,11 @@ DEFAULT_DEDUPE_THRESHOLD = 0.92
 SearchMode = Literal["hybrid", "vector", "text"]
 Strategy = Literal["auto", "exact", "hnsw"]
 IterativeScan = Literal["auto", "off", "strict_order", "relaxed_order"]
-# pgvector >= 0.8 continues an HNSW scan until LIMIT rows pass the user filter, instead of
-# returning too few and leaving us a second, exact query (bench/filtered_search.py).
-ITERATIVE_SCAN_AUTO = "relaxed_order"
+# pgvector >= 0.8 can continue an HNSW scan until LIMIT rows pass the user filter, instead
+# of returning too few and leaving us a second, exact query. Measured (bench/filtered_search.py,
+# BENCHMARKS.md): it removes that query at equal recall but shows no consistent latency win
+# on our 2-core machine, so "auto" keeps today's plan; pass a mode to use it.
+ITERATIVE_SCAN_AUTO = ""
 
 COLUMNS = "id, content, category, source, created_at, updated_at"
 SEARCH_ANN = f"""
@@ -198,7 +201,7 @@ class MemoryService:
         self.ef_search = ef_search
         self.strategy = strategy  # "auto": exact scan for small users, HNSW for large ones
         self.exact_fallbacks = 0  # HNSW scans starved by the user filter (then scanned exactly)
-        self.iterative_scan = iterative_scan  # "auto": when the server's pgvector has it
+        self.iterative_scan = iterative_scan  # a mode is used only if the server's pgvector has it
         self._scan_mode: str | None = None  # resolved once: "" (none) or the mode to set
         self._sizes: dict[int, tuple[int, float]] = {}
         self._bound = False  # the store is known to hold this embedder's vectors
