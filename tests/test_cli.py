@@ -134,9 +134,10 @@ async def test_db_status_and_doctor(fresh_db, tmp_path, openai):
     assert code == 0 and "(head)" in out
     code, out, _ = await run_cli(["db", "status"], env)
     assert code == 0 and "up to date" in out
+    openai.script(tool_call("ping_tool", {}))
     code, out, _ = await run_cli(["doctor"], env)
     assert code == 0, out
-    for name in ("config", "database", "pgvector", "migrations", "model"):
+    for name in ("config", "database", "pgvector", "privileges", "migrations", "model", "window"):
         assert any(line.startswith("OK") and name in line for line in out.splitlines()), (name, out)
     env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"
     code, out, _ = await run_cli(["doctor"], env)

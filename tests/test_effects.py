@@ -161,18 +161,20 @@ def test_context_windows_per_family():
     assert context_window_for("openai/gpt-4.1-mini") == 1_047_576
     assert context_window_for("llama3.1:8b") == 128_000
     assert context_window_for("llama3:8b") == 8_192
-    assert context_window_for("my-local-model") is None
+    assert context_window_for("my-local-model") == 8_192  # the default: compaction stays on
     assert resolve_context_window(RuntimeConfig(context_window=0), "gpt-4o") is None
     assert resolve_context_window(RuntimeConfig(context_window=9_000), "x") == 9_000
 
 
-def test_defaults_trim_and_compact_with_a_known_window_only():
+def test_defaults_trim_and_compact_unless_the_config_turns_them_off():
     names = lambda effects: [e.name for e in effects]  # noqa: E731
     unlimited = {"daily_token_budget": 0}
     assert names(build_effects(RuntimeConfig(), EffectServices(), "gpt-4o-mini")) == [
         "token_budget", "trim_tool_results", "compact"  # a daily budget by default
     ]
-    assert names(build_effects(RuntimeConfig(**unlimited), EffectServices(), "unknown-model")) == []
+    assert names(build_effects(RuntimeConfig(**unlimited), EffectServices(), "unknown-model")) == [
+        "trim_tool_results", "compact"  # an unknown model gets the default window
+    ]
     assert names(
         build_effects(RuntimeConfig(context_window=0, **unlimited), EffectServices(), "gpt-4o")
     ) == []
@@ -180,7 +182,9 @@ def test_defaults_trim_and_compact_with_a_known_window_only():
         build_effects(RuntimeConfig(context_window=8_000, **unlimited), EffectServices(), "unknown")
     ) == ["trim_tool_results", "compact"]
     budget = RuntimeConfig(daily_token_budget=1_000)
-    assert names(build_effects(budget, EffectServices(), "unknown")) == ["token_budget"]
+    assert names(build_effects(budget, EffectServices(), "unknown")) == [
+        "token_budget", "trim_tool_results", "compact"
+    ]
     assert names(build_effects(RuntimeConfig(effects=[]), EffectServices(), "gpt-4o")) == []
 
 

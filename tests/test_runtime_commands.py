@@ -14,7 +14,7 @@ async def test_model_shows_sets_and_resets_the_users_model(make_app):
     app = await make_app(model=ScriptedChatModel(default="ok"))
     user = await app.local_user()
     shown = (await command(app, user, "/model")).text
-    assert "gpt-4o-mini (the instance default; context window 128,000 tokens)" in shown
+    assert "gpt-4o-mini (the instance default; context window 128,000 tokens, built-in" in shown
     refused = await command(app, user, "/model llama3.1:8b")  # not in allowed_models
     assert not refused.ok and "Models you can choose: gpt-4o-mini" in refused.text
     assert (await app.deps.users.get(user.id)).model is None

@@ -25,6 +25,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from panager.agent.delivery import AssistantDelivery
 from panager.agent.deps import AgentDeps
 from panager.agent.effects.registry import EffectServices
+from panager.agent.effects.windows import learn_served_window
 from panager.agent.events import EventEmitter
 from panager.agent.google_link import GoogleLinkFlow, auth_hook
 from panager.agent.graph import (
@@ -141,7 +142,9 @@ class App:
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
         messenger = FanoutMessenger()
-        # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity.
+        # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity —
+        #    after asking a local model server which context window it really serves.
+        await learn_served_window(settings)
         effect_services = EffectServices(usage, memory, tuple(settings.admin_ids))
         runtime = build_runtime(settings, checkpointer, effect_services)
         # 3. The graph, configured before it is built.

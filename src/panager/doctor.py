@@ -36,16 +36,36 @@ async def check_database(settings: Settings, found: dict) -> tuple[bool | None, 
 
 
 async def check_pgvector(settings: Settings, found: dict) -> tuple[bool | None, str]:
-    """The vector extension is installed or installable."""
+    """The vector extension is installed in this database (or this role may create it)."""
+    from panager.db.extension import create_extension_fix, server_facts, supports_iterative_scan
+
     pool = found.get("pool")
     if pool is None:
         return None, "needs the database"
     async with pool.connection() as conn:
-        sql = "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
-        row = await (await conn.execute(sql)).fetchone()
-    if row is None:
-        return False, "the vector extension is not available; use the pgvector/pgvector image"
-    return True, f"available (version {row['default_version']})"
+        facts = found["facts"] = await server_facts(conn)
+    if facts.installed is not None:
+        scans = "iterative index scans available" if supports_iterative_scan(
+            facts.installed
+        ) else "no iterative index scans before 0.8"
+        return True, f"installed (version {facts.installed}; {scans})"
+    if facts.available is None:
+        return False, "pgvector is not installed on the server; use the pgvector/pgvector image"
+    if facts.superuser:
+        return True, f"not created yet (version {facts.available}); `panager db upgrade` creates it"
+    return False, create_extension_fix(facts.role, facts.db)
+
+
+async def check_privileges(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """The app role may create its tables (and the extension exists or can be made)."""
+    facts = found.get("facts")
+    if facts is None:
+        return None, "needs the database"
+    problems = facts.privilege_problems()
+    if problems:
+        return False, "; ".join(problems)
+    kind = "superuser" if facts.superuser else "no superuser needed"
+    return True, f'role "{facts.role}" may create tables in {facts.schema} ({kind})'
 
 
 async def check_migrations(settings: Settings, found: dict) -> tuple[bool | None, str]:
@@ -81,7 +101,50 @@ async def check_model(settings: Settings, found: dict) -> tuple[bool | None, str
         return False, f"endpoint unreachable ({type(exc).__name__}); check OPENAI_BASE_URL"
     finally:
         await client.close()
+    found["model_ok"] = True
     return True, f"endpoint answers (model {settings.model})"
+
+
+async def check_window(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """The context window the model gets, and where that number came from."""
+    if not found.get("model_ok"):
+        return None, "needs the model endpoint"
+    from panager.agent.effects.windows import learn_served_window
+
+    window = await learn_served_window(settings)
+    if not window.tokens:
+        return True, "compaction off (context_window: 0 in the config)"
+    return True, f"{window.tokens:,} tokens ({window.source}); compaction on"
+
+
+def ping_tool(ok: bool = True) -> str:
+    """Answer 'pong' (the doctor's tool-call check)."""
+    return "pong"
+
+
+async def check_tool_call(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """The model answers a request with a tool call (the assistant is all tool calls)."""
+    if not found.get("model_ok"):
+        return None, "needs the model endpoint"
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+
+    from panager.llm import make_chat_model
+
+    chat = make_chat_model(settings)
+    assert chat is not None  # check_model found the endpoint configured
+    model = chat.bind_tools([tool(ping_tool)])
+    ask = "Call the ping_tool tool now. Do not answer in words."
+    try:
+        reply = await model.ainvoke([HumanMessage(ask)])
+    except Exception as exc:
+        return False, f"the model refused a request with tools ({type(exc).__name__}: {exc})"[:300]
+    if any(call.get("name") == "ping_tool" for call in reply.tool_calls or []):
+        return True, f"{settings.model} calls tools"
+    return False, (
+        f"{settings.model} answered without calling the tool: pick a model with tool calling "
+        "(and, on Ollama/llama.cpp, a chat template that supports tools)"
+    )
 
 
 async def check_discord(settings: Settings, found: dict) -> tuple[bool | None, str]:
@@ -125,8 +188,11 @@ async def check_secret(settings: Settings, found: dict) -> tuple[bool | None, st
 CHECKS: list[tuple[str, Check]] = [
     ("database", check_database),
     ("pgvector", check_pgvector),
+    ("privileges", check_privileges),
     ("migrations", check_migrations),
     ("model", check_model),
+    ("window", check_window),
+    ("tool call", check_tool_call),
     ("discord", check_discord),
     ("google", check_google),
     ("secret", check_secret),

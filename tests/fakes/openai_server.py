@@ -10,7 +10,9 @@ Usage (``async with`` serves on the running loop, so call the model with ``ainvo
 
 Endpoints: ``POST /v1/chat/completions`` (plain and SSE streaming),
 ``POST /v1/responses`` (plain and SSE streaming), ``POST /v1/embeddings`` and
-``GET /v1/models``.  Replies come from the FIFO queue filled by :meth:`FakeOpenAI.script`,
+``GET /v1/models`` (entries extended by :attr:`FakeOpenAI.model_fields`), and any native
+metadata endpoint put in :attr:`FakeOpenAI.native` (Ollama's ``/api/show``, LM Studio's
+``/api/v0/models``, llama.cpp's ``/props``).  Replies come from the FIFO queue filled by :meth:`FakeOpenAI.script`,
 then from :attr:`FakeOpenAI.handler`, then from :attr:`FakeOpenAI.default_reply`.
 Tool call ids are generated fresh for every reply unless given explicitly.
 
@@ -592,6 +594,11 @@ class FakeOpenAI:
         self._failures: deque[_Failure] = deque()
         self._fail_until = 0.0
         self._fail_status = 500
+        # A local server's own metadata: extra fields of /v1/models entries (vLLM's
+        # max_model_len) and native endpoints ({("POST", "/api/show"): body}); others 404.
+        self.model_fields: dict[str, dict] = {}
+        self.native: dict[tuple[str, str], Any] = {}
+        self.native_requests: list[str] = []
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -608,6 +615,7 @@ class FakeOpenAI:
                 web.post("/v1/embeddings", self._embeddings),
                 web.get("/v1/models", self._models),
                 web.get("/v1/models/{model}", self._model),
+                web.route("*", "/{tail:.*}", self._native),
             ]
         )
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
@@ -793,8 +801,17 @@ class FakeOpenAI:
 
     async def _models(self, request: web.Request) -> web.Response:
         """Serve ``GET /v1/models``."""
-        names = ["gpt-4o-mini", "gpt-4o", "text-embedding-3-small"]
-        return web.json_response({"object": "list", "data": [_model_json(n) for n in names]})
+        names = ["gpt-4o-mini", "gpt-4o", "text-embedding-3-small", *self.model_fields]
+        data = [{**_model_json(n), **self.model_fields.get(n, {})} for n in names]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _native(self, request: web.Request) -> web.Response:
+        """Serve a native metadata endpoint set in :attr:`native` (else 404)."""
+        self.native_requests.append(f"{request.method} {request.path}")
+        key = (request.method, request.path)
+        if key not in self.native:
+            return web.json_response({"error": "not found"}, status=404)
+        return web.json_response(self.native[key])
 
     async def _model(self, request: web.Request) -> web.Response:
         """Serve ``GET /v1/models/{model}``."""

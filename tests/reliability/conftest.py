@@ -132,6 +132,13 @@ class PanagerRun:
             )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_TIMEOUT
+        if "discord" not in self.components.split(","):  # no gateway: wait for the log line
+            marker = f"===== start {self.starts} ====="
+            while "panager is running" not in self.log().split(marker)[-1]:
+                if self.proc.returncode is not None or loop.time() > deadline:
+                    raise AssertionError(f"panager run did not start:\n{self.log()}")
+                await asyncio.sleep(0.05)
+            return
         while len(self.discord.identifies) <= identified:
             if self.proc.returncode is not None:
                 raise AssertionError(f"panager run exited early:\n{self.log()}")
@@ -155,6 +162,11 @@ class PanagerRun:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         return await asyncio.wait_for(self.proc.wait(), timeout)
+
+    def signal(self, sig: int) -> None:
+        """Send `sig` (e.g. SIGSTOP/SIGCONT) to the process."""
+        assert self.proc is not None and self.proc.returncode is None
+        os.kill(self.proc.pid, sig)
 
     @property
     def alive(self) -> bool:

@@ -60,11 +60,16 @@ def run_async(factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
         raise
 
 
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s"
+LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
+
+
 def setup_logging(debug: bool = False) -> None:
-    """Quiet logs on stderr for interactive commands."""
+    """Quiet logs on stderr for interactive commands; every line starts with its time."""
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
+        format=LOG_FORMAT,
+        datefmt=LOG_DATEFMT,
         stream=sys.stderr,
     )
     for noisy in ("httpx", "openai", "httpcore", "pgserver", "discord", "alembic"):

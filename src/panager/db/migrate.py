@@ -17,7 +17,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from sqlalchemy import create_engine, pool
+from sqlalchemy.exc import DBAPIError
 
+from panager.config import ConfigError
+from panager.db.extension import ensure_vector
 from panager.db.pool import Pool
 from panager.db.queries import one
 
@@ -41,12 +44,23 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+class MigrationRefused(ConfigError):
+    """The server refused a migration statement (e.g. a missing privilege): one line."""
+
+
 def _alembic(url: str, action: str, target: str) -> None:
     cfg = alembic_config(url)
-    if action == "upgrade":
-        command.upgrade(cfg, target)
-    else:
-        command.downgrade(cfg, target)
+    try:
+        if action == "upgrade":
+            command.upgrade(cfg, target)
+        else:
+            command.downgrade(cfg, target)
+    except DBAPIError as exc:
+        first = str(exc.orig or exc).splitlines()[0]
+        raise MigrationRefused(
+            f"the database refused the schema change ({first}); `panager doctor` shows "
+            "the privileges the role needs"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,7 @@ async def upgrade(url: str, db: Pool, target: str = "head") -> None:
     async with db.connection() as lock_conn:
         await lock_conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
         try:
+            await ensure_vector(lock_conn)  # one line naming the fix, not alembic's traceback
             await asyncio.to_thread(_alembic, url, "upgrade", target)
             await AsyncPostgresSaver(db).setup()
         finally:

@@ -52,6 +52,7 @@ import psycopg
 
 from panager.discord.answers import ATTACHMENT_NOTE, Answerer
 from panager.discord.messenger import DiscordMessenger
+from panager.discord.presence import reclaim_loop, start_presence
 from panager.discord.replies import nonce
 from panager.discord.slash import build_tree, sync_if_changed
 from panager.services.inbox import InboxMessage, InboxService
@@ -169,6 +170,9 @@ class PanagerBot(discord.Client):
         self.queue.spawn(self._after_ready())
 
     async def _after_ready(self) -> None:
+        presence = await start_presence(self)  # before any claim: others must see us alive
+        if presence is not None:
+            self.queue.spawn(reclaim_loop(self, presence))
         try:
             await sync_if_changed(self.tree)
         except Exception:

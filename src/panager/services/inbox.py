@@ -5,8 +5,10 @@ else happens; a replayed MESSAGE_CREATE (gateway RESUME) hits the primary key
 and is dropped. A user's messages are then handled strictly oldest first, one
 at a time: `claim_next` only ever takes the user's oldest unfinished row, and
 only while no other row of theirs is being processed — so the order holds even
-with several bot processes. A claim carries a lease; a process that dies
-mid-message leaves a row whose lease runs out; `recover_stale` queues it again
+with several bot processes. A claim carries a lease, and the process holds a presence lock
+(db/presence.py): when it dies, `recover_orphaned` (run by the live processes
+about once a second) queues its row again at once; failing that the lease runs
+out and `recover_stale` queues it again
 (still first in the user's line), so the message is answered after the
 restart instead of being lost. The turn is keyed by the message id, so a
 resumed message whose answer was already produced is not answered twice (see
@@ -24,6 +26,7 @@ from typing import overload
 
 from panager.clock import Clock
 from panager.db.pool import Pool
+from panager.db.presence import HELD_OWNERS, OWNER_IS_GONE
 from panager.db.queries import one
 
 ACCEPT = """
@@ -56,21 +59,34 @@ UPDATE discord_inbox SET status = %(status)s, content = '', finished_at = %(now)
 MAX_RETRIES = 2
 # A claim whose lease ran out belongs to a dead process: queue it again (attempts + 1), or
 # retire it once it has been retried MAX_RETRIES times.
-RECOVER_STALE = """
-WITH stale AS (
+_REQUEUE = """
+UPDATE discord_inbox AS d
+   SET status = CASE WHEN d.attempts < %(max_retries)s THEN 'queued' ELSE 'abandoned' END,
+       attempts = d.attempts + 1, claimed_by = NULL, lease_until = NULL,
+       finished_at = CASE WHEN d.attempts < %(max_retries)s THEN NULL ELSE %(now)s END
+  FROM picked
+ WHERE d.message_id = picked.message_id
+RETURNING d.*
+"""
+RECOVER_STALE = f"""
+WITH picked AS (
     SELECT message_id FROM discord_inbox
      WHERE status = 'processing' AND lease_until < %(now)s
        AND (%(user_id)s::bigint IS NULL OR user_id = %(user_id)s)
      FOR UPDATE SKIP LOCKED
 )
-UPDATE discord_inbox AS d
-   SET status = CASE WHEN d.attempts < %(max_retries)s THEN 'queued' ELSE 'abandoned' END,
-       attempts = d.attempts + 1, claimed_by = NULL, lease_until = NULL,
-       finished_at = CASE WHEN d.attempts < %(max_retries)s THEN NULL ELSE %(now)s END
-  FROM stale
- WHERE d.message_id = stale.message_id
-RETURNING d.*
-"""
+{_REQUEUE}"""
+# The same, at once, for claims whose process is gone (PostgreSQL released its presence
+# lock, see db/presence.py): no waiting out the lease. A slow process keeps its lock.
+RECOVER_ORPHANED = f"""
+WITH held AS MATERIALIZED ({HELD_OWNERS}),
+picked AS (
+    SELECT message_id FROM discord_inbox
+     WHERE status = 'processing' AND claimed_by IS NOT NULL AND claimed_by <> %(me)s
+       AND {OWNER_IS_GONE.format(column="claimed_by")}
+     FOR UPDATE SKIP LOCKED
+)
+{_REQUEUE}"""
 EXPIRE = """
 UPDATE discord_inbox SET lease_until = %(past)s
  WHERE message_id = %(message_id)s AND status = 'processing'
@@ -206,6 +222,18 @@ class InboxService:
             if retired:
                 await conn.execute(CLEAR_ABANDONED_TEXT, ([r["message_id"] for r in retired],))
         return [_message(r) for r in retired]
+
+    async def recover_orphaned(self) -> list[InboxMessage]:
+        """Queue again at once the messages whose process is gone (no presence lock).
+
+        Returns every row it touched: `status` 'queued' (answer it) or 'abandoned'."""
+        params = {"now": self.clock.now(), "me": self.worker, "max_retries": MAX_RETRIES}
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(RECOVER_ORPHANED, params)).fetchall()
+            retired = [r["message_id"] for r in rows if r["status"] == "abandoned"]
+            if retired:
+                await conn.execute(CLEAR_ABANDONED_TEXT, (retired,))
+        return [_message(r) for r in rows]
 
     async def queued_users(self) -> list[int]:
         """Users with messages waiting (e.g. left over from a restart)."""

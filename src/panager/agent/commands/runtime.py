@@ -8,7 +8,7 @@ from langchain_core.messages import RemoveMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.agent.effects.windows import context_window_for
+from panager.agent.effects.windows import window_for
 from panager.agent.threads import thread_values, update_thread
 from panager.services.usage import ModelUsage, UsageReport
 
@@ -57,8 +57,8 @@ async def model_command(ctx: CommandContext, args: str) -> CommandReply | str:
     if not args:
         name = _current_model(ctx)
         origin = "your choice" if ctx.user.model else "the instance default"
-        window = context_window_for(name)
-        size = f"; context window {window:,} tokens" if window else ""
+        window = window_for(name)
+        size = f"; context window {window.tokens:,} tokens, {window.source}"
         return f"Model: {name} ({origin}{size}). Change it with /model NAME."
     if args.lower() in RESET_WORDS:
         await ctx.deps.users.set_model(ctx.user.id, None)
@@ -79,6 +79,16 @@ async def model_command(ctx: CommandContext, args: str) -> CommandReply | str:
     return f"Model set to {args} for your conversations. If it does not exist, /model default."
 
 
+def _window_line(ctx: CommandContext, configured: int | None) -> str:
+    """The context window the user's model is given, and where that number came from."""
+    if ctx.deps.config.context_window == 0:
+        return "context window: compaction off (context_window: 0)"
+    if ctx.deps.config.context_window:
+        return f"context window: {configured:,} tokens (config context_window)"
+    window = window_for(_current_model(ctx))
+    return f"context window: {window.tokens:,} tokens ({window.source})"
+
+
 @command("debug", "/debug", "snapshot of the conversation state")
 async def debug_command(ctx: CommandContext, args: str) -> str:
     """Message count, token estimate, summary, loaded skills, usage and recent actions."""
@@ -92,8 +102,7 @@ async def debug_command(ctx: CommandContext, args: str) -> str:
         "summary: " + (f"{len(summary):,} chars — {summary[:300]}" if summary else "none"),
         "loaded skills: " + (", ".join(values.get("loaded_skills") or []) or "none"),
     ]
-    window = runtime.context_window
-    lines.append(f"context window: {window:,} tokens" if window else "context window: unknown")
+    lines.append(_window_line(ctx, runtime.context_window))
     lines.append("effects: " + (", ".join(e.name for e in runtime.effects) or "none"))
     today = (await ctx.deps.usage.report(ctx.user)).today
     per_model = ", ".join(f"{r.model} {r.total:,}" for r in today) or "none"

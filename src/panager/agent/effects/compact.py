@@ -40,7 +40,7 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.effects import ModelCall
 from panager.agent.effects.trim import trim_old_tool_results
-from panager.agent.effects.windows import context_window_for
+from panager.agent.effects.windows import DEFAULT_WINDOW, context_window_for, known_window
 from panager.agent.history import cap_tool_results, truncate_text
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ class Compact:
         if self.context_window is not None:
             window = self.context_window
         else:
-            window = context_window_for(call.model_name) or call.context_window
+            window = known_window(call.model_name) or call.context_window or DEFAULT_WINDOW
         learned = self._learned.get(call.model_name)
         if window and learned:
             window = min(window, learned)
@@ -212,7 +212,7 @@ class Compact:
 
     def usable_window(self, model_name: str) -> int:
         """Usable prompt tokens for `model_name` outside a call (commands)."""
-        window = self.context_window or context_window_for(model_name)
+        window: int | None = self.context_window or context_window_for(model_name)
         window = min(window, self._learned.get(model_name, window)) if window else None
         sizes = [x for x in (window, self.history_max_tokens) if x]
         return min(sizes) if sizes else DEFAULT_BUDGET

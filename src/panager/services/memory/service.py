@@ -13,7 +13,10 @@ own rows: at that size it is as fast as the index and never misses. Larger
 users go through the HNSW index. The index is shared by all users, so pgvector
 filters by user after the index scan; when that leaves fewer candidates than
 asked (a large user among even larger ones), the query is repeated as an exact
-scan, so results never go missing because of other users' rows.
+scan, so results never go missing because of other users' rows. On pgvector
+≥ 0.8 the index scan itself can go on until enough of the user's rows are
+found (`hnsw.iterative_scan`, the `iterative_scan` argument); measured, it is
+left off by default (ITERATIVE_SCAN_AUTO).
 
 Saving a near-duplicate (cosine similarity at or above the threshold, or the
 same text) updates the existing memory instead of adding another. The default
@@ -37,6 +40,7 @@ import numpy as np
 import psycopg
 
 from panager.clock import Clock, SystemClock
+from panager.db.extension import supports_iterative_scan
 from panager.db.pool import DictConnection, Pool
 from panager.db.queries import one
 from panager.embeddings import Embedder
@@ -75,6 +79,12 @@ DEDUPE_THRESHOLDS = {  # measured: paraphrases vs. different facts of the same s
 DEFAULT_DEDUPE_THRESHOLD = 0.92
 SearchMode = Literal["hybrid", "vector", "text"]
 Strategy = Literal["auto", "exact", "hnsw"]
+IterativeScan = Literal["auto", "off", "strict_order", "relaxed_order"]
+# pgvector >= 0.8 can continue an HNSW scan until LIMIT rows pass the user filter, instead
+# of returning too few and leaving us a second, exact query. Measured (bench/filtered_search.py,
+# BENCHMARKS.md): it removes that query at equal recall but shows no consistent latency win
+# on our 2-core machine, so "auto" keeps today's plan; pass a mode to use it.
+ITERATIVE_SCAN_AUTO = ""
 
 COLUMNS = "id, content, category, source, created_at, updated_at"
 SEARCH_ANN = f"""
@@ -95,6 +105,8 @@ ORDER BY rank DESC, updated_at DESC LIMIT %(k)s
 """
 SAVE_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 SET_EF_SEARCH = "SELECT set_config('hnsw.ef_search', %s, true)"
+SET_ITERATIVE_SCAN = "SELECT set_config('hnsw.iterative_scan', %s, true)"
+VECTOR_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
 BOUNDED_COUNT = (
     "SELECT count(*) AS n FROM (SELECT 1 FROM memories WHERE user_id = %s LIMIT %s) AS mine"
 )
@@ -161,6 +173,11 @@ def _hit(row: dict, score: float = 0.0) -> MemoryHit:
     )
 
 
+def _by_similarity(rows: list[dict]) -> list[dict]:
+    """Nearest first (a relaxed-order iterative scan may return rows slightly out of order)."""
+    return sorted(rows, key=lambda r: -r["similarity"])
+
+
 class MemoryService:
     """Long-term memories; every method takes the owner's user id and touches only their rows."""
 
@@ -173,6 +190,7 @@ class MemoryService:
         dedupe_threshold: float | None = None,
         ef_search: int = EF_SEARCH,
         strategy: Strategy = "auto",
+        iterative_scan: IterativeScan = "auto",
     ) -> None:
         self.pool = pool
         self.embedder = embedder
@@ -183,6 +201,8 @@ class MemoryService:
         self.ef_search = ef_search
         self.strategy = strategy  # "auto": exact scan for small users, HNSW for large ones
         self.exact_fallbacks = 0  # HNSW scans starved by the user filter (then scanned exactly)
+        self.iterative_scan = iterative_scan  # a mode is used only if the server's pgvector has it
+        self._scan_mode: str | None = None  # resolved once: "" (none) or the mode to set
         self._sizes: dict[int, tuple[int, float]] = {}
         self._bound = False  # the store is known to hold this embedder's vectors
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -342,14 +362,15 @@ class MemoryService:
         vec_cur = text_cur = None
         async with self.pool.connection() as conn:
             use_index = mode != "text" and await self._use_index(conn, user_id)
+            scan = await self._iterative(conn) if use_index else ""
             async with conn.pipeline(), conn.transaction():
                 if use_index:
-                    await conn.execute(SET_EF_SEARCH, (str(max(self.ef_search, k)),))
+                    await self._set_index_scan(conn, k, scan)
                 if mode != "text":
                     vec_cur = await conn.execute(SEARCH_ANN if use_index else SEARCH_EXACT, params)
                 if terms:
                     text_cur = await conn.execute(SEARCH_TEXT, params)
-            vec_rows = await vec_cur.fetchall() if vec_cur else []
+            vec_rows = _by_similarity(await vec_cur.fetchall()) if vec_cur else []
             if use_index and len(vec_rows) < k:
                 vec_rows = await self._starved(conn, params)
             text_rows = await text_cur.fetchall() if text_cur else []
@@ -375,6 +396,23 @@ class MemoryService:
             self._sizes[user_id] = (size, now)
         return size > EXACT_MAX
 
+    async def _iterative(self, conn: DictConnection) -> str:
+        """The hnsw.iterative_scan mode to use ("" for none), checked once per process."""
+        if self._scan_mode is None:
+            mode = ""
+            if self.iterative_scan != "off":
+                row = await (await conn.execute(VECTOR_VERSION)).fetchone()
+                if supports_iterative_scan(row["extversion"] if row else None):
+                    auto = self.iterative_scan == "auto"
+                    mode = ITERATIVE_SCAN_AUTO if auto else self.iterative_scan
+            self._scan_mode = mode
+        return self._scan_mode
+
+    async def _set_index_scan(self, conn: DictConnection, k: int, scan: str) -> None:
+        await conn.execute(SET_EF_SEARCH, (str(max(self.ef_search, k)),))
+        if scan:
+            await conn.execute(SET_ITERATIVE_SCAN, (scan,))
+
     async def _starved(self, conn: DictConnection, params: dict) -> list[dict]:
         """The shared index returned too few of this user's rows: scan theirs exactly."""
         self.exact_fallbacks += 1
@@ -387,8 +425,8 @@ class MemoryService:
         params = {"user": user_id, "v": vector, "k": k}
         if not await self._use_index(conn, user_id):
             return await (await conn.execute(SEARCH_EXACT, params)).fetchall()
-        await conn.execute(SET_EF_SEARCH, (str(max(self.ef_search, k)),))
-        rows = await (await conn.execute(SEARCH_ANN, params)).fetchall()
+        await self._set_index_scan(conn, k, await self._iterative(conn))
+        rows = _by_similarity(await (await conn.execute(SEARCH_ANN, params)).fetchall())
         return rows if len(rows) >= k else await self._starved(conn, params)
 
     async def recall(self, user_id: int, query: str, limit: int = 5) -> list[MemoryHit]:

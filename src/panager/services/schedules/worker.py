@@ -5,6 +5,10 @@ against one database: rows are claimed with `FOR UPDATE SKIP LOCKED` and a
 lease, and the occurrence's `schedule_runs` row is the fence that lets only
 one worker send it (see `services/schedules/service.py`).
 
+Crash recovery: a worker holds a presence lock while it lives, and live workers
+take back a dead worker's claims within about a second (see
+`services/schedules/liveness.py`); the lease remains the fallback.
+
 Time: every decision reads the injected `Clock` (a `FakeClock` in tests).
 The run loop paces itself with real waits — at most `poll_seconds`, less when
 the next schedule is sooner — and wakes at once on `LISTEN/NOTIFY` when a
@@ -36,6 +40,7 @@ import psycopg
 from panager.clock import Clock
 from panager.errors import UserBusy
 from panager.services.schedules.coalesce import Coalescer
+from panager.services.schedules.liveness import worker_liveness
 from panager.services.schedules.occurrences import (
     Occurrence,
     compose,
@@ -174,6 +179,14 @@ class SchedulerWorker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Deliver due schedules until `stop` is set (polling + LISTEN/NOTIFY wake-ups)."""
+        if not self.listen_url:
+            return await self._run(stop)
+        async with worker_liveness(
+            self.listen_url, self.id, self.service.pool, lambda _: self._wake.set()
+        ):
+            await self._run(stop)
+
+    async def _run(self, stop: asyncio.Event) -> None:
         listener = asyncio.create_task(self._listen(self.listen_url)) if self.listen_url else None
         log.info("scheduler worker %s started", self.id)
         try:

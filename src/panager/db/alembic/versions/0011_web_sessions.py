@@ -7,13 +7,13 @@ leaked table signs nobody in. `schedules.status` gains `paused` (the web page
 pauses and resumes schedules; a paused schedule is never claimed).
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 """
 
 from alembic import op
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
