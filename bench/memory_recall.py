@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/memory_recall.py                 # the offline default embedder
     .venv/bin/python bench/memory_recall.py --embedders local,local:all-minilm-l6-v2-int8
+    .venv/bin/python bench/memory_recall.py --embedders local:multilingual-e5-small-q4#older
+        # e5 as stored before query/passage roles (every text a query), for comparison
 
 Data: bench/memory_dialogues.py (6 generated conversations of ~270 turns over
 ~20 sessions each, 396 questions annotated with the turns that answer them; see
@@ -43,6 +45,7 @@ from bench.memory_dialogues import Conversation, dataset
 from panager.clock import FakeClock
 from panager.config import Settings
 from panager.db.pool import open_pool
+from panager.embeddings import legacy_embedder
 from panager.services.memory.binding import build_embedder
 from panager.services.memory.service import MemoryService
 from panager.services.memory.text import normalise
@@ -52,7 +55,8 @@ MODES = ("hybrid", "vector", "text")
 LABELS = {"hybrid": "product (hybrid)", "vector": "dense only", "text": "lexical only (BM25 in SQL)",
           "bm25": "plain BM25 (rank_bm25)"}
 LATENCY_USER, LATENCY_SIZE = 100, 1_000
-BARS = [round(0.70 + 0.01 * i, 2) for i in range(26)]
+BARS = [round(0.20 + 0.01 * i, 2) for i in range(76)]
+SHOWN_BARS = 0.06  # bars printed: the shipped one ± this
 UNRELATED = [
     "What's the weather going to be like tomorrow?", "Set a reminder to call the bank at 5pm.",
     "Translate 'good morning' into Spanish.", "What's 15% of 80?",
@@ -178,7 +182,10 @@ async def latency(service: MemoryService, pool, questions: list[str]) -> dict:
 
 async def run_embedder(model: str, convs: list[Conversation], questions: int) -> dict:
     """Everything for one embedder on a fresh database."""
-    embedder = build_embedder(model, Settings(_env_file=None))
+    if model.endswith("#older"):  # the space before query/passage roles, for comparison
+        embedder = legacy_embedder(model.removesuffix("#older"))
+    else:
+        embedder = build_embedder(model, Settings(_env_file=None))
     clock = FakeClock()
     totals: dict = {}
     saving = {"merged": 0, "lost": 0, "turns": 0}
@@ -250,6 +257,8 @@ def print_injection(res: dict) -> None:
     print("| bar | precision | recall of answering turns | questions injecting ≥1 | unrelated messages injecting none |")
     print("|---|---|---|---|---|")
     for bar, row in sorted(res["inject"].items()):
+        if abs(bar - res["bar"]) > SHOWN_BARS + 1e-9:
+            continue
         precision = row["good"] / row["inj"] if row["inj"] else float("nan")
         mark = " ←" if abs(bar - res["bar"]) < 1e-9 else ""
         print(f"| {bar:.2f}{mark} | {precision:.3f} | {row['found'] / row['want']:.3f} | "
