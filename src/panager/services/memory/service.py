@@ -107,7 +107,7 @@ RELATED_THRESHOLDS = {  # similarity at which an existing memory is "related" to
 DEFAULT_RELATED_THRESHOLD = 0.80
 RECALL_THRESHOLDS = {  # similarity to the message a memory needs to be injected (measured)
     "local:multilingual-e5-small-q4/passage": 0.83,
-    "local:multilingual-e5-small-q4": 0.85,
+    "local:multilingual-e5-small-q4": 0.86,
     "local:all-minilm-l6-v2-int8": 0.40,
 }
 DEFAULT_RECALL_THRESHOLD = 0.35
