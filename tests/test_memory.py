@@ -207,6 +207,21 @@ def test_rrf_fuses_rankings():
     assert [h.id for h in fused] == ["b", "a", "c"]
 
 
+def test_fusion_ties_do_not_depend_on_random_ids():
+    """Equal scores are ordered by text (and date), never by the random UUID alone."""
+    def row(key, content):
+        return {"id": key, "content": content, "category": "general", "source": "tool",
+                "created_at": None, "updated_at": None}
+
+    for ids in (("0" * 8, "f" * 8), ("f" * 8, "0" * 8)):
+        fused = rrf_fuse([[row(ids[0], "zebra")], [row(ids[1], "apple")]], 2)
+        assert [h.content for h in fused] == ["apple", "zebra"]
+    weak = dict(row("x", "Caroline: Thanks!"), coverage=0.2)
+    strong = dict(row("y", "Caroline: I take 20mg of lisinopril."), coverage=1.0)
+    dense = [row("z", "Melanie: I run on Sundays.")]
+    assert [h.id for h in rrf_fuse([dense, [weak, strong]], 3)] == ["z", "y", "x"]
+
+
 async def test_shared_index_never_starves_a_small_user(memory, alice, bob, monkeypatch):
     """Through the HNSW plan, a user with 3 memories among 300 of another user's still gets
     all of theirs (the starved index scan is redone exactly)."""

@@ -116,7 +116,9 @@ async def test_search_limit_may_exceed_twenty(app):
     user = await app.local_user()
     await app.deps.memory.save_many(user.id, [f"Note number {i} about plant {i * 7}." for i in range(30)])
     found = await tools_of(app, user)["memory_search"].ainvoke({"query": "plant notes", "limit": 25})
-    assert len(found["results"]) == 25
+    assert len(found["results"]) == 25 and "note" not in found
+    capped = await tools_of(app, user)["memory_search"].ainvoke({"query": "plant notes", "limit": 80})
+    assert len(capped["results"]) == 30 and "at most 50" in capped["note"]
 
 
 async def test_injection_shows_ids_and_dates_and_nothing_when_unrelated(make_app, clock):

@@ -82,7 +82,10 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             raise ToolError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}; got {limit}.")
         with _as_tool_errors():
             hits = await service.search(user.id, query, min(limit, MAX_SEARCH_LIMIT))
-        return {"query": query, "results": [_brief(h, score=True) for h in hits]}
+        reply = {"query": query, "results": [_brief(h, score=True) for h in hits]}
+        if limit > MAX_SEARCH_LIMIT:
+            reply["note"] = f"limit is at most {MAX_SEARCH_LIMIT}; asked for {limit}."
+        return reply
 
     @tool
     async def memory_update(memory_id: str, content: str) -> dict:
