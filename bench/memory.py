@@ -81,7 +81,7 @@ async def cached_embeddings(embedder, texts: list[str], kind: str) -> np.ndarray
     for start in range(0, len(texts), CHUNK):
         chunk = texts[start : start + CHUNK]
         digest = hashlib.sha256("\n".join(chunk).encode()).hexdigest()[:16]
-        path = CACHE / f"{embedder.name.replace(':', '_')}-{len(chunk)}-{digest}.npy"
+        path = CACHE / f"{embedder.name.replace(':', '_').replace('/', '_')}-{len(chunk)}-{digest}.npy"
         if not path.exists():
             vectors = []
             for i in range(0, len(chunk), 256):
