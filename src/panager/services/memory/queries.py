@@ -11,11 +11,12 @@ index finds them); candidates are scored with Okapi BM25 (k1 = 1.2, b = 0.75):
 N, df and avgdl are the user's own (tables `memory_stats` and `memory_terms`,
 kept exact by triggers, see migration 0008); dl is the number of distinct
 lexemes of the memory. A prefix term ('renew':*) counts every lexeme it starts
-(its df is the sum of theirs, at most N). Terms found in more than
-CANDIDATE_DF_MAX of the user's memories still score but do not make candidates
-on their own (unless no term is rarer): at 1,000 memories that never applies,
-for a user with 100,000 it keeps a word such as "work" from scoring thousands
-of rows. Every query is filtered by `user_id`.
+(its df is the sum of theirs, at most N). Candidates come from the rarest
+terms first, adding terms while their document frequencies sum to less than
+CANDIDATE_ROWS; the other terms still score the candidates. For a user with
+1,000 memories that is nearly always every term; for one with 100,000 it keeps
+a common word such as "work" from making thousands of rows candidates (the
+lexical leg stays at a few milliseconds). Every query is filtered by `user_id`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 
 RRF_K = 60
 BM25_K1, BM25_B = 1.2, 0.75
-CANDIDATE_DF_MAX = 2_000
+CANDIDATE_ROWS = 1_000
 
 COLUMNS = (
     "id, content, category, source, created_at, updated_at, "
@@ -37,8 +38,8 @@ M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in COLUMNS.split(", "))
 SEARCH_ANN = f"""
 SELECT {COLUMNS}, 1 - (embedding <=> %(v)s) AS similarity
 FROM memories WHERE user_id = %(user)s
-ORDER BY embedding <=> %(v)s, updated_at DESC, id LIMIT %(k)s
-"""
+ORDER BY embedding <=> %(v)s LIMIT %(k)s
+"""  # only the indexed expression: any tie-break column would stop pgvector using the index
 SEARCH_EXACT = f"""
 SELECT {COLUMNS}, 1 - (embedding <=> %(v)s) AS similarity
 FROM memories WHERE user_id = %(user)s
@@ -59,10 +60,12 @@ WITH q AS (
     JOIN memory_terms d ON d.user_id = %(user)s AND d.lexeme >= q.term
          AND d.lexeme <= CASE WHEN q.pre THEN q.term || chr(1114111) ELSE q.term END
     GROUP BY q.term, q.pre, st.n
+), pick AS (
+    SELECT term, pre, sum(df) OVER (ORDER BY df, term) - df AS before FROM w
 ), tq AS (
     SELECT to_tsquery('simple', string_agg(
                quote_literal(term) || CASE WHEN pre THEN ':*' ELSE '' END, ' | ')) AS tsq
-    FROM w WHERE df <= {CANDIDATE_DF_MAX} OR df = (SELECT min(df) FROM w)
+    FROM pick WHERE before < {CANDIDATE_ROWS}
 ), scored AS (
     SELECT m.id, w.idf, length(m.content_tsv) AS dl,
            sum(coalesce(array_length(u.positions, 1), 1)) AS tf
