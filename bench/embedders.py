@@ -70,11 +70,12 @@ def load_pairs(path: Path = PAIRS) -> list[dict[str, str]]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-def from_embedder(embedder: object) -> EmbedFn:
-    """An :class:`EmbedFn` from a :class:`panager.embeddings.Embedder`."""
+def from_embedder(embedder: object, query: bool = False) -> EmbedFn:
+    """An :class:`EmbedFn` from a :class:`panager.embeddings.Embedder` (for searches: `query`)."""
+    method = embedder.embed_queries if query else embedder.embed  # type: ignore[attr-defined]
 
     async def embed(texts: list[str]) -> np.ndarray:
-        return np.asarray(await embedder.embed(texts), dtype=np.float32)  # type: ignore[attr-defined]
+        return np.asarray(await method(texts), dtype=np.float32)
 
     return embed
 
@@ -94,8 +95,8 @@ def offline_candidates() -> list[Candidate]:
     found = []
     for model in OFFLINE_MODELS:
         if offline_model_available(model):
-            fn = from_embedder(OfflineEmbedder(model))
-            found.append(Candidate(f"local:{model}", fn, fn))
+            embedder = OfflineEmbedder(model)
+            found.append(Candidate(embedder.name, from_embedder(embedder), from_embedder(embedder, True)))
     return found
 
 

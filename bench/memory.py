@@ -50,7 +50,8 @@ from bench.memory_corpus import memories, questions
 from panager.config import Settings
 from panager.db.pool import open_pool
 from panager.services.memory.binding import build_embedder
-from panager.services.memory.service import SEARCH_ANN, SET_EF_SEARCH, MemoryService
+from panager.services.memory.queries import SEARCH_ANN, SET_EF_SEARCH
+from panager.services.memory.service import MemoryService
 from panager.services.memory.text import HANGUL, STOPWORDS, TOKEN
 
 PAIRS = Path(__file__).resolve().parent.parent / "tests" / "data" / "memory_pairs.jsonl"
@@ -80,11 +81,12 @@ async def cached_embeddings(embedder, texts: list[str], kind: str) -> np.ndarray
     for start in range(0, len(texts), CHUNK):
         chunk = texts[start : start + CHUNK]
         digest = hashlib.sha256("\n".join(chunk).encode()).hexdigest()[:16]
-        path = CACHE / f"{embedder.name.replace(':', '_')}-{len(chunk)}-{digest}.npy"
+        path = CACHE / f"{embedder.name.replace(':', '_').replace('/', '_')}-{len(chunk)}-{digest}.npy"
         if not path.exists():
             vectors = []
             for i in range(0, len(chunk), 256):
-                vectors.extend(await embedder.embed(chunk[i : i + 256]))
+                embed = embedder.embed_queries if kind == "questions" else embedder.embed
+                vectors.extend(await embed(chunk[i : i + 256]))
                 fresh += min(256, len(chunk) - i)
                 rate = fresh / (time.perf_counter() - started)
                 log(f"  embedding {kind}: {start + i + min(256, len(chunk) - i):,}/{len(texts):,} ({rate:.0f}/s)")
@@ -114,7 +116,7 @@ async def load_rows(pool, rows: list[tuple[int, str, np.ndarray]]) -> None:
 async def reset(pool, size: int, others: int, texts, real, rng) -> int:
     """Fill the table for one size; returns how many of the target user's rows are real."""
     async with pool.connection() as conn:
-        await conn.execute("TRUNCATE memories")
+        await conn.execute("TRUNCATE memories, memory_terms, memory_stats")
         await conn.execute("DROP INDEX IF EXISTS memories_embedding_hnsw")
     n_real = min(size, len(real))
     rows = [(TARGET_USER, texts[i], real[i]) for i in range(n_real)]
@@ -234,11 +236,11 @@ def print_latency(rows: list[dict], args) -> None:
 async def query_embedding_latency(embedder, count: int = 30) -> list[float]:
     """Milliseconds per single-question embed call (after a warm-up)."""
     texts = questions(count, seed=99)
-    await embedder.embed(texts[:1])
+    await embedder.embed_queries(texts[:1])
     times = []
     for text in texts:
         started = time.perf_counter()
-        await embedder.embed([text])
+        await embedder.embed_queries([text])
         times.append((time.perf_counter() - started) * 1000)
     return times
 

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 OUTPUT = ROOT / "BENCHMARKS.md"
-HELPERS = {"__init__.py", "common.py", "memory_corpus.py", "run_all.py"}
+HELPERS = {"__init__.py", "common.py", "memory_corpus.py", "memory_dialogues.py", "run_all.py"}
 TIMEOUT = 3600.0
 INTRO = "Each section: the command, the machine, the numbers."
 
@@ -61,6 +61,7 @@ class Benchmark:
 KNOWN = [
     Benchmark("scheduler", "Scheduler", [], ["--reminders", "2000", "--users", "200"], "scheduler.py"),
     Benchmark("memory", "Memory", [], ["--quick"], "memory.py"),
+    Benchmark("memory_recall", "Memory recall", [], ["--conversations", "2"], "memory_recall.py"),
     Benchmark("embedders", "Embedders", [], ["--repeat", "1"], "embedders.py"),
     Benchmark("turn_overhead", "Turn overhead", [], ["--turns", "60"], "turn_overhead.py"),
     Benchmark(

@@ -90,7 +90,7 @@ def test_data_set_shape():
 def test_construction_is_lazy_and_cheap():
     """Nothing loads until the first embed; name and dim are known up front."""
     fresh = OfflineEmbedder()
-    assert fresh.name == f"local:{DEFAULT_OFFLINE_MODEL}" and fresh.dim == 384
+    assert fresh.name == f"local:{DEFAULT_OFFLINE_MODEL}/passage" and fresh.dim == 384
     assert fresh._backend is None
     assert isinstance(fresh, Embedder)
 
@@ -190,9 +190,9 @@ async def test_model_loads_once_under_concurrency(monkeypatch):
     spec = OFFLINE_MODELS[DEFAULT_OFFLINE_MODEL]
     loads = []
 
-    def counting_load():
+    def counting_load(*args):
         loads.append(threading.get_ident())
-        return spec.load()
+        return spec.load(*args)
 
     patched = dict(OFFLINE_MODELS)
     patched[DEFAULT_OFFLINE_MODEL] = dataclasses.replace(spec, load=counting_load)
@@ -255,12 +255,13 @@ def test_runs_with_no_network():
 def test_make_embedder_routes_by_name():
     """'local' is the default offline model; other names go to the OpenAI endpoint."""
     assert make_embedder("local", api_key=None, base_url=None).name == (
-        f"local:{DEFAULT_OFFLINE_MODEL}"
+        f"local:{DEFAULT_OFFLINE_MODEL}/passage"
     )
     for model in OFFLINE_MODELS:
         if offline_model_available(model):
             named = make_embedder(f"local:{model}", api_key=None, base_url=None)
-            assert named.name == f"local:{model}"
+            assert named.name == f"local:{model}" + ("/passage" if OFFLINE_MODELS[model].roles else "")
+            assert make_embedder(named.name, api_key=None, base_url=None).name == named.name
     remote = make_embedder("text-embedding-3-small", api_key="sk-test", base_url=None)
     assert isinstance(remote, OpenAIEmbedder)
     assert (remote.name, remote.dim) == ("openai:text-embedding-3-small", 1536)
@@ -307,3 +308,20 @@ async def test_openai_embedder_against_fake_endpoint():
     assert_unit_vectors(vectors, 3, fake.embedding_dim)
     assert fake.embedding_requests[-1]["model"] == "my-local-model"
     assert fake.embedding_requests[-1]["input"][1] == " "
+
+
+@pytest.mark.asyncio
+async def test_e5_embeds_searches_as_queries_and_stored_texts_as_passages():
+    """Each side gets its e5 prefix; the older space (roles=False) embeds everything as a
+    query, as stored vectors made before roles were."""
+    memory, question = "My sister Mina's birthday is March 3.", "When is Mina's birthday?"
+    embedder = OfflineEmbedder()
+    older = embeddings.legacy_embedder(f"local:{DEFAULT_OFFLINE_MODEL}")
+    assert older.name == f"local:{DEFAULT_OFFLINE_MODEL}" and embedder.name.endswith("/passage")
+    passage, query = (await embedder.embed([memory]))[0], (await embedder.embed_queries([memory]))[0]
+    assert passage != query
+    assert (await older.embed([memory]))[0] == pytest.approx(query, abs=1e-5)
+    assert (await older.embed_queries([question]))[0] == pytest.approx(
+        (await embedder.embed_queries([question]))[0], abs=1e-5
+    )
+    assert embeddings.legacy_embedder("local:all-minilm-l6-v2-int8") is None

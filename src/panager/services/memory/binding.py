@@ -11,6 +11,10 @@ mixing them gives silent garbage. The store therefore records the embedder in
   (`text-embedding-3-small` when `OPENAI_API_KEY`/`OPENAI_BASE_URL` is set, else
   the offline `local` model), but an offline store stays offline: adding an API
   key later does not lock the user out of their memories;
+- a store recorded with an older space of the same offline model (e5 before
+  query/passage roles, `local:multilingual-e5-small-q4`) keeps being served in
+  that space, never mixed with the new one, and every start logs one line
+  naming `panager memory reembed`, which moves it;
 - `reembed` rewrites every vector with a new embedder in one transaction
   (vectors are computed first, outside it) and retypes the column and index
   when the size changes.
@@ -31,7 +35,7 @@ import numpy as np
 from panager.config import ConfigError, Settings
 from panager.db.pool import DictConnection, Pool
 from panager.db.queries import one
-from panager.embeddings import Embedder, make_embedder
+from panager.embeddings import ROLES_SUFFIX, Embedder, legacy_embedder, make_embedder
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +152,9 @@ async def choose_embedder(pool: Pool, settings: Settings) -> Embedder:
         if meta is None or meta.embedder == embedder.name:
             return embedder
         explicit = "embedding_model" in settings.model_fields_set
+        older = _older_space(meta, embedder, explicit)
+        if older is not None:
+            return older
         if not explicit and meta.embedder.startswith("local:"):
             return build_embedder(meta.embedder, settings)  # an offline store stays offline
         count = await _scalar(conn, COUNT_ALL)
@@ -155,6 +162,23 @@ async def choose_embedder(pool: Pool, settings: Settings) -> Embedder:
             await conn.execute(DELETE_META)
             return embedder
     raise EmbedderMismatch(_mismatch_message(settings, meta, embedder, count, explicit))
+
+
+def _older_space(meta: StoreMeta, embedder: Embedder, explicit: bool) -> Embedder | None:
+    """The embedder of the store's older space of the configured model (None if not that)."""
+    if explicit and embedder.name != meta.embedder + ROLES_SUFFIX:
+        return None
+    key = meta.embedder + "#older"
+    older = _OFFLINE_CACHE.get(key) or legacy_embedder(meta.embedder)
+    if older is None:
+        return None
+    _OFFLINE_CACHE[key] = older
+    log.warning(
+        "memories are stored in the older %s space (saved texts embedded as questions); "
+        "run `panager memory reembed` to re-embed them for better recall",
+        meta.embedder,
+    )
+    return older
 
 
 def _mismatch_message(

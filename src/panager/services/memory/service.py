@@ -1,12 +1,11 @@
-"""Per-user long-term memory on pgvector: save, hybrid search, list, forget, clear.
+"""Per-user long-term memory on pgvector: save, update, hybrid search, list, forget, clear.
 
 Retrieval is hybrid. One query finds the nearest vectors (HNSW, cosine), one
-finds memories containing every meaningful word of the query ('simple'
-tsvector, so Korean works; see memory_text), and the two rankings are fused
-with reciprocal rank fusion (RRF): a memory found by both rises, a memory found
-by either still appears. Both queries go out in one pipelined round trip.
-Every statement is filtered by `user_id`; nothing here can return another
-user's rows.
+ranks memories with BM25 over their words ('simple' tsvector, so Korean works;
+see text.py and queries.py), and the two rankings are fused with reciprocal
+rank fusion (RRF): a memory found by both rises, a memory found by either still
+appears. Both queries go out in one pipelined round trip. Every statement is
+filtered by `user_id`; nothing here can return another user's rows.
 
 A user with up to EXACT_MAX memories is searched by an exact scan of their
 own rows: at that size it is as fast as the index and never misses. Larger
@@ -18,10 +17,16 @@ scan, so results never go missing because of other users' rows. On pgvector
 found (`hnsw.iterative_scan`, the `iterative_scan` argument); measured, it is
 left off by default (ITERATIVE_SCAN_AUTO).
 
-Saving a near-duplicate (cosine similarity at or above the threshold, or the
-same text) updates the existing memory instead of adding another. The default
-threshold depends on the embedder, whose similarity scales differ; the
-`memory_dedupe_threshold` config key overrides it.
+Saving never silently replaces a different fact. Only a true duplicate (the
+same words in the same order, up to case, punctuation and spacing) is merged.
+Anything else is stored, and memories whose similarity reaches the related
+threshold (per embedder; `memory_dedupe_threshold` overrides it) come back with
+the result, so the model can `update` or `forget` the old one when the user
+was correcting it. `update` keeps the replaced text in `memories.history`.
+
+Recall (the memories injected into a turn) keeps only hits whose similarity to
+the message reaches the recall threshold, measured per embedder on
+bench/memory_recall.py; `memory_recall_threshold` overrides it.
 """
 
 from __future__ import annotations
@@ -32,8 +37,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -50,6 +54,31 @@ from panager.services.memory.binding import (
     ensure_bound,
     read_meta,
 )
+from panager.services.memory.queries import (
+    BOUNDED_COUNT,
+    BY_PREFIX,
+    CLEAR,
+    COUNT,
+    DELETE,
+    GET,
+    HAS_ANY,
+    HISTORY,
+    INSERT,
+    LIST,
+    REPLACE,
+    SAVE_LOCK,
+    SEARCH_ANN,
+    SEARCH_EXACT,
+    SEARCH_TEXT,
+    SEARCH_TEXT_ONLY,
+    SET_EF_SEARCH,
+    SET_ITERATIVE_SCAN,
+    TOUCH,
+    VECTOR_VERSION,
+    MemoryHit,
+    hit,
+    rrf_fuse,
+)
 from panager.services.memory.text import (
     MAX_CONTENT_CHARS,
     MemoryInputError,
@@ -57,26 +86,37 @@ from panager.services.memory.text import (
     clean_category,
     clean_content,
     fit_content,
-    fts_query,
     parse_memory_id,
+    query_terms,
     same_text,
 )
 
+__all__ = ["MemoryHit", "MemoryInputError", "MemoryService", "SaveResult", "rrf_fuse"]
+
 log = logging.getLogger(__name__)
 
-MAX_SEARCH_LIMIT = 20
-CANDIDATES = 20  # per retriever, before fusion
-RRF_K = 60
+MAX_SEARCH_LIMIT = 50
+CANDIDATES = 30  # per retriever, before fusion
 EF_SEARCH = 200  # hnsw.ef_search: index candidates kept (recall@5 0.97 at 100k, BENCHMARKS.md)
 EXACT_MAX = 3_000  # users with at most this many memories are scanned exactly (~2 ms)
 SIZE_TTL = 60.0  # seconds a user's memory count is trusted for choosing the plan
 SAVE_LOCK_NAMESPACE = 7_260_004
 QUERY_CACHE_SIZE = 256
-DEDUPE_THRESHOLDS = {  # measured: paraphrases vs. different facts of the same shape
-    "local:multilingual-e5-small-q4": 0.97,
-    "local:all-minilm-l6-v2-int8": 0.93,
+MAX_RELATED = 3  # related memories named in a save's result
+RELATED_THRESHOLDS = {  # similarity at which an existing memory is "related" to a save:
+    # facts of the same shape ("…March 3" / "…March 13", sister/brother) score 0.96–0.98 with
+    # e5 and 0.84–0.98 with MiniLM; unrelated memories at most 0.87 and 0.37 (docs/memory.md)
+    "local:multilingual-e5-small-q4/passage": 0.92,
+    "local:multilingual-e5-small-q4": 0.92,
+    "local:all-minilm-l6-v2-int8": 0.80,
 }
-DEFAULT_DEDUPE_THRESHOLD = 0.92
+DEFAULT_RELATED_THRESHOLD = 0.80
+RECALL_THRESHOLDS = {  # similarity to the message a memory needs to be injected (measured)
+    "local:multilingual-e5-small-q4/passage": 0.83,
+    "local:multilingual-e5-small-q4": 0.86,
+    "local:all-minilm-l6-v2-int8": 0.40,
+}
+DEFAULT_RECALL_THRESHOLD = 0.35
 SearchMode = Literal["hybrid", "vector", "text"]
 Strategy = Literal["auto", "exact", "hnsw"]
 IterativeScan = Literal["auto", "off", "strict_order", "relaxed_order"]
@@ -86,91 +126,18 @@ IterativeScan = Literal["auto", "off", "strict_order", "relaxed_order"]
 # on our 2-core machine, so "auto" keeps today's plan; pass a mode to use it.
 ITERATIVE_SCAN_AUTO = ""
 
-COLUMNS = "id, content, category, source, created_at, updated_at"
-SEARCH_ANN = f"""
-SELECT {COLUMNS}, 1 - (embedding <=> %(v)s) AS similarity
-FROM memories WHERE user_id = %(user)s
-ORDER BY embedding <=> %(v)s LIMIT %(k)s
-"""
-SEARCH_EXACT = f"""
-SELECT {COLUMNS}, 1 - (embedding <=> %(v)s) AS similarity
-FROM memories WHERE user_id = %(user)s
-ORDER BY (embedding <=> %(v)s) + 0 LIMIT %(k)s
-"""  # "+ 0": not the indexed expression, so the planner scans the user's rows exactly
-SEARCH_TEXT = f"""
-SELECT {COLUMNS}, ts_rank_cd(content_tsv, q) AS rank
-FROM memories, to_tsquery('simple', %(q)s) AS q
-WHERE user_id = %(user)s AND content_tsv @@ q
-ORDER BY rank DESC, updated_at DESC LIMIT %(k)s
-"""
-SAVE_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
-SET_EF_SEARCH = "SELECT set_config('hnsw.ef_search', %s, true)"
-SET_ITERATIVE_SCAN = "SELECT set_config('hnsw.iterative_scan', %s, true)"
-VECTOR_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-BOUNDED_COUNT = (
-    "SELECT count(*) AS n FROM (SELECT 1 FROM memories WHERE user_id = %s LIMIT %s) AS mine"
-)
-HAS_ANY = "SELECT EXISTS (SELECT 1 FROM memories WHERE user_id = %s) AS any"
-INSERT = f"""
-INSERT INTO memories (user_id, content, category, source, embedding, created_at, updated_at)
-VALUES (%(user)s, %(content)s, %(category)s, %(source)s, %(v)s, %(now)s, %(now)s)
-RETURNING {COLUMNS}
-"""
-UPDATE = f"""
-UPDATE memories SET content = %(content)s, category = %(category)s, embedding = %(v)s,
-                    updated_at = %(now)s
-WHERE id = %(id)s AND user_id = %(user)s
-RETURNING {COLUMNS}
-"""
-LIST = f"""
-SELECT {COLUMNS} FROM memories WHERE user_id = %s
-ORDER BY created_at DESC, id LIMIT %s OFFSET %s
-"""
-COUNT = "SELECT count(*) AS n FROM memories WHERE user_id = %s"
-GET = f"SELECT {COLUMNS} FROM memories WHERE user_id = %s AND id = %s"
-BY_PREFIX = f"""
-SELECT {COLUMNS} FROM memories WHERE user_id = %s AND id::text LIKE %s ORDER BY id LIMIT 2
-"""
-DELETE = f"DELETE FROM memories WHERE user_id = %s AND id = %s RETURNING {COLUMNS}"
-CLEAR = "DELETE FROM memories WHERE user_id = %s"
-
-
 class MemoryUnavailable(RuntimeError):
     """Memory cannot be used right now (embedder unreachable, store re-embedded)."""
 
 
 @dataclass(frozen=True)
-class MemoryHit:
-    """One stored memory, with its retrieval score (0 when not from a search)."""
-
-    id: str
-    content: str
-    category: str
-    created_at: datetime
-    updated_at: datetime
-    score: float = 0.0
-    source: str = "tool"
-
-
-@dataclass(frozen=True)
 class SaveResult:
-    """A saved memory; `updated` when it replaced a near-duplicate (`previous` text)."""
+    """A saved memory; `merged` when it was a duplicate of one already stored (that one is
+    returned); `related` lists existing memories close to it (best first)."""
 
     memory: MemoryHit
-    updated: bool = False
-    previous: str | None = None
-
-
-def _hit(row: dict, score: float = 0.0) -> MemoryHit:
-    return MemoryHit(
-        id=str(row["id"]),
-        content=row["content"],
-        category=row["category"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        score=float(score),
-        source=row["source"],
-    )
+    merged: bool = False
+    related: tuple[MemoryHit, ...] = field(default_factory=tuple)
 
 
 def _by_similarity(rows: list[dict]) -> list[dict]:
@@ -188,6 +155,7 @@ class MemoryService:
         *,
         clock: Clock | None = None,
         dedupe_threshold: float | None = None,
+        recall_threshold: float | None = None,
         ef_search: int = EF_SEARCH,
         strategy: Strategy = "auto",
         iterative_scan: IterativeScan = "auto",
@@ -196,8 +164,11 @@ class MemoryService:
         self.embedder = embedder
         self.clock = clock or SystemClock()
         if dedupe_threshold is None:
-            dedupe_threshold = DEDUPE_THRESHOLDS.get(embedder.name, DEFAULT_DEDUPE_THRESHOLD)
-        self.dedupe_threshold = dedupe_threshold
+            dedupe_threshold = RELATED_THRESHOLDS.get(embedder.name, DEFAULT_RELATED_THRESHOLD)
+        if recall_threshold is None:
+            recall_threshold = RECALL_THRESHOLDS.get(embedder.name, DEFAULT_RECALL_THRESHOLD)
+        self.dedupe_threshold = dedupe_threshold  # the related threshold (config name kept)
+        self.recall_threshold = recall_threshold
         self.ef_search = ef_search
         self.strategy = strategy  # "auto": exact scan for small users, HNSW for large ones
         self.exact_fallbacks = 0  # HNSW scans starved by the user filter (then scanned exactly)
@@ -213,6 +184,8 @@ class MemoryService:
         config = settings.runtime
         if "memory_dedupe_threshold" in config.model_fields_set:
             kwargs.setdefault("dedupe_threshold", config.memory_dedupe_threshold)
+        if config.memory_recall_threshold is not None:
+            kwargs.setdefault("recall_threshold", config.memory_recall_threshold)
         service = cls(pool, await choose_embedder(pool, settings), **kwargs)
         await service.check_bound()
         return service
@@ -226,9 +199,12 @@ class MemoryService:
 
     # -- embedding ---------------------------------------------------------------------------
 
-    async def _embed(self, texts: list[str]) -> list[np.ndarray]:
+    async def _embed(self, texts: list[str], query: bool = False) -> list[np.ndarray]:
+        embed = self.embedder.embed
+        if query:  # embedders without roles (e.g. test doubles) embed queries as passages
+            embed = getattr(self.embedder, "embed_queries", embed)
         try:
-            vectors = await self.embedder.embed(texts)
+            vectors = await embed(texts)
         except Exception as exc:
             log.warning("embedding with %s failed: %s", self.embedder.name, type(exc).__name__)
             raise MemoryUnavailable(
@@ -243,7 +219,7 @@ class MemoryService:
         if cached is not None:
             self._query_cache.move_to_end(text)
             return cached
-        vector = (await self._embed([text]))[0]
+        vector = (await self._embed([text], query=True))[0]
         self._query_cache[text] = vector
         if len(self._query_cache) > QUERY_CACHE_SIZE:
             self._query_cache.popitem(last=False)
@@ -254,7 +230,7 @@ class MemoryService:
     async def save(
         self, user_id: int, content: str, category: str = "general", source: str = "tool"
     ) -> SaveResult:
-        """Store a memory, or update the user's near-duplicate of it."""
+        """Store a memory (a true duplicate merges into the stored one); see SaveResult."""
         content, category = clean_content(content), clean_category(category)
         check_source(source)
         vector = (await self._embed([content]))[0]
@@ -272,8 +248,8 @@ class MemoryService:
     ) -> list[SaveResult]:
         """Store several memories with one batched embedding call (e.g. facts from compaction).
 
-        Blank entries are skipped and over-long ones cut to MAX_CONTENT_CHARS; duplicates
-        (of stored memories or of each other) update instead of inserting.
+        Blank entries are skipped and over-long ones cut to MAX_CONTENT_CHARS; true duplicates
+        (of stored memories or of each other) merge, everything else is stored.
         """
         check_source(source)
         texts = [fit_content(t) for t in contents if isinstance(t, str) and t.strip()]
@@ -308,16 +284,38 @@ class MemoryService:
     ) -> SaveResult:
         params = {"user": user_id, "content": content, "category": category, "source": source,
                   "v": vector, "now": self.clock.now()}
-        nearest = await self._nearest(conn, user_id, vector, 1)
-        if nearest and (
-            nearest[0]["similarity"] >= self.dedupe_threshold
-            or same_text(nearest[0]["content"], content)
-        ):
-            old = nearest[0]
-            row = one(await (await conn.execute(UPDATE, {**params, "id": old["id"]})).fetchone())
-            return SaveResult(_hit(row, old["similarity"]), updated=True, previous=old["content"])
+        nearest = await self._nearest(conn, user_id, vector, MAX_RELATED + 2)
+        same = next((r for r in nearest if same_text(r["content"], content)), None)
+        if same is not None:
+            row = one(await (await conn.execute(TOUCH, {**params, "id": same["id"]})).fetchone())
+            return SaveResult(hit(row, same["similarity"]), merged=True)
+        related = tuple(
+            hit(r, r["similarity"]) for r in nearest if r["similarity"] >= self.dedupe_threshold
+        )[:MAX_RELATED]
         row = one(await (await conn.execute(INSERT, params)).fetchone())
-        return SaveResult(_hit(row))
+        return SaveResult(hit(row), related=related)
+
+    async def update(
+        self, user_id: int, memory_id: str, content: str, category: str | None = None
+    ) -> SaveResult | None:
+        """Replace the text of the user's memory (re-embedded; the old text kept in its
+        history); None when no such memory is theirs."""
+        memory_uuid, content = parse_memory_id(memory_id), clean_content(content)
+        vector = (await self._embed([content]))[0]
+        async with self._write(user_id, len(vector)) as conn:
+            params = {"user": user_id, "id": memory_uuid, "content": content, "v": vector,
+                      "now": self.clock.now(),
+                      "category": clean_category(category) if category is not None else None}
+            row = await (await conn.execute(REPLACE, params)).fetchone()
+        return SaveResult(hit(row)) if row else None
+
+    async def history(self, user_id: int, memory_id: str) -> list[dict] | None:
+        """The texts updates replaced, oldest first (None when no such memory is theirs)."""
+        async with self.pool.connection() as conn:
+            row = await (
+                await conn.execute(HISTORY, (user_id, parse_memory_id(memory_id)))
+            ).fetchone()
+        return None if row is None else list(row["history"])
 
     # -- searching ---------------------------------------------------------------------------
 
@@ -357,8 +355,9 @@ class MemoryService:
     ) -> list[MemoryHit]:
         """Both legs go out in one pipeline (one round trip); results are fused with RRF."""
         k = max(CANDIDATES, limit)
-        terms = fts_query(query) if mode != "vector" else None
-        params = {"user": user_id, "v": vector, "k": k, "q": terms}
+        terms = query_terms(query) if mode != "vector" else []
+        params = {"user": user_id, "v": vector, "k": k,
+                  "terms": [t.text for t in terms], "pre": [t.prefix for t in terms]}
         vec_cur = text_cur = None
         async with self.pool.connection() as conn:
             use_index = mode != "text" and await self._use_index(conn, user_id)
@@ -369,15 +368,16 @@ class MemoryService:
                 if mode != "text":
                     vec_cur = await conn.execute(SEARCH_ANN if use_index else SEARCH_EXACT, params)
                 if terms:
-                    text_cur = await conn.execute(SEARCH_TEXT, params)
+                    sql = SEARCH_TEXT_ONLY if mode == "text" else SEARCH_TEXT
+                    text_cur = await conn.execute(sql, params)
             vec_rows = _by_similarity(await vec_cur.fetchall()) if vec_cur else []
             if use_index and len(vec_rows) < k:
                 vec_rows = await self._starved(conn, params)
             text_rows = await text_cur.fetchall() if text_cur else []
         if mode == "vector":
-            return [_hit(r, r["similarity"]) for r in vec_rows[:limit]]
+            return [hit(r, r["similarity"]) for r in vec_rows[:limit]]
         if mode == "text":
-            return [_hit(r, r["rank"]) for r in text_rows[:limit]]
+            return [hit(r, r["rank"]) for r in text_rows[:limit]]
         return rrf_fuse([vec_rows, text_rows], limit)
 
     async def _use_index(self, conn: DictConnection, user_id: int) -> bool:
@@ -430,10 +430,13 @@ class MemoryService:
         return rows if len(rows) >= k else await self._starved(conn, params)
 
     async def recall(self, user_id: int, query: str, limit: int = 5) -> list[MemoryHit]:
-        """Memories to inject for this message (one embedding call; none if the user has none)."""
+        """Memories relevant enough to inject for this message: the best `limit` search hits
+        whose similarity reaches the recall threshold (one embedding call; none when the
+        user has no memories or nothing is relevant)."""
         if limit <= 0 or not (query or "").strip() or not await self._has_any(user_id):
             return []
-        return await self.search(user_id, query[:MAX_CONTENT_CHARS], limit)
+        hits = await self.search(user_id, query[:MAX_CONTENT_CHARS], limit)
+        return [h for h in hits if (h.similarity or 0.0) >= self.recall_threshold]
 
     # -- listing and forgetting --------------------------------------------------------------
 
@@ -441,7 +444,7 @@ class MemoryService:
         """The user's memories, newest first."""
         async with self.pool.connection() as conn:
             rows = await (await conn.execute(LIST, (user_id, limit, offset))).fetchall()
-        return [_hit(r) for r in rows]
+        return [hit(r) for r in rows]
 
     async def count(self, user_id: int) -> int:
         """How many memories the user has."""
@@ -452,7 +455,7 @@ class MemoryService:
         """The user's memory with this id (None for unknown ids and other users' ids)."""
         async with self.pool.connection() as conn:
             row = await (await conn.execute(GET, (user_id, parse_memory_id(memory_id)))).fetchone()
-        return _hit(row) if row else None
+        return hit(row) if row else None
 
     async def find(self, user_id: int, ref: str) -> MemoryHit | None:
         """A memory by full id or by a unique prefix of at least 6 characters (as /memory shows)."""
@@ -462,24 +465,16 @@ class MemoryService:
                 rows = await (await conn.execute(BY_PREFIX, (user_id, ref + "%"))).fetchall()
             if len(rows) > 1:
                 raise MemoryInputError(f"{ref!r} matches several memories; give more characters.")
-            return _hit(rows[0]) if rows else None
+            return hit(rows[0]) if rows else None
         return await self.get(user_id, ref)
 
     async def edit(
         self, user_id: int, memory_id: str, content: str, category: str | None = None
     ) -> MemoryHit | None:
-        """Replace a memory's text (re-embedded) and category; None when it is not theirs."""
-        old = await self.get(user_id, memory_id)
-        if old is None:
-            return None
-        content = clean_content(content)
-        category = clean_category(category if category is not None else old.category)
-        vector = (await self._embed([content]))[0]
-        params = {"id": parse_memory_id(memory_id), "user": user_id, "content": content,
-                  "category": category, "v": vector, "now": self.clock.now()}
-        async with self._write(user_id, len(vector)) as conn:
-            row = await (await conn.execute(UPDATE, params)).fetchone()
-        return _hit(row) if row else None
+        """Replace a memory's text (re-embedded, the old text kept in its history) and
+        category, as `update` does (the web page); None when it is not theirs."""
+        result = await self.update(user_id, memory_id, content, category)
+        return result.memory if result is not None else None
 
     async def forget(self, user_id: int, memory_id: str) -> MemoryHit | None:
         """Delete the user's memory; None when no such memory is theirs."""
@@ -487,7 +482,7 @@ class MemoryService:
             row = await (
                 await conn.execute(DELETE, (user_id, parse_memory_id(memory_id)))
             ).fetchone()
-        return _hit(row) if row else None
+        return hit(row) if row else None
 
     async def clear(self, user_id: int) -> int:
         """Delete all of the user's memories; returns how many."""
@@ -495,13 +490,3 @@ class MemoryService:
             return (await conn.execute(CLEAR, (user_id,))).rowcount
 
 
-def rrf_fuse(rankings: Sequence[Sequence[dict]], limit: int, k: int = RRF_K) -> list[MemoryHit]:
-    """Reciprocal rank fusion: score = Σ 1/(k + rank) over the rankings a memory appears in."""
-    scores: dict[Any, float] = {}
-    rows: dict[Any, dict] = {}
-    for ranking in rankings:
-        for rank, row in enumerate(ranking, start=1):
-            scores[row["id"]] = scores.get(row["id"], 0.0) + 1.0 / (k + rank)
-            rows.setdefault(row["id"], row)
-    best = sorted(scores, key=lambda key: (-scores[key], str(key)))[:limit]
-    return [_hit(rows[key], scores[key]) for key in best]

@@ -5,7 +5,7 @@ enough for a paragraph, small enough to inject several memories into a prompt.
 (The offline model embeds only the first 512 tokens of a text, so the meaning of
 a long memory is judged by its beginning; full text covers all of it.)
 
-## The full-text leg of memory search
+## The lexical leg of memory search
 
 The `memories.content_tsv` column uses PostgreSQL's 'simple' configuration (no
 stemming, no stop words), which treats Korean and English alike. The query side
@@ -15,21 +15,20 @@ makes up for the missing language smarts with a few cheap rules:
 - Korean particles are stripped from the end of a word ("생일은" → "생일");
 - common English suffixes are cut ("renewal" → "renew") and every word of three
   or more letters matches as a prefix, so "renew" finds "renews" and "생일"
-  finds "생일은";
-- the remaining words are AND-ed.
+  finds "생일은".
 
-AND makes this leg precise rather than broad: it fires when the memory contains
-every meaningful word of the query — a code, a name, "wi-fi password" — which is
-where embeddings are weakest. Paraphrased questions rarely match all words, and
-then the vector leg alone decides (measured: OR-ing the words let generic terms
-such as "work" or "우리" promote wrong memories and cost 0.14 recall@1 on the
-paraphrase set; see BENCHMARKS.md).
+The remaining terms are scored with BM25 in PostgreSQL (service.py): a memory
+needs only one of them to be a candidate, and rare terms (a name, a code) weigh
+far more than common ones. The first version AND-ed all words instead; it
+returned anything for only 18% of long-conversation questions
+(bench/memory_recall.py, BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 MAX_CONTENT_CHARS = 4_000
@@ -75,8 +74,8 @@ def parse_memory_id(value: Any) -> uuid.UUID:
 
 
 def same_text(a: str, b: str) -> bool:
-    """Equal up to case and whitespace."""
-    return " ".join(a.casefold().split()) == " ".join(b.casefold().split())
+    """The same words in the same order, up to case, punctuation and spacing."""
+    return normalise(a) == normalise(b)
 
 
 def check_source(source: str) -> None:
@@ -115,7 +114,7 @@ HANGUL = re.compile(r"[\uac00-\ud7a3]")
 # Tokens as PostgreSQL's default parser sees them: emails and dotted names (hosts, versions,
 # decimals) stay whole, everything else splits into \w+ runs.
 TOKEN = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\w+(?:\.\w+)+|\w+")
-MAX_TERMS = 12
+MAX_TERMS = 16
 MIN_STEM = 4
 
 
@@ -126,34 +125,50 @@ def _strip_suffix(token: str, suffixes: tuple[str, ...], keep: int) -> str:
     return token
 
 
-def _term(token: str) -> str | None:
-    """One quoted tsquery term for a query word, or None for words that carry no meaning."""
+@dataclass(frozen=True)
+class QueryTerm:
+    """One lexical search term: an exact lexeme, or a prefix of lexemes."""
+
+    text: str
+    prefix: bool
+
+
+def _terms(token: str) -> list[QueryTerm]:
+    """The search terms for one query word (none for words that carry no meaning)."""
     if token in STOPWORDS:
-        return None
+        return []
     if HANGUL.search(token):
         token = _strip_suffix(token, KO_PARTICLES, 2)
         if token in STOPWORDS:
-            return None
-        return f"'{token}':*" if len(token) >= 2 else f"'{token}'"
+            return []
+        return [QueryTerm(token, len(token) >= 2)]
     if token.isdigit():  # "QZX-4417" is parsed as 'qzx' and the signed integer '-4417'
-        return f"('{token}' | '-{token}')"
+        return [QueryTerm(token, False), QueryTerm(f"-{token}", False)]
     if "." in token or "@" in token:
-        return f"'{token}':*"
+        return [QueryTerm(token, True)]
     if len(token) < 2:
-        return None
+        return []
     token = _strip_suffix(token, EN_SUFFIXES, MIN_STEM)
-    return f"'{token}':*" if len(token) >= 3 else f"'{token}'"
+    return [QueryTerm(token, len(token) >= 3)]
 
 
-def fts_query(text: str) -> str | None:
-    """A to_tsquery('simple', …) expression AND-ing the query's meaningful words, or None.
+def query_terms(text: str) -> list[QueryTerm]:
+    """The query's meaningful words as lexical search terms (at most MAX_TERMS, no repeats).
 
-    Every term is quoted and made of word characters (plus . @ + - inside emails and dotted
-    names), so no tsquery operator from the user can get in.
+    Terms are plain lexemes (word characters, plus . @ + - inside emails and dotted names);
+    the service passes them as query parameters, never as tsquery syntax.
     """
-    terms: list[str] = []
+    terms: list[QueryTerm] = []
     for token in TOKEN.findall(text.casefold()):
-        term = _term(token.strip("_"))
-        if term and term.strip("':*_") and term not in terms:
-            terms.append(term)
-    return " & ".join(terms[:MAX_TERMS]) or None
+        for term in _terms(token.strip("_")):
+            if term.text.strip("_") and term not in terms:
+                terms.append(term)
+    return terms[:MAX_TERMS]
+
+
+_NOT_WORD = re.compile(r"[\W_]+")
+
+
+def normalise(text: str) -> str:
+    """`text` for duplicate detection: case-folded, punctuation and spacing removed."""
+    return " ".join(_NOT_WORD.sub(" ", text.casefold()).split())

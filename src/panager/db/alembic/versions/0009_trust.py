@@ -9,13 +9,13 @@
 - `schedules_user_due_idx`: the fair claim ranks due schedules per user.
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 """
 
 from alembic import op
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,285 @@
+"""Memory recall on long multi-session conversations: what search finds, what saving keeps.
+
+    .venv/bin/python bench/memory_recall.py                 # the offline default embedder
+    .venv/bin/python bench/memory_recall.py --embedders local,local:all-minilm-l6-v2-int8
+    .venv/bin/python bench/memory_recall.py --embedders local:multilingual-e5-small-q4#older
+        # e5 as stored before query/passage roles (every text a query), for comparison
+
+Data: bench/memory_dialogues.py (6 generated conversations of ~270 turns over
+~20 sessions each, 396 questions annotated with the turns that answer them; see
+its docstring for what it is and is not). Every turn is stored through
+`MemoryService.save` (the `memory_save` path) as "Speaker: text", with the clock
+at its session's date, one user per conversation, on a real PostgreSQL +
+pgvector (a throwaway database). Then, per embedder:
+
+1. Saving: how many turns were merged into an earlier memory (exact repeats such
+   as "Thanks!") and how many *distinct* turns are missing from the store
+   afterwards (must be 0).
+2. Retrieval: recall@5/10/20 (share of a question's answering turns in the top k)
+   and hit@k (at least one of them) per question type, for the product's search
+   (hybrid), its dense leg alone, its lexical (BM25 in PostgreSQL) leg alone, and
+   a plain BM25 baseline (`rank_bm25.BM25Okapi` over lower-cased word tokens,
+   bench-only dependency).
+3. Injection: for the top 5 of each question, and for 30 messages unrelated to
+   any memory, precision and recall of injecting the hits whose similarity
+   reaches a bar, per bar; this is how RECALL_THRESHOLDS was chosen.
+4. Latency: `memory_search` for a user with 1,000 memories (200 questions, vectors
+   embedded beforehand: the database + fusion part), and the query embedding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import bench_database, machine_line, percentile
+from bench.memory_dialogues import Conversation, dataset
+from panager.clock import FakeClock
+from panager.config import Settings
+from panager.db.pool import open_pool
+from panager.embeddings import legacy_embedder
+from panager.services.memory.binding import build_embedder
+from panager.services.memory.service import MemoryService
+from panager.services.memory.text import normalise
+
+KS = (5, 10, 20)
+MODES = ("hybrid", "vector", "text")
+LABELS = {"hybrid": "product (hybrid)", "vector": "dense only", "text": "lexical only (BM25 in SQL)",
+          "bm25": "plain BM25 (rank_bm25)"}
+LATENCY_USER, LATENCY_SIZE = 100, 1_000
+BARS = [round(0.20 + 0.01 * i, 2) for i in range(76)]
+SHOWN_BARS = 0.06  # bars printed: the shipped one ± this
+UNRELATED = [
+    "What's the weather going to be like tomorrow?", "Set a reminder to call the bank at 5pm.",
+    "Translate 'good morning' into Spanish.", "What's 15% of 80?",
+    "Draft an email to my landlord about the broken heating.", "How many ounces are in a pound?",
+    "Tell me a joke about computers.", "What time is it in London right now?",
+    "Add milk and eggs to my shopping list.", "Summarise the news about the elections.",
+    "How do I convert a PDF to Word?", "What's the capital of Australia?",
+    "Explain how compound interest works.", "Schedule a meeting with the team on Friday.",
+    "What's a good synonym for 'important'?", "Recommend a podcast about history.",
+    "How long should I boil an egg?", "Is it going to rain this weekend?",
+    "What's the exchange rate from dollars to euros?", "Write a haiku about autumn.",
+    "How do I reset my router?", "What's the population of Canada?",
+    "Remind me to water the plants tomorrow morning.", "Who won the last World Cup?",
+    "How do you say thank you in Japanese?", "What's the square root of 144?",
+    "Give me a recipe for pancakes.", "What does HTTP stand for?",
+    "Book a table for two at 7pm.", "How far is the moon from the earth?",
+]
+WORD = re.compile(r"\w+")
+
+
+def log(message: str) -> None:
+    """Progress on stderr (the tables go to stdout)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+async def store(service: MemoryService, clock: FakeClock, user: int, conv: Conversation) -> dict:
+    """Save every turn through MemoryService.save; returns turn id → memory id and counts."""
+    ids: dict[str, str] = {}
+    merged = 0
+    for n, turn in enumerate(conv.turns):
+        clock.set(conv.dates[turn.session] + timedelta(minutes=n % 240))
+        result = await service.save(user, turn.stored, "conversation")
+        ids[turn.id] = result.memory.id
+        merged += result.merged
+    stored = {normalise(h.content) for h in await service.list(user, 100_000)}
+    distinct = {normalise(t.stored) for t in conv.turns}
+    return {"ids": ids, "merged": merged, "lost": len(distinct - stored), "turns": len(conv.turns)}
+
+
+def bm25_rankings(conv: Conversation, ids: dict[str, str], k: int) -> list[list[str]]:
+    """Plain BM25 (rank_bm25) over the conversation's distinct stored texts, per question."""
+    from rank_bm25 import BM25Okapi
+
+    docs: dict[str, str] = {}
+    for turn in conv.turns:
+        docs.setdefault(ids[turn.id], turn.stored)
+    keys = list(docs)
+    index = BM25Okapi([WORD.findall(docs[key].lower()) for key in keys])
+    out = []
+    for q in conv.questions:
+        scores = index.get_scores(WORD.findall(q.text.lower()))
+        order = sorted(range(len(keys)), key=lambda i: (-scores[i], i))[:k]
+        out.append([keys[i] for i in order])
+    return out
+
+
+def score(rankings: dict, conv: Conversation, ids: dict[str, str], totals: dict) -> None:
+    """Add each question's recall@k / hit@k per method to `totals[(method, kind)]`."""
+    for method, ranked in rankings.items():
+        for q, got in zip(conv.questions, ranked, strict=True):
+            want = {ids[t] for t in q.evidence}
+            for kind in (q.kind, "all"):
+                row = totals.setdefault((method, kind), {"n": 0, **{f"r{k}": 0.0 for k in KS},
+                                                         **{f"h{k}": 0 for k in KS}})
+                row["n"] += 1
+                for k in KS:
+                    found = len(want & set(got[:k]))
+                    row[f"r{k}"] += found / len(want)
+                    row[f"h{k}"] += found > 0
+
+
+async def injection(service, user, conv, ids, vectors, unrelated_vecs, rows: dict) -> None:
+    """Per bar: injected relevant/total for the questions, unrelated messages left empty."""
+    for q, vec in zip(conv.questions, vectors, strict=True):
+        want = {ids[t] for t in q.evidence}
+        hits = await service.search(user, q.text, 5, vector=vec)
+        for bar in BARS:
+            kept = [h for h in hits if (h.similarity or 0) >= bar]
+            row = rows.setdefault(bar, {"inj": 0, "good": 0, "want": 0, "found": 0, "qs": 0,
+                                        "q_any": 0, "quiet": 0, "unrel": 0})
+            row["inj"] += len(kept)
+            row["good"] += sum(h.id in want for h in kept)
+            row["want"] += len(want)
+            row["found"] += len(want & {h.id for h in kept})
+            row["qs"] += 1
+            row["q_any"] += bool(kept)
+    for text, vec in zip(UNRELATED, unrelated_vecs, strict=True):
+        hits = await service.search(user, text, 5, vector=vec)
+        for bar in BARS:
+            rows[bar]["unrel"] += 1
+            rows[bar]["quiet"] += not any((h.similarity or 0) >= bar for h in hits)
+
+
+async def latency(service: MemoryService, pool, questions: list[str]) -> dict:
+    """p50/p95 of search at LATENCY_SIZE memories (vectors embedded beforehand) and of the
+    query embedding."""
+    async with pool.connection() as conn:
+        await conn.execute("INSERT INTO users (id, username) VALUES (%s, 'latency')", (LATENCY_USER,))
+        await conn.execute(
+            "INSERT INTO memories (user_id, content, category, source, embedding, created_at, updated_at) "
+            "SELECT %s, content, category, source, embedding, created_at, updated_at FROM memories "
+            "WHERE user_id <> %s ORDER BY created_at, id LIMIT %s",
+            (LATENCY_USER, LATENCY_USER, LATENCY_SIZE),
+        )
+        await conn.execute("VACUUM ANALYZE memories")
+    embed_times, vectors = [], []
+    for text in questions:
+        started = time.perf_counter()
+        vectors.append(await service.embed_query(text + " "))  # a fresh text: not cached
+        embed_times.append((time.perf_counter() - started) * 1000)
+    out = {"embed": embed_times}
+    for mode in MODES:
+        times = []
+        for _ in range(2):  # the first pass warms caches and plans
+            times = []
+            for text, vec in zip(questions, vectors, strict=True):
+                started = time.perf_counter()
+                await service.search(LATENCY_USER, text, 10, mode=mode, vector=vec)
+                times.append((time.perf_counter() - started) * 1000)
+        out[mode] = times
+    return out
+
+
+async def run_embedder(model: str, convs: list[Conversation], questions: int) -> dict:
+    """Everything for one embedder on a fresh database."""
+    if model.endswith("#older"):  # the space before query/passage roles, for comparison
+        embedder = legacy_embedder(model.removesuffix("#older"))
+    else:
+        embedder = build_embedder(model, Settings(_env_file=None))
+    clock = FakeClock()
+    totals: dict = {}
+    saving = {"merged": 0, "lost": 0, "turns": 0}
+    inject: dict = {}
+    async with bench_database() as url:
+        pool = await open_pool(url, max_size=4)
+        try:
+            service = MemoryService(pool, embedder, clock=clock)
+            unrelated = [await service.embed_query(t) for t in UNRELATED]
+            for user, conv in enumerate(convs, start=1):
+                async with pool.connection() as conn:
+                    await conn.execute("INSERT INTO users (id, username) VALUES (%s, %s)", (user, f"u{user}"))
+                log(f"  {embedder.name}: storing conversation {user} ({len(conv.turns)} turns)")
+                saved = await store(service, clock, user, conv)
+                for key in saving:
+                    saving[key] += saved[key]
+                ids = saved["ids"]
+                vectors = [await service.embed_query(q.text) for q in conv.questions]
+                rankings = {"bm25": bm25_rankings(conv, ids, max(KS))}
+                for mode in MODES:
+                    rankings[mode] = [
+                        [h.id for h in await service.search(user, q.text, max(KS), mode=mode, vector=v)]
+                        for q, v in zip(conv.questions, vectors, strict=True)
+                    ]
+                score(rankings, conv, ids, totals)
+                await injection(service, user, conv, ids, vectors, unrelated, inject)
+            all_questions = [q.text for c in convs for q in c.questions][:questions]
+            timing = await latency(service, pool, all_questions)
+        finally:
+            await pool.close()
+    return {"name": embedder.name, "totals": totals, "saving": saving, "inject": inject,
+            "timing": timing, "related": service.dedupe_threshold, "bar": service.recall_threshold}
+
+
+def print_report(results: list[dict], convs: list[Conversation], seconds: float) -> None:
+    """The markdown tables."""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    turns = sum(len(c.turns) for c in convs)
+    print(f"### Memory recall benchmark\n\n{machine_line()}, {os.cpu_count()} cores, load average {load}")
+    print(f"data: bench/memory_dialogues.py, {len(convs)} conversations, {turns} turns, "
+          f"{sum(len(c.questions) for c in convs)} questions; {seconds:.0f} s\n")
+    for res in results:
+        s = res["saving"]
+        print(f"#### {res['name']}\n")
+        print(f"Saving {s['turns']} turns one by one: {s['merged']} merged into an earlier identical "
+              f"memory (exact repeats), **{s['lost']} distinct turns merged away**.\n")
+        kinds = [*sorted({kind for _, kind in res["totals"]} - {"all"}), "all"]
+        print("| search | questions | n | R@5 | R@10 | R@20 | hit@5 | hit@10 | hit@20 |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for method in ("hybrid", "vector", "text", "bm25"):
+            for kind in kinds:
+                row = res["totals"][(method, kind)]
+                n = row["n"]
+                cells = [f"{row[f'r{k}'] / n:.3f}" for k in KS] + [f"{row[f'h{k}'] / n:.3f}" for k in KS]
+                label = f"**{kind}**" if kind == "all" else kind
+                print(f"| {LABELS[method]} | {label} | {n} | " + " | ".join(cells) + " |")
+        print_injection(res)
+        t = res["timing"]
+        print(f"\nLatency at {LATENCY_SIZE:,} memories of one user ({len(t['embed'])} questions, top 10, "
+              "vectors embedded beforehand): " + "; ".join(
+                  f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms" for m in MODES))
+        print(f"Query embedding: p50 {percentile(t['embed'], 50):.1f} ms, p95 {percentile(t['embed'], 95):.1f} ms\n")
+
+
+def print_injection(res: dict) -> None:
+    """Injection precision/recall per similarity bar (the top 5 of each question)."""
+    print(f"\nInjection (top 5, kept when similarity ≥ bar; shipped bar {res['bar']:.2f}, "
+          f"related-memory threshold {res['related']:.2f}):\n")
+    print("| bar | precision | recall of answering turns | questions injecting ≥1 | unrelated messages injecting none |")
+    print("|---|---|---|---|---|")
+    for bar, row in sorted(res["inject"].items()):
+        if abs(bar - res["bar"]) > SHOWN_BARS + 1e-9:
+            continue
+        precision = row["good"] / row["inj"] if row["inj"] else float("nan")
+        mark = " ←" if abs(bar - res["bar"]) < 1e-9 else ""
+        print(f"| {bar:.2f}{mark} | {precision:.3f} | {row['found'] / row['want']:.3f} | "
+              f"{row['q_any'] / row['qs']:.3f} | {row['quiet'] / row['unrel']:.3f} |")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--embedders", default="local", help="comma-separated PANAGER_EMBEDDING_MODEL values")
+    parser.add_argument("--conversations", type=int, default=6)
+    parser.add_argument("--questions", type=int, default=200, help="questions timed for latency")
+    return parser.parse_args()
+
+
+async def main() -> None:
+    args = parse_args()
+    started = time.perf_counter()
+    convs = dataset(args.conversations)
+    results = [await run_embedder(m.strip(), convs, args.questions) for m in args.embedders.split(",")]
+    print_report(results, convs, time.perf_counter() - started)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
