@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from panager.db.presence import Presence
+
+if TYPE_CHECKING:
+    from panager.discord.bot import PanagerBot
 
 log = logging.getLogger(__name__)
 
 CHECK_SECONDS = 1.0
 
 
-async def start_presence(bot: Any) -> Presence | None:
+async def start_presence(bot: PanagerBot) -> Presence | None:
     """Take the bot's presence lock before it claims anything; None when it cannot."""
     presence = Presence(bot.app.url, bot.inbox.worker)
     try:
@@ -30,23 +33,18 @@ async def start_presence(bot: Any) -> Presence | None:
     return presence
 
 
-async def reclaim_loop(bot: Any, presence: Presence, every: float = CHECK_SECONDS) -> None:
+async def reclaim_loop(bot: PanagerBot, presence: Presence, every: float = CHECK_SECONDS) -> None:
     """Queue again the messages of dead bot processes and answer them, until cancelled."""
     try:
         while True:
             await presence.held.wait()
             try:
-                rows = await bot.inbox.recover_orphaned()
+                taken = await bot.queue.take_back_orphaned()
             except Exception as exc:
                 log.warning("looking for a stopped process's messages failed: %s", exc)
-                rows = []
-            for row in rows:
-                if row.status == "abandoned":
-                    await bot._notify_abandoned(row)
-                else:
-                    bot._kick(row.user_id)
-            if rows:
-                log.info("took back %d message(s) of a stopped process", len(rows))
+                taken = 0
+            if taken:
+                log.info("took back %d message(s) of a stopped process", taken)
             await asyncio.sleep(every)
     finally:
         await presence.close()

@@ -81,6 +81,17 @@ class InboxQueue:
         for user_id in await self.inbox.queued_users():
             self.kick(user_id)
 
+    async def take_back_orphaned(self) -> int:
+        """Queue again the messages of processes that died (their presence lock is gone)
+        and resume their users; returns how many were taken back."""
+        rows = await self.inbox.recover_orphaned()
+        for row in rows:
+            if row.status == "abandoned":
+                await self.on_abandoned(row)
+            else:
+                self.kick(row.user_id)
+        return len(rows)
+
     def start_pruning(self) -> None:
         """Prune finished rows now and every PRUNE_EVERY seconds, in the background."""
         self.spawn(self._prune_loop())
