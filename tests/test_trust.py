@@ -66,6 +66,28 @@ async def test_a_busy_users_agent_runs_do_not_delay_anothers_reminder(make_app, 
     assert len(rec.texts(alice.id)) == 30  # and all of hers complete
 
 
+async def test_an_older_backlog_wider_than_the_claim_slice_does_not_hide_others(make_app, clock):
+    """A's 40 reminders, due before B's, fill the claim's bounded slice (4·limit+16 rows):
+    one claim still takes A's room (2) and B's reminder, and nothing more of A's."""
+    app, _ = await scheduler_app(make_app)
+    users, scheduler = app.deps.users, app.deps.scheduler
+    alice, bob = await users.ensure(611, "alice"), await users.ensure(612, "bob")
+    for n in range(40):
+        await scheduler.create(alice, f"a{n}", "2026-11-21T12:01")
+    await scheduler.create(bob, "bob's reminder", "2026-11-21T12:02")
+    clock.advance(minutes=5)
+    w = worker(app)
+    claimed, owners = await scheduler.claims.claim_fair(
+        w.id, clock.now(), lease=w.lease, limit=4, per_user=2, busy={}
+    )
+    assert sorted(s.user_id for s in claimed) == [alice.id, alice.id, bob.id]
+    assert set(owners) == {alice.id, bob.id}
+    again, _ = await scheduler.claims.claim_fair(
+        w.id, clock.now(), lease=w.lease, limit=4, per_user=2, busy={alice.id: 2}
+    )
+    assert again == []  # Alice is at her room on this worker; Bob's row is leased
+
+
 async def test_a_scheduled_run_whose_user_is_busy_is_handed_back(make_app, clock):
     app, rec = await scheduler_app(make_app, ScriptedChatModel(default="done"))
     user = await app.local_user()
