@@ -103,6 +103,33 @@ async def test_a_scheduled_run_whose_user_is_busy_is_handed_back(make_app, clock
     assert rec.texts() and "done" in rec.texts()[0]
 
 
+async def test_a_handed_back_run_goes_as_soon_as_the_users_turn_here_ends(make_app, clock):
+    """Three agent runs due at once: the one blocked by the user's running turn is retried
+    when that turn ends, not after a fixed pause (the fake clock never moves here)."""
+
+    class SlowModel(ScriptedChatModel):
+        async def _agenerate(self, *args, **kwargs):
+            await asyncio.sleep(0.2)  # the first turn still runs when the second run starts
+            return await super()._agenerate(*args, **kwargs)
+
+    app, rec = await scheduler_app(make_app, SlowModel(default="report"))
+    user = await app.deps.users.ensure(621, "alice")
+    for n in range(3):
+        await app.deps.scheduler.create(user, f"task {n}", "2026-11-21T12:00", kind="agent")
+    w = worker(app)
+    outcomes = []
+    process = w.process
+
+    async def counted(schedule, owner):
+        outcomes.append(await process(schedule, owner))
+        return outcomes[-1]
+
+    w.process = counted
+    await w.run_once()
+    assert len(rec.texts(user.id)) == 3
+    assert "busy" in outcomes  # a run was handed back, and went once the turn ended
+
+
 async def test_schedule_limits_are_clear_tool_errors(make_app, tmp_path):
     home = write_config(tmp_path / "h", schedule_max_active_per_user=2)
     script = [
