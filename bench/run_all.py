@@ -59,7 +59,13 @@ class Benchmark:
 
 
 KNOWN = [
-    Benchmark("scheduler", "Scheduler", [], ["--reminders", "2000", "--users", "200"], "scheduler.py"),
+    Benchmark(
+        "scheduler",
+        "Scheduler",
+        [],
+        ["--reminders", "2000", "--users", "200", "--rounds", "1", "--fair-agent-runs", "100"],
+        "scheduler.py",
+    ),
     Benchmark("memory", "Memory", [], ["--quick"], "memory.py"),
     Benchmark("embedders", "Embedders", [], ["--repeat", "1"], "embedders.py"),
     Benchmark("turn_overhead", "Turn overhead", [], ["--turns", "60"], "turn_overhead.py"),

@@ -70,7 +70,7 @@ class RecordingDelivery:
 
 async def worker_main(url: str, claims: str) -> dict:
     """Run one real worker (claiming with `claims`) until SIGTERM; return what it delivered."""
-    from bench.scheduler_peers import use_claims
+    from bench.scheduler_peers import CLAIM_STATS, use_claims
     from panager.clock import SystemClock
     from panager.db.pool import open_pool
     from panager.services.schedules.service import ScheduleService
@@ -86,7 +86,7 @@ async def worker_main(url: str, claims: str) -> dict:
     print("ready", flush=True)
     await worker.run(stop)
     await pool.close()
-    return {"worker": worker.id, "sent": delivery.sent}
+    return {"worker": worker.id, "sent": delivery.sent, "claims": CLAIM_STATS}
 
 
 # -- coordinator -------------------------------------------------------------------------------
@@ -236,6 +236,8 @@ async def burst_round(url: str, args, tmp: Path, claims: str) -> dict:
         **burst_figures(args, sent, t0),
         "claims": claims,
         "per_worker": [len(r["sent"]) for r in results],
+        "claim_calls": sum(r["claims"]["calls"] for r in results),
+        "claim_ms": sum(r["claims"]["seconds"] for r in results) * 1000,
         "max_runs": totals["max_runs_per_occurrence"],
     }
 
@@ -273,6 +275,11 @@ def report(args, bursts: list[dict], idle: list[float], fair: dict | None) -> No
                     f"burst [{claims} #{n + 1}]: drain · throughput · p50 / p99",
                     f"{b['drain']:.2f} s · {args.reminders / max(b['drain'], 1e-9):,.0f} /s · "
                     f"{b['p50']:.2f} s / {b['p99']:.2f} s",
+                ),
+                (
+                    f"burst [{claims} #{n + 1}]: claims · time in claims (both workers)",
+                    f"{b['claim_calls']} · {b['claim_ms']:,.0f} ms "
+                    f"({b['claim_ms'] / max(b['claim_calls'], 1):.1f} ms each)",
                 ),
             ]
     rows.append(

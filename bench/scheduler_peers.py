@@ -6,14 +6,17 @@
 - `oldest`: the claim before fairness — oldest first, no per-user limit
   (`CLAIM_DUE`, still used by `claim_due`).
 
-A worker process calls `use_claims(name)` before it starts.
+A worker process calls `use_claims(name)` before it starts; `CLAIM_STATS` then counts
+its claims and the wall time they took.
 """
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 
 VARIANTS = ("fair", "rank-all", "oldest")
+CLAIM_STATS = {"calls": 0, "rows": 0, "seconds": 0.0}  # this process's claims (wall time)
 
 _USER_FILTER = """
    AND (%(only)s::bigint[] IS NULL OR user_id = ANY(%(only)s::bigint[]))
@@ -53,11 +56,19 @@ def use_claims(name: str) -> None:
     """Make every worker in this process claim with the statement `name` (see VARIANTS)."""
     from panager.services.schedules.claims import ScheduleClaims
 
-    if name == "fair":
-        return
     if name not in VARIANTS:
         raise ValueError(f"unknown claim variant {name!r}; choose from {', '.join(VARIANTS)}")
-    ScheduleClaims.claim_fair = _oldest if name == "oldest" else _rank_all  # type: ignore[method-assign]
+    claim = {"fair": ScheduleClaims.claim_fair, "oldest": _oldest, "rank-all": _rank_all}[name]
+
+    async def timed(self, *args, **kwargs):
+        started = time.perf_counter()
+        claimed, users = await claim(self, *args, **kwargs)
+        CLAIM_STATS["calls"] += 1
+        CLAIM_STATS["rows"] += len(claimed)
+        CLAIM_STATS["seconds"] += time.perf_counter() - started
+        return claimed, users
+
+    ScheduleClaims.claim_fair = timed  # type: ignore[method-assign]
 
 
 async def _oldest(
