@@ -54,12 +54,14 @@ WITH {_BUSY}, slice AS (
      WHERE {CLAIMABLE} {_USERS}
      ORDER BY s.next_run_at
      LIMIT %(candidates)s
+), numbered AS (  -- pos: the slice's order (oldest first; ties as the index returns them)
+    SELECT id, user_id, row_number() OVER () AS pos FROM slice
 ), ranked AS (
-    SELECT sl.id, sl.next_run_at, COALESCE(b.n, 0) AS busy,
-           row_number() OVER (PARTITION BY sl.user_id ORDER BY sl.next_run_at, sl.id) AS rn
-      FROM slice sl LEFT JOIN busy b ON b.user_id = sl.user_id
+    SELECT sl.id, sl.pos, COALESCE(b.n, 0) AS busy,
+           row_number() OVER (PARTITION BY sl.user_id ORDER BY sl.pos) AS rn
+      FROM numbered sl LEFT JOIN busy b ON b.user_id = sl.user_id
 ), picked AS (
-    SELECT id, row_number() OVER (ORDER BY rn, next_run_at, id) AS ord FROM ranked
+    SELECT id, row_number() OVER (ORDER BY rn, pos) AS ord FROM ranked
      WHERE rn + busy <= %(per_user)s
      ORDER BY ord
 ){_LOCK_AND_LEASE}"""
