@@ -59,7 +59,13 @@ class Benchmark:
 
 
 KNOWN = [
-    Benchmark("scheduler", "Scheduler", [], ["--reminders", "2000", "--users", "200"], "scheduler.py"),
+    Benchmark(
+        "scheduler",
+        "Scheduler",
+        [],
+        ["--reminders", "2000", "--users", "200", "--rounds", "1", "--fair-agent-runs", "100"],
+        "scheduler.py",
+    ),
     Benchmark("memory", "Memory", [], ["--quick"], "memory.py"),
     Benchmark("memory_recall", "Memory recall", [], ["--conversations", "2"], "memory_recall.py"),
     Benchmark("embedders", "Embedders", [], ["--repeat", "1"], "embedders.py"),

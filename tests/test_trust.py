@@ -66,6 +66,28 @@ async def test_a_busy_users_agent_runs_do_not_delay_anothers_reminder(make_app, 
     assert len(rec.texts(alice.id)) == 30  # and all of hers complete
 
 
+async def test_an_older_backlog_wider_than_the_claim_slice_does_not_hide_others(make_app, clock):
+    """A's 40 reminders, due before B's, fill the claim's bounded slice (4·limit+16 rows):
+    one claim still takes A's room (2) and B's reminder, and nothing more of A's."""
+    app, _ = await scheduler_app(make_app)
+    users, scheduler = app.deps.users, app.deps.scheduler
+    alice, bob = await users.ensure(611, "alice"), await users.ensure(612, "bob")
+    for n in range(40):
+        await scheduler.create(alice, f"a{n}", "2026-11-21T12:01")
+    await scheduler.create(bob, "bob's reminder", "2026-11-21T12:02")
+    clock.advance(minutes=5)
+    w = worker(app)
+    claimed, owners = await scheduler.claims.claim_fair(
+        w.id, clock.now(), lease=w.lease, limit=4, per_user=2, busy={}
+    )
+    assert sorted(s.user_id for s in claimed) == [alice.id, alice.id, bob.id]
+    assert set(owners) == {alice.id, bob.id}
+    again, _ = await scheduler.claims.claim_fair(
+        w.id, clock.now(), lease=w.lease, limit=4, per_user=2, busy={alice.id: 2}
+    )
+    assert again == []  # Alice is at her room on this worker; Bob's row is leased
+
+
 async def test_a_scheduled_run_whose_user_is_busy_is_handed_back(make_app, clock):
     app, rec = await scheduler_app(make_app, ScriptedChatModel(default="done"))
     user = await app.local_user()
@@ -79,6 +101,33 @@ async def test_a_scheduled_run_whose_user_is_busy_is_handed_back(make_app, clock
     clock.advance(seconds=3)
     await w.run_once()
     assert rec.texts() and "done" in rec.texts()[0]
+
+
+async def test_a_handed_back_run_goes_as_soon_as_the_users_turn_here_ends(make_app, clock):
+    """Three agent runs due at once: the one blocked by the user's running turn is retried
+    when that turn ends, not after a fixed pause (the fake clock never moves here)."""
+
+    class SlowModel(ScriptedChatModel):
+        async def _agenerate(self, *args, **kwargs):
+            await asyncio.sleep(0.2)  # the first turn still runs when the second run starts
+            return await super()._agenerate(*args, **kwargs)
+
+    app, rec = await scheduler_app(make_app, SlowModel(default="report"))
+    user = await app.deps.users.ensure(621, "alice")
+    for n in range(3):
+        await app.deps.scheduler.create(user, f"task {n}", "2026-11-21T12:00", kind="agent")
+    w = worker(app)
+    outcomes = []
+    process = w.process
+
+    async def counted(schedule, owner):
+        outcomes.append(await process(schedule, owner))
+        return outcomes[-1]
+
+    w.process = counted
+    await w.run_once()
+    assert len(rec.texts(user.id)) == 3
+    assert "busy" in outcomes  # a run was handed back, and went once the turn ended
 
 
 async def test_schedule_limits_are_clear_tool_errors(make_app, tmp_path):

@@ -203,7 +203,7 @@ class RuntimeConfig(BaseModel):
     daily_token_budget: int = Field(default=200_000, ge=0)
     # Models non-admins may pick with /model; None = only the configured PANAGER_MODEL.
     allowed_models: list[str] | None = None
-    # Fair scheduling (docs/scheduling.md): shortest repeat interval per kind, active
+    # Fair scheduling (docs/scheduler.md): shortest repeat interval per kind, active
     # schedules per user, runs of one user in flight at once per worker.
     schedule_min_interval_agent_minutes: int = Field(default=15, ge=0)
     schedule_min_interval_reminder_minutes: int = Field(default=1, ge=0)

@@ -24,6 +24,7 @@ from typing import Any
 
 from panager.db.pool import Pool
 from panager.db.queries import execute, fetch_all, fetch_one
+from panager.services.schedules.fair import claim_fair_rows
 from panager.services.schedules.types import (
     MissedRun,
     RunRecord,
@@ -49,37 +50,6 @@ WITH due AS (
      ORDER BY next_run_at
      LIMIT %(limit)s
      FOR UPDATE SKIP LOCKED
-)
-UPDATE schedules AS s
-   SET claimed_by = %(worker)s, lease_until = %(lease_until)s
-  FROM due
- WHERE s.id = due.id
-RETURNING s.*
-"""
-# Fair claiming (docs/scheduling.md): due rows are ranked per user and taken round-robin
-# (every user's first row, then every user's second, …), and no user gets more than
-# `per_user` runs in flight on this worker (`busy` counts those already running).
-CLAIM_DUE_FAIR = f"""
-WITH busy AS (
-    SELECT * FROM unnest(%(busy_ids)s::bigint[], %(busy_counts)s::int[]) AS b (user_id, n)
-), ranked AS (
-    SELECT s.id, s.next_run_at, COALESCE(b.n, 0) AS busy,
-           row_number() OVER (PARTITION BY s.user_id ORDER BY s.next_run_at, s.id) AS rn
-      FROM schedules s LEFT JOIN busy b ON b.user_id = s.user_id
-     WHERE s.status = 'active' AND s.next_run_at <= %(now)s
-       AND (s.lease_until IS NULL OR s.lease_until <= %(now)s)
-       {_USER_FILTER.replace("user_id", "s.user_id")}
-), picked AS (
-    SELECT id, row_number() OVER (ORDER BY rn, next_run_at, id) AS ord FROM ranked
-     WHERE rn + busy <= %(per_user)s
-     ORDER BY rn, next_run_at, id
-     LIMIT %(candidates)s
-), due AS (
-    SELECT s.id FROM schedules s JOIN picked p ON p.id = s.id
-     WHERE s.status = 'active' AND (s.lease_until IS NULL OR s.lease_until <= %(now)s)
-     ORDER BY p.ord
-     LIMIT %(limit)s
-     FOR UPDATE OF s SKIP LOCKED
 )
 UPDATE schedules AS s
    SET claimed_by = %(worker)s, lease_until = %(lease_until)s
@@ -265,16 +235,11 @@ class ScheduleClaims:
             "now": now,
             "worker": worker,
             "lease_until": now + lease,
-            "limit": limit,
-            "candidates": limit * 4 + 16,  # rows another worker locks are skipped, not waited
-            "per_user": per_user,
-            "busy_ids": list(busy),
-            "busy_counts": list(busy.values()),
             **_filter(only_users, skip_users),
         }
         async with self.pool.connection() as conn:
-            cur = await conn.execute(CLAIM_DUE_FAIR, params)
-            claimed = [schedule_from_row(r) for r in await cur.fetchall()]
+            rows = await claim_fair_rows(conn, params, limit=limit, per_user=per_user, busy=busy)
+            claimed = [schedule_from_row(r) for r in rows]
             if not claimed:
                 return [], {}
             cur = await conn.execute(GET_USERS, (list({s.user_id for s in claimed}),))

@@ -67,7 +67,9 @@ log = logging.getLogger(__name__)
 
 RETRY_DELAYS = (30, 120, 600, 1800)  # seconds before attempts 2..5; then the run is failed
 NO_ROUTE_DELAY = timedelta(seconds=60)  # nobody can reach the user now: look again later
-BUSY_DELAY = timedelta(seconds=2)  # the user's turn is running: hand the agent run back
+# The user's turn is running: the agent run is handed back (claimable at once) and this
+# worker leaves that user's rows alone until its own run of the user ends, or this long.
+BUSY_DELAY = timedelta(seconds=2)
 MIN_WAIT = 0.005
 STOP_TIMEOUT = 5.0
 
@@ -160,6 +162,7 @@ class SchedulerWorker:
         self.concurrency = concurrency
         self.user_in_flight = user_in_flight
         self._in_flight: defaultdict[int, int] = defaultdict(int)  # runs per user, this worker
+        self._turn_busy: dict[int, datetime] = {}  # user → until when their turn blocks runs
         self.listen_url = listen_url
         self.users_filter: _UsersFilter = {
             "only_users": list(only_users) if only_users is not None else None,
@@ -227,7 +230,7 @@ class SchedulerWorker:
                 lease=self.lease,
                 limit=free,
                 per_user=self.user_in_flight,
-                busy=dict(self._in_flight),
+                busy=self._busy(),
                 **self.users_filter,
             )
             for schedule in claimed:
@@ -245,9 +248,16 @@ class SchedulerWorker:
         self._tasks.add(task)
         task.add_done_callback(lambda done: self._task_done(done, schedule.user_id))
 
+    def _busy(self) -> dict[int, int]:
+        """Runs in flight per user; a user whose turn blocked a run counts as full."""
+        now = self.clock.now()
+        for uid in [uid for uid, until in self._turn_busy.items() if until <= now]:
+            del self._turn_busy[uid]
+        return {**self._in_flight, **dict.fromkeys(self._turn_busy, self.user_in_flight)}
+
     def _capped_users(self) -> list[int]:
         """Users with `user_in_flight` runs in flight here: their due rows wait for a slot."""
-        return [uid for uid, n in self._in_flight.items() if n >= self.user_in_flight]
+        return [uid for uid, n in self._busy().items() if n >= self.user_in_flight]
 
     def _task_done(self, task: asyncio.Task, user_id: int) -> None:
         self._tasks.discard(task)
@@ -264,9 +274,14 @@ class SchedulerWorker:
 
     async def _process_logged(self, schedule: Schedule, user: User | None) -> None:
         try:
-            await self.process(schedule, user)
+            outcome = await self.process(schedule, user)
         except Exception:  # the lease runs out and another attempt follows
             log.exception("scheduler: handling schedule %s failed", schedule.id)
+            return
+        if outcome == "busy":
+            self._turn_busy[schedule.user_id] = self.clock.now() + BUSY_DELAY
+        elif self._turn_busy.pop(schedule.user_id, None) is not None:
+            self._wake.set()  # this worker's run of the user ended: the handed-back run next
 
     async def _guarded(self, step: Callable[[], Awaitable[object]]) -> None:
         try:
@@ -287,6 +302,9 @@ class SchedulerWorker:
             except Exception:
                 log.warning("scheduler: cannot read the next due time; polling", exc_info=True)
                 due = None
+            if self._turn_busy:  # look again when a busy user's pause ends
+                pause_end = min(self._turn_busy.values())
+                due = pause_end if due is None else min(due, pause_end)
             if due is not None:
                 until = (due - self.clock.now()).total_seconds()
                 timeout = min(timeout, max(until, MIN_WAIT))
@@ -448,12 +466,12 @@ class SchedulerWorker:
         return "skipped"
 
     async def _hand_back(self, schedule: Schedule, occ: Occurrence) -> str:
-        """The user's turn is running: release the agent run for a moment, slot freed."""
+        """The user's turn is running: hand the agent run back, slot freed (see BUSY_DELAY)."""
         settlement = Settlement(
             next_run_at=occ.deliver,
             attempts=schedule.attempts,
             last_error=schedule.last_error,
-            retry_at=self.clock.now() + BUSY_DELAY,
+            retry_at=None,  # claimable at once; this worker pauses the user (_turn_busy)
         )
         await self.claims.settle(schedule, settlement, worker=self.id, now=self.clock.now())
         return "busy"
