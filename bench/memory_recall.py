@@ -19,7 +19,9 @@ pgvector (a throwaway database). Then, per embedder:
    and hit@k (at least one of them) per question type, for the product's search
    (hybrid), its dense leg alone, its lexical (BM25 in PostgreSQL) leg alone, and
    a plain BM25 baseline (`rank_bm25.BM25Okapi` over lower-cased word tokens,
-   bench-only dependency).
+   bench-only dependency). The fusion weights (services/memory/fusion.py) were
+   chosen on the first TUNING_CONVERSATIONS conversations: the "held-out" row
+   scores only the others.
 3. Injection: for the top 5 of each question, and for 30 messages unrelated to
    any memory, precision and recall of injecting the hits whose similarity
    reaches a bar, per bar; this is how RECALL_THRESHOLDS was chosen.
@@ -55,6 +57,8 @@ MODES = ("hybrid", "vector", "text")
 LABELS = {"hybrid": "product (hybrid)", "vector": "dense only", "text": "lexical only (BM25 in SQL)",
           "bm25": "plain BM25 (rank_bm25)"}
 LATENCY_USER, LATENCY_SIZE = 100, 1_000
+TUNING_CONVERSATIONS = 3  # fusion weights were chosen on these; the rest are held out
+HELD_OUT = "all, held-out conversations"
 BARS = [round(0.20 + 0.01 * i, 2) for i in range(76)]
 SHOWN_BARS = 0.06  # bars printed: the shipped one ± this
 UNRELATED = [
@@ -113,12 +117,13 @@ def bm25_rankings(conv: Conversation, ids: dict[str, str], k: int) -> list[list[
     return out
 
 
-def score(rankings: dict, conv: Conversation, ids: dict[str, str], totals: dict) -> None:
+def score(rankings: dict, conv: Conversation, ids: dict[str, str], totals: dict,
+          held_out: bool = False) -> None:
     """Add each question's recall@k / hit@k per method to `totals[(method, kind)]`."""
     for method, ranked in rankings.items():
         for q, got in zip(conv.questions, ranked, strict=True):
             want = {ids[t] for t in q.evidence}
-            for kind in (q.kind, "all"):
+            for kind in (q.kind, "all", *([HELD_OUT] if held_out else [])):
                 row = totals.setdefault((method, kind), {"n": 0, **{f"r{k}": 0.0 for k in KS},
                                                          **{f"h{k}": 0 for k in KS}})
                 row["n"] += 1
@@ -210,7 +215,7 @@ async def run_embedder(model: str, convs: list[Conversation], questions: int) ->
                         [h.id for h in await service.search(user, q.text, max(KS), mode=mode, vector=v)]
                         for q, v in zip(conv.questions, vectors, strict=True)
                     ]
-                score(rankings, conv, ids, totals)
+                score(rankings, conv, ids, totals, held_out=user > TUNING_CONVERSATIONS)
                 await injection(service, user, conv, ids, vectors, unrelated, inject)
             all_questions = [q.text for c in convs for q in c.questions][:questions]
             timing = await latency(service, pool, all_questions)
@@ -232,7 +237,8 @@ def print_report(results: list[dict], convs: list[Conversation], seconds: float)
         print(f"#### {res['name']}\n")
         print(f"Saving {s['turns']} turns one by one: {s['merged']} merged into an earlier identical "
               f"memory (exact repeats), **{s['lost']} distinct turns merged away**.\n")
-        kinds = [*sorted({kind for _, kind in res["totals"]} - {"all"}), "all"]
+        kinds = [*sorted({kind for _, kind in res["totals"]} - {"all", HELD_OUT}), "all"]
+        kinds += [HELD_OUT] if any(kind == HELD_OUT for _, kind in res["totals"]) else []
         print("| search | questions | n | R@5 | R@10 | R@20 | hit@5 | hit@10 | hit@20 |")
         print("|---|---|---|---|---|---|---|---|---|")
         for method in ("hybrid", "vector", "text", "bm25"):

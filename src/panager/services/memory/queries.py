@@ -1,4 +1,4 @@
-"""The memory store's SQL, the hit type, and rank fusion.
+"""The memory store's SQL and the hit type (fusion of the two legs: fusion.py).
 
 ## The lexical leg: BM25 in PostgreSQL
 
@@ -11,26 +11,35 @@ index finds them); candidates are scored with Okapi BM25 (k1 = 1.2, b = 0.75):
 N, df and avgdl are the user's own (tables `memory_stats` and `memory_terms`,
 kept exact by triggers, see migration 0008); dl is the number of distinct
 lexemes of the memory. A prefix term ('renew':*) counts every lexeme it starts
-(its df is the sum of theirs, at most N). Candidates come from the rarest
-terms first (always the rarest), adding terms while their document
-frequencies sum to at most CANDIDATE_ROWS; the other terms still score the
-candidates. Scoring costs ~15 µs per candidate, so when even the rarest term
-is in more than CANDIDATE_ROWS memories (only for users with very many), the
-newest CANDIDATE_ROWS of its memories are scored. This keeps the lexical leg at
-a few milliseconds for a user with 100,000 memories, where a common word such
-as "work" would otherwise make thousands of rows candidates. Every query is filtered by `user_id`.
+(its df is the sum of theirs, at most N).
+
+Candidates: scoring costs ~15 µs per candidate, and reading a candidate's row
+a few more (rows are wide: they hold the vector), so at most CANDIDATE_ROWS
+rows are read, chosen so that the best-scoring memories are among them:
+
+- usually: memories holding any of the rarest terms, taken rarest first while
+  their document frequencies sum to at most CANDIDATE_ROWS (always the
+  rarest); the newest CANDIDATE_ROWS of them;
+- when even the rarest term is in more than CANDIDATE_ROWS memories (only
+  users with very many: a name said thousands of times): memories holding
+  both of the two rarest terms (the GIN index intersects their posting lists
+  without reading rows; the one term of a one-term query), the first
+  CANDIDATE_ROWS the index returns, unsorted. Sorting all of the rarest term's
+  rows by date cost ~9 ms at 100,000 memories (BENCHMARKS.md); a memory with
+  only one of the two terms is left to the vector leg there.
+
+The other terms still score the candidates. The ranking is cut to k before
+the full rows are read. Every query is filtered by `user_id`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-RRF_K = 60
 BM25_K1, BM25_B = 1.2, 0.75
 CANDIDATE_ROWS = 300
+CROWD_K = 5  # crowding: mean similarity to this many nearest fellow candidates (fusion.py)
 
 COLUMNS = (
     "id, content, category, source, created_at, updated_at, "
@@ -47,6 +56,21 @@ SELECT {COLUMNS}, 1 - (embedding <=> %(v)s) AS similarity
 FROM memories WHERE user_id = %(user)s
 ORDER BY (embedding <=> %(v)s) + 0, updated_at DESC, id LIMIT %(k)s
 """  # "+ 0": not the indexed expression, so the planner scans the user's rows exactly
+_NEAR = f"""
+WITH near AS MATERIALIZED (
+    SELECT {COLUMNS}, embedding, 1 - (embedding <=> %(v)s) AS similarity
+    FROM memories WHERE user_id = %(user)s
+    ORDER BY {{order}} LIMIT %(k)s
+)
+SELECT n.id, n.content, n.category, n.source, n.created_at, n.updated_at, n.previous,
+       n.similarity, coalesce((
+           SELECT avg(s) FROM (
+               SELECT 1 - (n.embedding <=> o.embedding) AS s FROM near o
+               WHERE o.id <> n.id ORDER BY s DESC LIMIT {CROWD_K}) AS nearest), 0) AS crowd
+FROM near n ORDER BY n.similarity DESC, n.updated_at DESC, n.id
+"""  # the vector leg of a hybrid search, with each hit's crowding (fusion.py)
+SEARCH_ANN_CROWD = _NEAR.format(order="embedding <=> %(v)s")
+SEARCH_EXACT_CROWD = _NEAR.format(order="(embedding <=> %(v)s) + 0, updated_at DESC, id")
 _BM25 = f"""
 WITH q AS (
     SELECT term COLLATE "C" AS term, pre
@@ -63,30 +87,42 @@ WITH q AS (
          AND d.lexeme <= CASE WHEN q.pre THEN q.term || chr(1114111) ELSE q.term END
     GROUP BY q.term, q.pre, st.n
 ), pick AS (
-    SELECT term, pre, df, sum(df) OVER (ORDER BY df, term) - df AS before FROM w
+    SELECT term, pre, df, sum(df) OVER (ORDER BY df, term) - df AS before,
+           row_number() OVER (ORDER BY df, term) AS nth,
+           quote_literal(term) || CASE WHEN pre THEN ':*' ELSE '' END AS lit
+    FROM w
 ), tq AS (
-    SELECT to_tsquery('simple', string_agg(
-               quote_literal(term) || CASE WHEN pre THEN ':*' ELSE '' END, ' | ')) AS tsq
-    FROM pick WHERE before = 0 OR before + df <= {CANDIDATE_ROWS}
+    SELECT to_tsquery('simple', string_agg(lit, ' | ') FILTER (
+               WHERE before = 0 OR before + df <= {CANDIDATE_ROWS})) AS rare,
+           to_tsquery('simple', string_agg(lit, ' & ') FILTER (WHERE nth <= 2)) AS rarest_two,
+           min(df) > {CANDIDATE_ROWS} AS common
+    FROM pick
+), cand AS (
+    (SELECT c.id, c.updated_at, c.content_tsv FROM tq, memories c
+     WHERE NOT (SELECT common FROM tq) AND c.user_id = %(user)s AND c.content_tsv @@ tq.rare
+     ORDER BY c.updated_at DESC, c.id LIMIT {CANDIDATE_ROWS})
+    UNION ALL
+    (SELECT c.id, c.updated_at, c.content_tsv FROM tq, memories c
+     WHERE (SELECT common FROM tq) AND c.user_id = %(user)s
+       AND c.content_tsv @@ tq.rarest_two
+     LIMIT {CANDIDATE_ROWS})
 ), scored AS (
-    SELECT m.id, w.idf, length(m.content_tsv) AS dl,
+    SELECT m.id, m.updated_at, w.idf, length(m.content_tsv) AS dl,
            sum(coalesce(array_length(u.positions, 1), 1)) AS tf
-    FROM (SELECT c.id, c.content_tsv FROM tq, memories c
-          WHERE c.user_id = %(user)s AND c.content_tsv @@ tq.tsq
-          ORDER BY c.updated_at DESC, c.id LIMIT {CANDIDATE_ROWS}) AS m,
-         unnest(m.content_tsv) AS u, w
+    FROM cand AS m, unnest(m.content_tsv) AS u, w
     WHERE u.lexeme = w.term OR (w.pre AND starts_with(u.lexeme, w.term))
-    GROUP BY m.id, w.term, w.idf, m.content_tsv
+    GROUP BY m.id, m.updated_at, w.term, w.idf, m.content_tsv
 ), ranked AS (
     SELECT s.id, sum(s.idf * s.tf * {BM25_K1 + 1}
                      / (s.tf + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * s.dl / st.avgdl))) AS rank,
            sum(s.idf) / (SELECT sum(idf) FROM w) AS coverage
-    FROM scored s CROSS JOIN st GROUP BY s.id
+    FROM scored s CROSS JOIN st GROUP BY s.id, s.updated_at
+    ORDER BY rank DESC, s.updated_at DESC, s.id LIMIT %(k)s
 )
 SELECT {M_COLUMNS}, r.rank, r.coverage, {{similarity}} AS similarity
 FROM ranked r JOIN memories m ON m.id = r.id
-ORDER BY r.rank DESC, m.updated_at DESC, m.id LIMIT %(k)s
-"""
+ORDER BY r.rank DESC, m.updated_at DESC, m.id
+"""  # ranked and cut to k before the join: only the k returned rows are read whole
 SEARCH_TEXT = _BM25.format(similarity="1 - (m.embedding <=> %(v)s)")
 SEARCH_TEXT_ONLY = _BM25.format(similarity="NULL::float8")
 SAVE_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
@@ -163,34 +199,8 @@ def hit(row: dict, score: float = 0.0) -> MemoryHit:
     )
 
 
-def _tie_key(row: dict) -> tuple:
+def tie_key(row: dict) -> tuple:
     """Deterministic order among equal scores: newer first, then by text, then by id."""
     updated = row.get("updated_at")
     stamp = -updated.timestamp() if isinstance(updated, datetime) else 0.0
     return (stamp, str(row.get("content", "")), str(row["id"]))
-
-
-def rrf_fuse(rankings: Sequence[Sequence[dict]], limit: int, k: int = RRF_K) -> list[MemoryHit]:
-    """Reciprocal rank fusion: score = Σ w/(k + rank) over the rankings a memory appears in.
-
-    w is 1, except for a lexical hit (a row with `coverage`: the share of the query's
-    idf its words match), where it is coverage²: a memory that matches only a common
-    word of the query ("Caroline: Thanks!" for "What medication is Caroline on?")
-    barely counts. On bench/memory_recall.py this lifted hybrid recall@10 from 0.63 to
-    0.74 over plain RRF (BENCHMARKS.md). Ties go to the memory with the better best
-    rank, then as `_tie_key` says (never to a random id alone, so a search returns the
-    same order every time).
-    """
-    scores: dict[Any, float] = {}
-    best: dict[Any, int] = {}
-    rows: dict[Any, dict] = {}
-    for ranking in rankings:
-        for rank, row in enumerate(ranking, start=1):
-            key = row["id"]
-            weight = 1.0 if row.get("coverage") is None else float(row["coverage"]) ** 2
-            scores[key] = scores.get(key, 0.0) + weight / (k + rank)
-            best[key] = min(best.get(key, rank), rank)
-            if rows.get(key, {}).get("similarity") is None:
-                rows[key] = row
-    order = sorted(scores, key=lambda key: (-scores[key], best[key], _tie_key(rows[key])))
-    return [hit(rows[key], scores[key]) for key in order[:limit]]

@@ -2,9 +2,10 @@
 
 Retrieval is hybrid. One query finds the nearest vectors (HNSW, cosine), one
 ranks memories with BM25 over their words ('simple' tsvector, so Korean works;
-see text.py and queries.py), and the two rankings are fused with reciprocal
-rank fusion (RRF): a memory found by both rises, a memory found by either still
-appears. Both queries go out in one pipelined round trip. Every statement is
+see text.py and queries.py), and fusion.py merges the two into one score: a
+memory found by both rises, a memory found by either still appears. For most
+users both queries go out in one pipelined round trip; for a user on the HNSW
+index they run at the same time on two connections. Every statement is
 filtered by `user_id`; nothing here can return another user's rows.
 
 A user with up to EXACT_MAX memories is searched by an exact scan of their
@@ -31,6 +32,7 @@ bench/memory_recall.py; `memory_recall_threshold` overrides it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -54,6 +56,7 @@ from panager.services.memory.binding import (
     ensure_bound,
     read_meta,
 )
+from panager.services.memory.fusion import fuse
 from panager.services.memory.queries import (
     BOUNDED_COUNT,
     BY_PREFIX,
@@ -68,7 +71,9 @@ from panager.services.memory.queries import (
     REPLACE,
     SAVE_LOCK,
     SEARCH_ANN,
+    SEARCH_ANN_CROWD,
     SEARCH_EXACT,
+    SEARCH_EXACT_CROWD,
     SEARCH_TEXT,
     SEARCH_TEXT_ONLY,
     SET_EF_SEARCH,
@@ -77,7 +82,6 @@ from panager.services.memory.queries import (
     VECTOR_VERSION,
     MemoryHit,
     hit,
-    rrf_fuse,
 )
 from panager.services.memory.text import (
     MAX_CONTENT_CHARS,
@@ -91,7 +95,7 @@ from panager.services.memory.text import (
     same_text,
 )
 
-__all__ = ["MemoryHit", "MemoryInputError", "MemoryService", "SaveResult", "rrf_fuse"]
+__all__ = ["MemoryHit", "MemoryInputError", "MemoryService", "SaveResult"]
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +142,11 @@ class SaveResult:
     memory: MemoryHit
     merged: bool = False
     related: tuple[MemoryHit, ...] = field(default_factory=tuple)
+
+
+def _exact_sql(params: dict) -> str:
+    """The exact scan, with each hit's crowding when the search is hybrid."""
+    return SEARCH_EXACT_CROWD if params.get("crowd") else SEARCH_EXACT
 
 
 def _by_similarity(rows: list[dict]) -> list[dict]:
@@ -353,32 +362,56 @@ class MemoryService:
     async def _search(
         self, user_id: int, query: str, limit: int, mode: SearchMode, vector: np.ndarray | None
     ) -> list[MemoryHit]:
-        """Both legs go out in one pipeline (one round trip); results are fused with RRF."""
+        """Run the legs (see `_legs`); hybrid results are fused as fusion.py says."""
         k = max(CANDIDATES, limit)
         terms = query_terms(query) if mode != "vector" else []
-        params = {"user": user_id, "v": vector, "k": k,
+        params = {"user": user_id, "v": vector, "k": k, "crowd": mode == "hybrid",
                   "terms": [t.text for t in terms], "pre": [t.prefix for t in terms]}
-        vec_cur = text_cur = None
-        async with self.pool.connection() as conn:
-            use_index = mode != "text" and await self._use_index(conn, user_id)
-            scan = await self._iterative(conn) if use_index else ""
-            async with conn.pipeline(), conn.transaction():
-                if use_index:
-                    await self._set_index_scan(conn, k, scan)
-                if mode != "text":
-                    vec_cur = await conn.execute(SEARCH_ANN if use_index else SEARCH_EXACT, params)
-                if terms:
-                    sql = SEARCH_TEXT_ONLY if mode == "text" else SEARCH_TEXT
-                    text_cur = await conn.execute(sql, params)
-            vec_rows = _by_similarity(await vec_cur.fetchall()) if vec_cur else []
-            if use_index and len(vec_rows) < k:
-                vec_rows = await self._starved(conn, params)
-            text_rows = await text_cur.fetchall() if text_cur else []
+        if mode == "text":
+            rows = await self._lexical_leg(params, SEARCH_TEXT_ONLY) if terms else []
+            return [hit(r, r["rank"]) for r in rows[:limit]]
+        vec_rows, text_rows = await self._legs(user_id, params, bool(terms))
         if mode == "vector":
             return [hit(r, r["similarity"]) for r in vec_rows[:limit]]
-        if mode == "text":
-            return [hit(r, r["rank"]) for r in text_rows[:limit]]
-        return rrf_fuse([vec_rows, text_rows], limit)
+        return fuse(vec_rows, text_rows, limit)
+
+    async def _legs(self, user_id: int, params: dict, lexical: bool) -> tuple[list, list]:
+        """(vector rows, BM25 rows). A user scanned exactly gets both queries in one pipelined
+        round trip; for a user on the HNSW index (many memories, where each leg takes
+        milliseconds) the legs run at the same time on two connections, each taken when its
+        leg starts (no connection is held while waiting for another)."""
+        async with self.pool.connection() as conn:
+            if not await self._use_index(conn, user_id):
+                async with conn.pipeline():
+                    vec_cur = await conn.execute(_exact_sql(params), params)
+                    text_cur = await conn.execute(SEARCH_TEXT, params) if lexical else None
+                return (await vec_cur.fetchall(),
+                        await text_cur.fetchall() if text_cur else [])
+            if not lexical:
+                return await self._index_leg(conn, params), []
+        vec_rows, text_rows = await asyncio.gather(
+            self._index_leg(None, params), self._lexical_leg(params, SEARCH_TEXT)
+        )
+        return vec_rows, text_rows
+
+    async def _index_leg(self, conn: DictConnection | None, params: dict) -> list[dict]:
+        """The user's k nearest memories through the HNSW index (exact when it starves), on
+        `conn` or a connection of its own."""
+        if conn is None:
+            async with self.pool.connection() as own:
+                return await self._index_leg(own, params)
+        scan = await self._iterative(conn)
+        async with conn.pipeline(), conn.transaction():
+            await self._set_index_scan(conn, params["k"], scan)
+            sql = SEARCH_ANN_CROWD if params.get("crowd") else SEARCH_ANN
+            cur = await conn.execute(sql, params)
+        rows = _by_similarity(await cur.fetchall())
+        return rows if len(rows) >= params["k"] else await self._starved(conn, params)
+
+    async def _lexical_leg(self, params: dict, sql: str) -> list[dict]:
+        """The BM25 ranking (queries.py), on a connection of its own."""
+        async with self.pool.connection() as conn:
+            return await (await conn.execute(sql, params)).fetchall()
 
     async def _use_index(self, conn: DictConnection, user_id: int) -> bool:
         """HNSW for users with many memories; an exact scan (faster and exact) for the rest.
@@ -416,7 +449,7 @@ class MemoryService:
     async def _starved(self, conn: DictConnection, params: dict) -> list[dict]:
         """The shared index returned too few of this user's rows: scan theirs exactly."""
         self.exact_fallbacks += 1
-        return await (await conn.execute(SEARCH_EXACT, params)).fetchall()
+        return await (await conn.execute(_exact_sql(params), params)).fetchall()
 
     async def _nearest(
         self, conn: DictConnection, user_id: int, vector: np.ndarray, k: int
