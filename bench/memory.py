@@ -179,7 +179,7 @@ async def measure_size(args, pool, service, size, texts, real, qtexts, qvecs, rn
     """Exact scan vs HNSW at each ef_search, on one table size, in the same run."""
     log(f"size {size:,}: loading")
     n_real = await reset(pool, size, args.others, texts, real, rng)
-    service._sizes.clear()  # the plan cache still holds the previous size's counts
+    service.retrieval._sizes.clear()  # the plan cache still holds the previous size's counts
     log(f"size {size:,}: building the HNSW index")
     started = time.perf_counter()
     async with pool.connection() as conn:
@@ -331,7 +331,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--embed-only", action="store_true", help="fill the embedding cache, then stop")
     args = parser.parse_args()
     args.sizes = args.sizes or ([1_000, 10_000] if args.quick else [1_000, 10_000, 100_000])
-    from panager.services.memory.service import EF_SEARCH, EXACT_MAX
+    from panager.services.memory.retrieval import EF_SEARCH, EXACT_MAX
 
     args.default_ef, args.exact_max = EF_SEARCH, EXACT_MAX
     return args

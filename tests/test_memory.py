@@ -253,7 +253,7 @@ async def test_shared_index_never_starves_a_small_user(memory, alice, bob, monke
     all of theirs (the starved index scan is redone exactly)."""
     import numpy as np
 
-    from panager.services.memory import service as memory_module
+    from panager.services.memory import retrieval as memory_module
 
     mine = await memory.save_many(alice.id, ["I collect vinyl records.", "My bike is a Brompton.",
                                              "I live near the river."])
@@ -267,7 +267,7 @@ async def test_shared_index_never_starves_a_small_user(memory, alice, bob, monke
         for i, vector in enumerate(vectors):
             await copy.write_row((bob.id, f"bob note {i}", vector))
     monkeypatch.setattr(memory_module, "EXACT_MAX", 2)  # alice now counts as a large user
-    memory._sizes.clear()
+    memory.retrieval._sizes.clear()
     hits = await memory.search(alice.id, "what music do I collect?", 5, mode="vector")
     assert memory.exact_fallbacks == 1
     assert sorted(h.id for h in hits) == sorted(r.memory.id for r in mine)
@@ -311,7 +311,7 @@ async def test_a_very_large_users_lexical_leg_reads_memories_with_both_rare_term
     hybrid search (HNSW plan: both legs at once on two connections) finds it too."""
     import numpy as np
 
-    from panager.services.memory import service as memory_module
+    from panager.services.memory import retrieval as memory_module
     from panager.services.memory.queries import CANDIDATE_ROWS
 
     target = await memory.save(alice.id, "Jun is allergic to peanuts.")
@@ -328,6 +328,6 @@ async def test_a_very_large_users_lexical_leg_reads_memories_with_both_rare_term
     hits = await memory.search(alice.id, "What is Jun allergic to?", 5, mode="text")
     assert hits[0].id == target.memory.id
     monkeypatch.setattr(memory_module, "EXACT_MAX", 10)  # alice is searched through HNSW
-    memory._sizes.clear()
+    memory.retrieval._sizes.clear()
     hits = await memory.search(alice.id, "What is Jun allergic to?", 5)
     assert target.memory.id in [h.id for h in hits]

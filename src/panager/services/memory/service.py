@@ -1,22 +1,10 @@
 """Per-user long-term memory on pgvector: save, update, hybrid search, list, forget, clear.
 
-Retrieval is hybrid. One query finds the nearest vectors (HNSW, cosine), one
-ranks memories with BM25 over their words ('simple' tsvector, so Korean works;
-see text.py and queries.py), and fusion.py merges the two into one score: a
-memory found by both rises, a memory found by either still appears. For most
-users both queries go out in one pipelined round trip; for a user on the HNSW
-index they run at the same time on two connections. Every statement is
-filtered by `user_id`; nothing here can return another user's rows.
-
-A user with up to EXACT_MAX memories is searched by an exact scan of their
-own rows: at that size it is as fast as the index and never misses. Larger
-users go through the HNSW index. The index is shared by all users, so pgvector
-filters by user after the index scan; when that leaves fewer candidates than
-asked (a large user among even larger ones), the query is repeated as an exact
-scan, so results never go missing because of other users' rows. On pgvector
-≥ 0.8 the index scan itself can go on until enough of the user's rows are
-found (`hnsw.iterative_scan`, the `iterative_scan` argument); measured, it is
-left off by default (ITERATIVE_SCAN_AUTO).
+Retrieval is hybrid: nearest vectors (HNSW or an exact scan, cosine) and a
+BM25 ranking over the memories' words ('simple' tsvector, so Korean works; see
+text.py and queries.py), merged by fusion.py; retrieval.py runs the two legs
+and picks the plan per user. Every statement is filtered by `user_id`; nothing
+here can return another user's rows.
 
 Saving never silently replaces a different fact. Only a true duplicate (the
 same words in the same order, up to case, punctuation and spacing) is merged.
@@ -32,21 +20,18 @@ bench/memory_recall.py; `memory_recall_threshold` overrides it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import psycopg
 
 from panager.clock import Clock, SystemClock
-from panager.db.extension import supports_iterative_scan
 from panager.db.pool import DictConnection, Pool
 from panager.db.queries import one
 from panager.embeddings import Embedder
@@ -56,9 +41,7 @@ from panager.services.memory.binding import (
     ensure_bound,
     read_meta,
 )
-from panager.services.memory.fusion import fuse
 from panager.services.memory.queries import (
-    BOUNDED_COUNT,
     BY_PREFIX,
     CLEAR,
     COUNT,
@@ -70,18 +53,16 @@ from panager.services.memory.queries import (
     LIST,
     REPLACE,
     SAVE_LOCK,
-    SEARCH_ANN,
-    SEARCH_ANN_CROWD,
-    SEARCH_EXACT,
-    SEARCH_EXACT_CROWD,
-    SEARCH_TEXT,
-    SEARCH_TEXT_ONLY,
-    SET_EF_SEARCH,
-    SET_ITERATIVE_SCAN,
     TOUCH,
-    VECTOR_VERSION,
     MemoryHit,
     hit,
+)
+from panager.services.memory.retrieval import (
+    EF_SEARCH,
+    IterativeScan,
+    Retrieval,
+    SearchMode,
+    Strategy,
 )
 from panager.services.memory.text import (
     MAX_CONTENT_CHARS,
@@ -91,7 +72,6 @@ from panager.services.memory.text import (
     clean_content,
     fit_content,
     parse_memory_id,
-    query_terms,
     same_text,
 )
 
@@ -100,10 +80,6 @@ __all__ = ["MemoryHit", "MemoryInputError", "MemoryService", "SaveResult"]
 log = logging.getLogger(__name__)
 
 MAX_SEARCH_LIMIT = 50
-CANDIDATES = 30  # per retriever, before fusion
-EF_SEARCH = 200  # hnsw.ef_search: index candidates kept (recall@5 0.97 at 100k, BENCHMARKS.md)
-EXACT_MAX = 3_000  # users with at most this many memories are scanned exactly (~2 ms)
-SIZE_TTL = 60.0  # seconds a user's memory count is trusted for choosing the plan
 SAVE_LOCK_NAMESPACE = 7_260_004
 QUERY_CACHE_SIZE = 256
 MAX_RELATED = 3  # related memories named in a save's result
@@ -121,14 +97,6 @@ RECALL_THRESHOLDS = {  # similarity to the message a memory needs to be injected
     "local:all-minilm-l6-v2-int8": 0.40,
 }
 DEFAULT_RECALL_THRESHOLD = 0.35
-SearchMode = Literal["hybrid", "vector", "text"]
-Strategy = Literal["auto", "exact", "hnsw"]
-IterativeScan = Literal["auto", "off", "strict_order", "relaxed_order"]
-# pgvector >= 0.8 can continue an HNSW scan until LIMIT rows pass the user filter, instead
-# of returning too few and leaving us a second, exact query. Measured (bench/filtered_search.py,
-# BENCHMARKS.md): it removes that query at equal recall but shows no consistent latency win
-# on our 2-core machine, so "auto" keeps today's plan; pass a mode to use it.
-ITERATIVE_SCAN_AUTO = ""
 
 class MemoryUnavailable(RuntimeError):
     """Memory cannot be used right now (embedder unreachable, store re-embedded)."""
@@ -142,16 +110,6 @@ class SaveResult:
     memory: MemoryHit
     merged: bool = False
     related: tuple[MemoryHit, ...] = field(default_factory=tuple)
-
-
-def _exact_sql(params: dict) -> str:
-    """The exact scan, with each hit's crowding when the search is hybrid."""
-    return SEARCH_EXACT_CROWD if params.get("crowd") else SEARCH_EXACT
-
-
-def _by_similarity(rows: list[dict]) -> list[dict]:
-    """Nearest first (a relaxed-order iterative scan may return rows slightly out of order)."""
-    return sorted(rows, key=lambda r: -r["similarity"])
 
 
 class MemoryService:
@@ -178,14 +136,33 @@ class MemoryService:
             recall_threshold = RECALL_THRESHOLDS.get(embedder.name, DEFAULT_RECALL_THRESHOLD)
         self.dedupe_threshold = dedupe_threshold  # the related threshold (config name kept)
         self.recall_threshold = recall_threshold
-        self.ef_search = ef_search
-        self.strategy = strategy  # "auto": exact scan for small users, HNSW for large ones
-        self.exact_fallbacks = 0  # HNSW scans starved by the user filter (then scanned exactly)
-        self.iterative_scan = iterative_scan  # a mode is used only if the server's pgvector has it
-        self._scan_mode: str | None = None  # resolved once: "" (none) or the mode to set
-        self._sizes: dict[int, tuple[int, float]] = {}
+        self.retrieval = Retrieval(
+            pool, ef_search=ef_search, strategy=strategy, iterative_scan=iterative_scan
+        )
         self._bound = False  # the store is known to hold this embedder's vectors
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    # The search plan's knobs, read and set by benchmarks and tests.
+    @property
+    def strategy(self) -> Strategy:
+        return self.retrieval.strategy
+
+    @strategy.setter
+    def strategy(self, value: Strategy) -> None:
+        self.retrieval.strategy = value
+
+    @property
+    def ef_search(self) -> int:
+        return self.retrieval.ef_search
+
+    @ef_search.setter
+    def ef_search(self, value: int) -> None:
+        self.retrieval.ef_search = value
+
+    @property
+    def exact_fallbacks(self) -> int:
+        """HNSW scans starved by the user filter (then scanned exactly)."""
+        return self.retrieval.exact_fallbacks
 
     @classmethod
     async def create(cls, pool: Pool, settings: Any, **kwargs: Any) -> MemoryService:
@@ -293,7 +270,7 @@ class MemoryService:
     ) -> SaveResult:
         params = {"user": user_id, "content": content, "category": category, "source": source,
                   "v": vector, "now": self.clock.now()}
-        nearest = await self._nearest(conn, user_id, vector, MAX_RELATED + 2)
+        nearest = await self.retrieval.nearest(conn, user_id, vector, MAX_RELATED + 2)
         same = next((r for r in nearest if same_text(r["content"], content)), None)
         if same is not None:
             row = one(await (await conn.execute(TOUCH, {**params, "id": same["id"]})).fetchone())
@@ -347,7 +324,7 @@ class MemoryService:
         if mode != "text" and vector is None:
             vector = await self.embed_query(query)
         try:
-            return await self._search(user_id, query, limit, mode, vector)
+            return await self.retrieval.search(user_id, query, limit, mode, vector)
         except psycopg.errors.DataException as exc:
             log.warning("memory search failed: %s", exc)
             raise MemoryUnavailable(
@@ -358,109 +335,6 @@ class MemoryService:
     async def _has_any(self, user_id: int) -> bool:
         async with self.pool.connection() as conn:
             return one(await (await conn.execute(HAS_ANY, (user_id,))).fetchone())["any"]
-
-    async def _search(
-        self, user_id: int, query: str, limit: int, mode: SearchMode, vector: np.ndarray | None
-    ) -> list[MemoryHit]:
-        """Run the legs (see `_legs`); hybrid results are fused as fusion.py says."""
-        k = max(CANDIDATES, limit)
-        terms = query_terms(query) if mode != "vector" else []
-        params = {"user": user_id, "v": vector, "k": k, "crowd": mode == "hybrid",
-                  "terms": [t.text for t in terms], "pre": [t.prefix for t in terms]}
-        if mode == "text":
-            rows = await self._lexical_leg(params, SEARCH_TEXT_ONLY) if terms else []
-            return [hit(r, r["rank"]) for r in rows[:limit]]
-        vec_rows, text_rows = await self._legs(user_id, params, bool(terms))
-        if mode == "vector":
-            return [hit(r, r["similarity"]) for r in vec_rows[:limit]]
-        return fuse(vec_rows, text_rows, limit)
-
-    async def _legs(self, user_id: int, params: dict, lexical: bool) -> tuple[list, list]:
-        """(vector rows, BM25 rows). A user scanned exactly gets both queries in one pipelined
-        round trip; for a user on the HNSW index (many memories, where each leg takes
-        milliseconds) the legs run at the same time on two connections, each taken when its
-        leg starts (no connection is held while waiting for another)."""
-        async with self.pool.connection() as conn:
-            if not await self._use_index(conn, user_id):
-                async with conn.pipeline():
-                    vec_cur = await conn.execute(_exact_sql(params), params)
-                    text_cur = await conn.execute(SEARCH_TEXT, params) if lexical else None
-                return (await vec_cur.fetchall(),
-                        await text_cur.fetchall() if text_cur else [])
-            if not lexical:
-                return await self._index_leg(conn, params), []
-        vec_rows, text_rows = await asyncio.gather(
-            self._index_leg(None, params), self._lexical_leg(params, SEARCH_TEXT)
-        )
-        return vec_rows, text_rows
-
-    async def _index_leg(self, conn: DictConnection | None, params: dict) -> list[dict]:
-        """The user's k nearest memories through the HNSW index (exact when it starves), on
-        `conn` or a connection of its own."""
-        if conn is None:
-            async with self.pool.connection() as own:
-                return await self._index_leg(own, params)
-        scan = await self._iterative(conn)
-        async with conn.pipeline(), conn.transaction():
-            await self._set_index_scan(conn, params["k"], scan)
-            sql = SEARCH_ANN_CROWD if params.get("crowd") else SEARCH_ANN
-            cur = await conn.execute(sql, params)
-        rows = _by_similarity(await cur.fetchall())
-        return rows if len(rows) >= params["k"] else await self._starved(conn, params)
-
-    async def _lexical_leg(self, params: dict, sql: str) -> list[dict]:
-        """The BM25 ranking (queries.py), on a connection of its own."""
-        async with self.pool.connection() as conn:
-            return await (await conn.execute(sql, params)).fetchall()
-
-    async def _use_index(self, conn: DictConnection, user_id: int) -> bool:
-        """HNSW for users with many memories; an exact scan (faster and exact) for the rest.
-
-        The count is cached per process for SIZE_TTL: a stale count only picks the slower
-        plan for a while, never wrong results.
-        """
-        if self.strategy != "auto":
-            return self.strategy == "hnsw"
-        now = time.monotonic()
-        size, at = self._sizes.get(user_id, (0, -SIZE_TTL))
-        if now - at >= SIZE_TTL:
-            cur = await conn.execute(BOUNDED_COUNT, (user_id, EXACT_MAX + 1))
-            size = one(await cur.fetchone())["n"]
-            self._sizes[user_id] = (size, now)
-        return size > EXACT_MAX
-
-    async def _iterative(self, conn: DictConnection) -> str:
-        """The hnsw.iterative_scan mode to use ("" for none), checked once per process."""
-        if self._scan_mode is None:
-            mode = ""
-            if self.iterative_scan != "off":
-                row = await (await conn.execute(VECTOR_VERSION)).fetchone()
-                if supports_iterative_scan(row["extversion"] if row else None):
-                    auto = self.iterative_scan == "auto"
-                    mode = ITERATIVE_SCAN_AUTO if auto else self.iterative_scan
-            self._scan_mode = mode
-        return self._scan_mode
-
-    async def _set_index_scan(self, conn: DictConnection, k: int, scan: str) -> None:
-        await conn.execute(SET_EF_SEARCH, (str(max(self.ef_search, k)),))
-        if scan:
-            await conn.execute(SET_ITERATIVE_SCAN, (scan,))
-
-    async def _starved(self, conn: DictConnection, params: dict) -> list[dict]:
-        """The shared index returned too few of this user's rows: scan theirs exactly."""
-        self.exact_fallbacks += 1
-        return await (await conn.execute(_exact_sql(params), params)).fetchall()
-
-    async def _nearest(
-        self, conn: DictConnection, user_id: int, vector: np.ndarray, k: int
-    ) -> list[dict]:
-        """The user's k nearest memories (inside a transaction): exact or HNSW, as in search."""
-        params = {"user": user_id, "v": vector, "k": k}
-        if not await self._use_index(conn, user_id):
-            return await (await conn.execute(SEARCH_EXACT, params)).fetchall()
-        await self._set_index_scan(conn, k, await self._iterative(conn))
-        rows = _by_similarity(await (await conn.execute(SEARCH_ANN, params)).fetchall())
-        return rows if len(rows) >= k else await self._starved(conn, params)
 
     async def recall(self, user_id: int, query: str, limit: int = 5) -> list[MemoryHit]:
         """Memories relevant enough to inject for this message: the best `limit` search hits

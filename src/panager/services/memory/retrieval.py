@@ -1,0 +1,188 @@
+"""How a memory search reaches PostgreSQL: the plan per user, the two legs, the fusion.
+
+A user with up to EXACT_MAX memories is searched by an exact scan of their own
+rows: at that size it is as fast as the index and never misses; both legs (the
+vector one and BM25) go out in one pipelined round trip. Larger users go
+through the HNSW index, and their two legs run at the same time on two
+connections. The index is shared by all users, so pgvector filters by user
+after the index scan; when that leaves fewer candidates than asked (a large
+user among even larger ones), the query is repeated as an exact scan, so
+results never go missing because of other users' rows. On pgvector >= 0.8 the
+index scan itself can go on until enough of the user's rows are found
+(`hnsw.iterative_scan`); measured, it is left off by default
+(ITERATIVE_SCAN_AUTO). Every statement is filtered by `user_id`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Literal
+
+import numpy as np
+
+from panager.db.extension import supports_iterative_scan
+from panager.db.pool import DictConnection, Pool
+from panager.db.queries import one
+from panager.services.memory.fusion import fuse
+from panager.services.memory.queries import (
+    BOUNDED_COUNT,
+    SEARCH_ANN,
+    SEARCH_ANN_CROWD,
+    SEARCH_EXACT,
+    SEARCH_EXACT_CROWD,
+    SEARCH_TEXT,
+    SEARCH_TEXT_ONLY,
+    SET_EF_SEARCH,
+    SET_ITERATIVE_SCAN,
+    VECTOR_VERSION,
+    MemoryHit,
+    hit,
+)
+from panager.services.memory.text import query_terms
+
+CANDIDATES = 30  # per retriever, before fusion
+EF_SEARCH = 200  # hnsw.ef_search: index candidates kept (recall@5 0.97 at 100k, BENCHMARKS.md)
+EXACT_MAX = 3_000  # users with at most this many memories are scanned exactly (~2 ms)
+SIZE_TTL = 60.0  # seconds a user's memory count is trusted for choosing the plan
+SearchMode = Literal["hybrid", "vector", "text"]
+Strategy = Literal["auto", "exact", "hnsw"]
+IterativeScan = Literal["auto", "off", "strict_order", "relaxed_order"]
+# pgvector >= 0.8 can continue an HNSW scan until LIMIT rows pass the user filter, instead
+# of returning too few and leaving us a second, exact query. Measured (bench/filtered_search.py,
+# BENCHMARKS.md): it removes that query at equal recall but shows no consistent latency win
+# on our 2-core machine, so "auto" keeps today's plan; pass a mode to use it.
+ITERATIVE_SCAN_AUTO = ""
+
+
+def _exact_sql(params: dict) -> str:
+    """The exact scan, with each hit's crowding when the search is hybrid."""
+    return SEARCH_EXACT_CROWD if params.get("crowd") else SEARCH_EXACT
+
+
+def _by_similarity(rows: list[dict]) -> list[dict]:
+    """Nearest first (a relaxed-order iterative scan may return rows slightly out of order)."""
+    return sorted(rows, key=lambda r: -r["similarity"])
+
+
+class Retrieval:
+    """Searches one store; keeps per-process plan state (user sizes, the scan mode)."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        ef_search: int = EF_SEARCH,
+        strategy: Strategy = "auto",
+        iterative_scan: IterativeScan = "auto",
+    ) -> None:
+        self.pool = pool
+        self.ef_search = ef_search
+        self.strategy = strategy  # "auto": exact scan for small users, HNSW for large ones
+        self.exact_fallbacks = 0  # HNSW scans starved by the user filter (then scanned exactly)
+        self.iterative_scan = iterative_scan  # a mode is used only if the server's pgvector has it
+        self._scan_mode: str | None = None  # resolved once: "" (none) or the mode to set
+        self._sizes: dict[int, tuple[int, float]] = {}
+
+    async def search(
+        self, user_id: int, query: str, limit: int, mode: SearchMode, vector: np.ndarray | None
+    ) -> list[MemoryHit]:
+        """Run the legs (see `_legs`); hybrid results are fused as fusion.py says."""
+        k = max(CANDIDATES, limit)
+        terms = query_terms(query) if mode != "vector" else []
+        params = {"user": user_id, "v": vector, "k": k, "crowd": mode == "hybrid",
+                  "terms": [t.text for t in terms], "pre": [t.prefix for t in terms]}
+        if mode == "text":
+            rows = await self._lexical_leg(params, SEARCH_TEXT_ONLY) if terms else []
+            return [hit(r, r["rank"]) for r in rows[:limit]]
+        vec_rows, text_rows = await self._legs(user_id, params, bool(terms))
+        if mode == "vector":
+            return [hit(r, r["similarity"]) for r in vec_rows[:limit]]
+        return fuse(vec_rows, text_rows, limit)
+
+    async def _legs(self, user_id: int, params: dict, lexical: bool) -> tuple[list, list]:
+        """(vector rows, BM25 rows). A user scanned exactly gets both queries in one pipelined
+        round trip; for a user on the HNSW index (many memories, where each leg takes
+        milliseconds) the legs run at the same time on two connections, each taken when its
+        leg starts (no connection is held while waiting for another)."""
+        async with self.pool.connection() as conn:
+            if not await self._use_index(conn, user_id):
+                async with conn.pipeline():
+                    vec_cur = await conn.execute(_exact_sql(params), params)
+                    text_cur = await conn.execute(SEARCH_TEXT, params) if lexical else None
+                return (await vec_cur.fetchall(),
+                        await text_cur.fetchall() if text_cur else [])
+            if not lexical:
+                return await self._index_leg(conn, params), []
+        vec_rows, text_rows = await asyncio.gather(
+            self._index_leg(None, params), self._lexical_leg(params, SEARCH_TEXT)
+        )
+        return vec_rows, text_rows
+
+    async def _index_leg(self, conn: DictConnection | None, params: dict) -> list[dict]:
+        """The user's k nearest memories through the HNSW index (exact when it starves), on
+        `conn` or a connection of its own."""
+        if conn is None:
+            async with self.pool.connection() as own:
+                return await self._index_leg(own, params)
+        scan = await self._iterative(conn)
+        async with conn.pipeline(), conn.transaction():
+            await self._set_index_scan(conn, params["k"], scan)
+            sql = SEARCH_ANN_CROWD if params.get("crowd") else SEARCH_ANN
+            cur = await conn.execute(sql, params)
+        rows = _by_similarity(await cur.fetchall())
+        return rows if len(rows) >= params["k"] else await self._starved(conn, params)
+
+    async def _lexical_leg(self, params: dict, sql: str) -> list[dict]:
+        """The BM25 ranking (queries.py), on a connection of its own."""
+        async with self.pool.connection() as conn:
+            return await (await conn.execute(sql, params)).fetchall()
+
+    async def _use_index(self, conn: DictConnection, user_id: int) -> bool:
+        """HNSW for users with many memories; an exact scan (faster and exact) for the rest.
+
+        The count is cached per process for SIZE_TTL: a stale count only picks the slower
+        plan for a while, never wrong results.
+        """
+        if self.strategy != "auto":
+            return self.strategy == "hnsw"
+        now = time.monotonic()
+        size, at = self._sizes.get(user_id, (0, -SIZE_TTL))
+        if now - at >= SIZE_TTL:
+            cur = await conn.execute(BOUNDED_COUNT, (user_id, EXACT_MAX + 1))
+            size = one(await cur.fetchone())["n"]
+            self._sizes[user_id] = (size, now)
+        return size > EXACT_MAX
+
+    async def _iterative(self, conn: DictConnection) -> str:
+        """The hnsw.iterative_scan mode to use ("" for none), checked once per process."""
+        if self._scan_mode is None:
+            mode = ""
+            if self.iterative_scan != "off":
+                row = await (await conn.execute(VECTOR_VERSION)).fetchone()
+                if supports_iterative_scan(row["extversion"] if row else None):
+                    auto = self.iterative_scan == "auto"
+                    mode = ITERATIVE_SCAN_AUTO if auto else self.iterative_scan
+            self._scan_mode = mode
+        return self._scan_mode
+
+    async def _set_index_scan(self, conn: DictConnection, k: int, scan: str) -> None:
+        await conn.execute(SET_EF_SEARCH, (str(max(self.ef_search, k)),))
+        if scan:
+            await conn.execute(SET_ITERATIVE_SCAN, (scan,))
+
+    async def _starved(self, conn: DictConnection, params: dict) -> list[dict]:
+        """The shared index returned too few of this user's rows: scan theirs exactly."""
+        self.exact_fallbacks += 1
+        return await (await conn.execute(_exact_sql(params), params)).fetchall()
+
+    async def nearest(
+        self, conn: DictConnection, user_id: int, vector: np.ndarray, k: int
+    ) -> list[dict]:
+        """The user's k nearest memories (inside a transaction): exact or HNSW, as in search."""
+        params = {"user": user_id, "v": vector, "k": k}
+        if not await self._use_index(conn, user_id):
+            return await (await conn.execute(SEARCH_EXACT, params)).fetchall()
+        await self._set_index_scan(conn, k, await self._iterative(conn))
+        rows = _by_similarity(await (await conn.execute(SEARCH_ANN, params)).fetchall())
+        return rows if len(rows) >= k else await self._starved(conn, params)
