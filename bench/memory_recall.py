@@ -1,13 +1,16 @@
 """Memory recall on long multi-session conversations: what search finds, what saving keeps.
 
-    .venv/bin/python bench/memory_recall.py                 # the offline default embedder
+    .venv/bin/python bench/memory_recall.py                 # people's chats, the default embedder
+    .venv/bin/python bench/memory_recall.py --data generated  # the generated dialogues
     .venv/bin/python bench/memory_recall.py --embedders local,local:all-minilm-l6-v2-int8
     .venv/bin/python bench/memory_recall.py --embedders local:multilingual-e5-small-q4#older
         # e5 as stored before query/passage roles (every text a query), for comparison
 
-Data: bench/memory_dialogues.py (6 generated conversations of ~270 turns over
-~20 sessions each, 396 questions annotated with the turns that answer them; see
-its docstring for what it is and is not). Every turn is stored through
+Data (--data): "chitchat" (the default), six long multi-session conversations
+typed by people (the Chit-Chat Challenge data set from PyPI's `chitchat-dataset`,
+MIT) with questions written for this repository (bench/chitchat.py says how); or
+"generated", bench/memory_dialogues.py (6 generated conversations of ~270 turns,
+with questions; see its docstring for what it is and is not). Every turn is stored through
 `MemoryService.save` (the `memory_save` path) as "Speaker: text", with the clock
 at its session's date, one user per conversation, on a real PostgreSQL +
 pgvector (a throwaway database). Then, per embedder:
@@ -20,8 +23,13 @@ pgvector (a throwaway database). Then, per embedder:
    (hybrid), its dense leg alone, its lexical (BM25 in PostgreSQL) leg alone, and
    a plain BM25 baseline (`rank_bm25.BM25Okapi` over lower-cased word tokens,
    bench-only dependency). The fusion weights (services/memory/fusion.py) were
-   chosen on the first TUNING_CONVERSATIONS conversations: the "held-out" row
-   scores only the others.
+   chosen on the first three generated conversations, before the chitchat data
+   existed: on "generated" the "held-out" row scores only the other three; on
+   "chitchat" every question is held out.
+   Recency: the product's top 50 re-ranked with a bonus for newer memories
+   (RECENCY_WEIGHTS × the spread of the fused scores × the memory's place
+   between the conversation's first and last date), to see whether the
+   memory's date helps temporal questions ("when did…", "most recently…").
 3. Injection: for the top 5 of each question, and for 30 messages unrelated to
    any memory, precision and recall of injecting the hits whose similarity
    reaches a bar, per bar; this is how RECALL_THRESHOLDS was chosen.
@@ -33,8 +41,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
+import statistics
 import sys
 import time
 from datetime import timedelta
@@ -57,7 +67,9 @@ MODES = ("hybrid", "vector", "text")
 LABELS = {"hybrid": "product (hybrid)", "vector": "dense only", "text": "lexical only (BM25 in SQL)",
           "bm25": "plain BM25 (rank_bm25)"}
 LATENCY_USER, LATENCY_SIZE = 100, 1_000
-TUNING_CONVERSATIONS = 3  # fusion weights were chosen on these; the rest are held out
+TUNING = {"generated": 3, "chitchat": 0}  # conversations the fusion weights were chosen on
+RECENCY_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 1.0)
+RECENCY_POOL = 30  # = the service's candidates per leg, so the top 20 is the product's
 HELD_OUT = "all, held-out conversations"
 BARS = [round(0.20 + 0.01 * i, 2) for i in range(76)]
 SHOWN_BARS = 0.06  # bars printed: the shipped one ± this
@@ -79,6 +91,7 @@ UNRELATED = [
     "Book a table for two at 7pm.", "How far is the moon from the earth?",
 ]
 WORD = re.compile(r"\w+")
+LATEST = re.compile(r"\b(latest|most recent(ly)?|recently)\b", re.I)
 
 
 def log(message: str) -> None:
@@ -90,8 +103,10 @@ async def store(service: MemoryService, clock: FakeClock, user: int, conv: Conve
     """Save every turn through MemoryService.save; returns turn id → memory id and counts."""
     ids: dict[str, str] = {}
     merged = 0
-    for n, turn in enumerate(conv.turns):
-        clock.set(conv.dates[turn.session] + timedelta(minutes=n % 240))
+    when = conv.dates[0]
+    for turn in conv.turns:  # one second apart within a session, never going back
+        when = max(conv.dates[turn.session], when + timedelta(seconds=1))
+        clock.set(when)
         result = await service.save(user, turn.stored, "conversation")
         ids[turn.id] = result.memory.id
         merged += result.merged
@@ -117,13 +132,32 @@ def bm25_rankings(conv: Conversation, ids: dict[str, str], k: int) -> list[list[
     return out
 
 
+def recency(hits: list, weight: float, conv: Conversation) -> list[str]:
+    """The hits re-ranked with a bonus growing linearly from the conversation's first date
+    (0) to its last (weight × the spread of the fused scores)."""
+    if not hits:
+        return []
+    first, span = conv.dates[0], (conv.dates[-1] - conv.dates[0]).total_seconds() or 1.0
+    spread = statistics.pstdev(h.score for h in hits) or 1.0
+    scored = [(h.score + weight * spread * (h.created_at - first).total_seconds() / span, -i, h.id)
+              for i, h in enumerate(hits)]
+    return [key for *_, key in sorted(scored, reverse=True)[: max(KS)]]
+
+
+def kind_of(question) -> str:
+    """The question's kind; temporal ones split into "when did…" and "the latest on…"."""
+    if question.kind != "temporal":
+        return question.kind
+    return "temporal: latest" if LATEST.search(question.text) else "temporal: when"
+
+
 def score(rankings: dict, conv: Conversation, ids: dict[str, str], totals: dict,
           held_out: bool = False) -> None:
     """Add each question's recall@k / hit@k per method to `totals[(method, kind)]`."""
     for method, ranked in rankings.items():
         for q, got in zip(conv.questions, ranked, strict=True):
             want = {ids[t] for t in q.evidence}
-            for kind in (q.kind, "all", *([HELD_OUT] if held_out else [])):
+            for kind in (kind_of(q), "all", *([HELD_OUT] if held_out else [])):
                 row = totals.setdefault((method, kind), {"n": 0, **{f"r{k}": 0.0 for k in KS},
                                                          **{f"h{k}": 0 for k in KS}})
                 row["n"] += 1
@@ -133,10 +167,16 @@ def score(rankings: dict, conv: Conversation, ids: dict[str, str], totals: dict,
                     row[f"h{k}"] += found > 0
 
 
-async def injection(service, user, conv, ids, vectors, unrelated_vecs, rows: dict) -> None:
-    """Per bar: injected relevant/total for the questions, unrelated messages left empty."""
+async def injection(service, user, conv, ids, vectors, unrelated_vecs, rows: dict,
+                    dump: list | None = None) -> None:
+    """Per bar: injected relevant/total for the questions, unrelated messages left empty.
+    `dump` collects each search's top 30 (similarity, answering?) for other rules."""
     for q, vec in zip(conv.questions, vectors, strict=True):
         want = {ids[t] for t in q.evidence}
+        if dump is not None:
+            pool = await service.search(user, q.text, RECENCY_POOL, vector=vec)
+            dump.append({"user": user, "kind": kind_of(q), "want": len(want),
+                         "hits": [[h.similarity, h.id in want] for h in pool]})
         hits = await service.search(user, q.text, 5, vector=vec)
         for bar in BARS:
             kept = [h for h in hits if (h.similarity or 0) >= bar]
@@ -149,6 +189,10 @@ async def injection(service, user, conv, ids, vectors, unrelated_vecs, rows: dic
             row["qs"] += 1
             row["q_any"] += bool(kept)
     for text, vec in zip(UNRELATED, unrelated_vecs, strict=True):
+        if dump is not None:
+            pool = await service.search(user, text, RECENCY_POOL, vector=vec)
+            dump.append({"user": user, "kind": "unrelated", "want": 0,
+                         "hits": [[h.similarity, False] for h in pool]})
         hits = await service.search(user, text, 5, vector=vec)
         for bar in BARS:
             rows[bar]["unrel"] += 1
@@ -185,7 +229,8 @@ async def latency(service: MemoryService, pool, questions: list[str]) -> dict:
     return out
 
 
-async def run_embedder(model: str, convs: list[Conversation], questions: int) -> dict:
+async def run_embedder(model: str, convs: list[Conversation], questions: int, data: str,
+                       dump: list | None = None) -> dict:
     """Everything for one embedder on a fresh database."""
     if model.endswith("#older"):  # the space before query/passage roles, for comparison
         embedder = legacy_embedder(model.removesuffix("#older"))
@@ -210,13 +255,17 @@ async def run_embedder(model: str, convs: list[Conversation], questions: int) ->
                 ids = saved["ids"]
                 vectors = [await service.embed_query(q.text) for q in conv.questions]
                 rankings = {"bm25": bm25_rankings(conv, ids, max(KS))}
+                pooled = [await service.search(user, q.text, RECENCY_POOL, vector=v)
+                          for q, v in zip(conv.questions, vectors, strict=True)]
+                for w in RECENCY_WEIGHTS:
+                    rankings[f"recency {w}"] = [recency(hits, w, conv) for hits in pooled]
                 for mode in MODES:
                     rankings[mode] = [
                         [h.id for h in await service.search(user, q.text, max(KS), mode=mode, vector=v)]
                         for q, v in zip(conv.questions, vectors, strict=True)
                     ]
-                score(rankings, conv, ids, totals, held_out=user > TUNING_CONVERSATIONS)
-                await injection(service, user, conv, ids, vectors, unrelated, inject)
+                score(rankings, conv, ids, totals, held_out=0 < TUNING[data] < user)
+                await injection(service, user, conv, ids, vectors, unrelated, inject, dump)
             all_questions = [q.text for c in convs for q in c.questions][:questions]
             timing = await latency(service, pool, all_questions)
         finally:
@@ -225,12 +274,13 @@ async def run_embedder(model: str, convs: list[Conversation], questions: int) ->
             "timing": timing, "related": service.dedupe_threshold, "bar": service.recall_threshold}
 
 
-def print_report(results: list[dict], convs: list[Conversation], seconds: float) -> None:
+def print_report(results: list[dict], convs: list[Conversation], seconds: float, data: str) -> None:
     """The markdown tables."""
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     turns = sum(len(c.turns) for c in convs)
     print(f"### Memory recall benchmark\n\n{machine_line()}, {os.cpu_count()} cores, load average {load}")
-    print(f"data: bench/memory_dialogues.py, {len(convs)} conversations, {turns} turns, "
+    source = {"chitchat": "bench/chitchat.py (people's chats)", "generated": "bench/memory_dialogues.py"}[data]
+    print(f"data: {source}, {len(convs)} conversations, {turns} turns, "
           f"{sum(len(c.questions) for c in convs)} questions; {seconds:.0f} s\n")
     for res in results:
         s = res["saving"]
@@ -248,12 +298,23 @@ def print_report(results: list[dict], convs: list[Conversation], seconds: float)
                 cells = [f"{row[f'r{k}'] / n:.3f}" for k in KS] + [f"{row[f'h{k}'] / n:.3f}" for k in KS]
                 label = f"**{kind}**" if kind == "all" else kind
                 print(f"| {LABELS[method]} | {label} | {n} | " + " | ".join(cells) + " |")
+        print_recency(res, kinds)
         print_injection(res)
         t = res["timing"]
         print(f"\nLatency at {LATENCY_SIZE:,} memories of one user ({len(t['embed'])} questions, top 10, "
               "vectors embedded beforehand): " + "; ".join(
                   f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms" for m in MODES))
         print(f"Query embedding: p50 {percentile(t['embed'], 50):.1f} ms, p95 {percentile(t['embed'], 95):.1f} ms\n")
+
+
+def print_recency(res: dict, kinds: list[str]) -> None:
+    """Recall@10 of the product's ranking with a recency bonus, per question kind."""
+    print("\nRecency bonus on the product's top 30 (recall@10; weight 0 = the product):\n")
+    print("| weight | " + " | ".join(kinds) + " |")
+    print("|---|" + "---|" * len(kinds))
+    for w in RECENCY_WEIGHTS:
+        cells = [res["totals"][(f"recency {w}", kind)] for kind in kinds]
+        print(f"| {w} | " + " | ".join(f"{c['r10'] / c['n']:.3f}" for c in cells) + " |")
 
 
 def print_injection(res: dict) -> None:
@@ -274,17 +335,29 @@ def print_injection(res: dict) -> None:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--embedders", default="local", help="comma-separated PANAGER_EMBEDDING_MODEL values")
+    parser.add_argument("--data", choices=("chitchat", "generated"), default="chitchat")
     parser.add_argument("--conversations", type=int, default=6)
     parser.add_argument("--questions", type=int, default=200, help="questions timed for latency")
+    parser.add_argument("--dump-injection", type=Path, help="write each search's top 30 "
+                        "(similarity, answering?) as JSON, to study injection rules")
     return parser.parse_args()
 
 
 async def main() -> None:
     args = parse_args()
     started = time.perf_counter()
-    convs = dataset(args.conversations)
-    results = [await run_embedder(m.strip(), convs, args.questions) for m in args.embedders.split(",")]
-    print_report(results, convs, time.perf_counter() - started)
+    if args.data == "chitchat":
+        from bench.chitchat import conversations
+
+        convs = conversations()[: args.conversations]
+    else:
+        convs = dataset(args.conversations)
+    dump: list | None = [] if args.dump_injection else None
+    results = [await run_embedder(m.strip(), convs, args.questions, args.data, dump)
+               for m in args.embedders.split(",")]
+    if args.dump_injection:
+        args.dump_injection.write_text(json.dumps(dump))
+    print_report(results, convs, time.perf_counter() - started, args.data)
 
 
 if __name__ == "__main__":
