@@ -32,7 +32,10 @@ pgvector (a throwaway database). Then, per embedder:
    memory's date helps temporal questions ("when did…", "most recently…").
 3. Injection: for the top 5 of each question, and for 30 messages unrelated to
    any memory, precision and recall of injecting the hits whose similarity
-   reaches a bar, per bar; this is how RECALL_THRESHOLDS was chosen.
+   reaches a bar, per bar, and for the rule `MemoryService.recall` ships (a bar and a
+   margin over the median similarity of the search's candidates); this is how
+   RECALL_THRESHOLDS and RECALL_MARGINS were chosen (--dump-injection writes what
+   other rules need).
 4. Latency: `memory_search` for a user with 1,000 memories (200 questions, vectors
    embedded beforehand: the database + fusion part), and the query embedding.
 """
@@ -178,8 +181,9 @@ async def injection(service, user, conv, ids, vectors, unrelated_vecs, rows: dic
             dump.append({"user": user, "kind": kind_of(q), "want": len(want),
                          "hits": [[h.similarity, h.id in want] for h in pool]})
         hits = await service.search(user, q.text, 5, vector=vec)
-        for bar in BARS:
-            kept = [h for h in hits if (h.similarity or 0) >= bar]
+        shipped = await service.recall(user, q.text, 5)  # the rule injection uses
+        for bar in [*BARS, "shipped"]:
+            kept = shipped if bar == "shipped" else [h for h in hits if (h.similarity or 0) >= bar]
             row = rows.setdefault(bar, {"inj": 0, "good": 0, "want": 0, "found": 0, "qs": 0,
                                         "q_any": 0, "quiet": 0, "unrel": 0})
             row["inj"] += len(kept)
@@ -197,6 +201,8 @@ async def injection(service, user, conv, ids, vectors, unrelated_vecs, rows: dic
         for bar in BARS:
             rows[bar]["unrel"] += 1
             rows[bar]["quiet"] += not any((h.similarity or 0) >= bar for h in hits)
+        rows["shipped"]["unrel"] += 1
+        rows["shipped"]["quiet"] += not await service.recall(user, text, 5)
 
 
 async def latency(service: MemoryService, pool, questions: list[str]) -> dict:
@@ -271,7 +277,8 @@ async def run_embedder(model: str, convs: list[Conversation], questions: int, da
         finally:
             await pool.close()
     return {"name": embedder.name, "totals": totals, "saving": saving, "inject": inject,
-            "timing": timing, "related": service.dedupe_threshold, "bar": service.recall_threshold}
+            "timing": timing, "related": service.dedupe_threshold, "bar": service.recall_threshold,
+            "margin": service.recall_margin}
 
 
 def print_report(results: list[dict], convs: list[Conversation], seconds: float, data: str) -> None:
@@ -319,16 +326,17 @@ def print_recency(res: dict, kinds: list[str]) -> None:
 
 def print_injection(res: dict) -> None:
     """Injection precision/recall per similarity bar (the top 5 of each question)."""
-    print(f"\nInjection (top 5, kept when similarity ≥ bar; shipped bar {res['bar']:.2f}, "
+    print(f"\nInjection (top 5, kept when similarity ≥ bar; shipped: bar {res['bar']:.2f} and "
+          f"a margin of {res['margin']:.2f} over the candidates' median similarity; "
           f"related-memory threshold {res['related']:.2f}):\n")
     print("| bar | precision | recall of answering turns | questions injecting ≥1 | unrelated messages injecting none |")
     print("|---|---|---|---|---|")
-    for bar, row in sorted(res["inject"].items()):
-        if abs(bar - res["bar"]) > SHOWN_BARS + 1e-9:
-            continue
+    bars = [b for b in res["inject"] if b != "shipped" and abs(b - res["bar"]) <= SHOWN_BARS + 1e-9]
+    for bar in [*sorted(bars), "shipped"]:
+        row = res["inject"][bar]
         precision = row["good"] / row["inj"] if row["inj"] else float("nan")
-        mark = " ←" if abs(bar - res["bar"]) < 1e-9 else ""
-        print(f"| {bar:.2f}{mark} | {precision:.3f} | {row['found'] / row['want']:.3f} | "
+        label = "**shipped rule (`recall`)**" if bar == "shipped" else f"{bar:.2f}"
+        print(f"| {label} | {precision:.3f} | {row['found'] / row['want']:.3f} | "
               f"{row['q_any'] / row['qs']:.3f} | {row['quiet'] / row['unrel']:.3f} |")
 
 

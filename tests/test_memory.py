@@ -331,3 +331,24 @@ async def test_a_very_large_users_lexical_leg_reads_memories_with_both_rare_term
     memory.retrieval._sizes.clear()
     hits = await memory.search(alice.id, "What is Jun allergic to?", 5)
     assert target.memory.id in [h.id for h in hits]
+
+
+async def test_recall_margin_keeps_a_large_store_quiet_on_unrelated_messages(memory, alice):
+    """With hundreds of chat turns stored, the nearest memory clears e5's bar for most
+    messages; the margin over the candidates' median keeps unrelated ones quiet while a
+    question about a stored fact still injects it."""
+    from bench.chitchat import conversations
+    from bench.memory_recall import UNRELATED
+
+    turns = [t.stored for t in conversations()[5].turns[:300]]
+    for start in range(0, len(turns), 64):
+        await memory.save_many(alice.id, turns[start : start + 64], source="import")
+    mina = (await memory.save(alice.id, "My sister Mina's birthday is March 3.")).memory
+    assert memory.recall_margin > 0
+
+    recalled = await memory.recall(alice.id, "When is my sister Mina's birthday?")
+    assert recalled and recalled[0].id == mina.id
+    with_margin = sum([bool(await memory.recall(alice.id, text)) for text in UNRELATED])
+    memory.recall_margin = 0.0
+    bar_alone = sum([bool(await memory.recall(alice.id, text)) for text in UNRELATED])
+    assert with_margin <= 10 < 15 <= bar_alone, (with_margin, bar_alone)
