@@ -105,16 +105,20 @@ class Retrieval:
         """(vector rows, BM25 rows). A user scanned exactly gets both queries in one pipelined
         round trip; for a user on the HNSW index (many memories, where each leg takes
         milliseconds) the legs run at the same time on two connections, each taken when its
-        leg starts (no connection is held while waiting for another)."""
-        async with self.pool.connection() as conn:
-            if not await self._use_index(conn, user_id):
-                async with conn.pipeline():
-                    vec_cur = await conn.execute(_exact_sql(params), params)
-                    text_cur = await conn.execute(SEARCH_TEXT, params) if lexical else None
-                return (await vec_cur.fetchall(),
-                        await text_cur.fetchall() if text_cur else [])
-            if not lexical:
-                return await self._index_leg(conn, params), []
+        leg starts (no connection is held while waiting for another; when the plan is
+        already known to be the index, no connection is taken just to look at it)."""
+        if not self._known_to_use_index(user_id):
+            async with self.pool.connection() as conn:
+                if not await self._use_index(conn, user_id):
+                    async with conn.pipeline():
+                        vec_cur = await conn.execute(_exact_sql(params), params)
+                        text_cur = await conn.execute(SEARCH_TEXT, params) if lexical else None
+                    return (await vec_cur.fetchall(),
+                            await text_cur.fetchall() if text_cur else [])
+                if not lexical:
+                    return await self._index_leg(conn, params), []
+        elif not lexical:
+            return await self._index_leg(None, params), []
         vec_rows, text_rows = await asyncio.gather(
             self._index_leg(None, params), self._lexical_leg(params, SEARCH_TEXT)
         )
@@ -138,6 +142,14 @@ class Retrieval:
         """The BM25 ranking (queries.py), on a connection of its own."""
         async with self.pool.connection() as conn:
             return await (await conn.execute(sql, params)).fetchall()
+
+    def _known_to_use_index(self, user_id: int) -> bool:
+        """Whether the user is searched through the index, by the cached count alone (False
+        when the count is missing or stale: `_use_index` then asks the database)."""
+        if self.strategy != "auto":
+            return self.strategy == "hnsw"
+        size, at = self._sizes.get(user_id, (0, -SIZE_TTL))
+        return time.monotonic() - at < SIZE_TTL and size > EXACT_MAX
 
     async def _use_index(self, conn: DictConnection, user_id: int) -> bool:
         """HNSW for users with many memories; an exact scan (faster and exact) for the rest.
