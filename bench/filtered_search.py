@@ -121,7 +121,7 @@ async def interleaved(pool, queries, arms: list[tuple[str, str]], ef: int) -> li
         await service.check_bound()
         for vector in queries[:10]:  # warm-up
             await service.search(TARGET_USER, "q", 5, mode="vector", vector=vector)
-        service.exact_fallbacks = 0
+        service.retrieval.exact_fallbacks = 0
         services.append(service)
     times: list[list[float]] = [[] for _ in arms]
     ids: list[list[list[str]]] = [[] for _ in arms]
@@ -131,7 +131,7 @@ async def interleaved(pool, queries, arms: list[tuple[str, str]], ef: int) -> li
             hits = await services[i].search(TARGET_USER, "q", 5, mode="vector", vector=vector)
             times[i].append((time.perf_counter() - started) * 1000)
             ids[i].append([h.id for h in hits])
-    return [{"times": t, "ids": d, "fallback": s.exact_fallbacks / len(queries)}
+    return [{"times": t, "ids": d, "fallback": s.retrieval.exact_fallbacks / len(queries)}
             for t, d, s in zip(times, ids, services, strict=True)]
 
 

@@ -138,7 +138,7 @@ async def timed_searches(service, user, queries, vectors, mode) -> tuple[list[fl
     precomputed vectors."""
     for text, vector in list(zip(queries, vectors, strict=True))[:10]:  # warm-up
         await service.search(user, text, 5, mode=mode, vector=vector)
-    service.exact_fallbacks = 0
+    service.retrieval.exact_fallbacks = 0
     times, ids = [], []
     for text, vector in zip(queries, vectors, strict=True):
         started = time.perf_counter()
@@ -219,7 +219,7 @@ async def measure_size(args, pool, service, size, texts, real, qtexts, qvecs, rn
     arms = [("exact", "-")] + [("hnsw", ef) for ef in args.ef] + [("auto", args.default_ef)]
     rows, truth = [], None
     for strategy, ef in arms:
-        service.strategy, service.ef_search = strategy, (ef if ef != "-" else args.default_ef)
+        service.retrieval.strategy, service.retrieval.ef_search = strategy, (ef if ef != "-" else args.default_ef)
         for mode in ("vector", "hybrid"):
             times, found = await timed_searches(service, TARGET_USER, qtexts, qvecs, mode)
             if strategy == "exact" and mode == "vector":
@@ -228,8 +228,8 @@ async def measure_size(args, pool, service, size, texts, real, qtexts, qvecs, rn
             rows.append({**base, "index": strategy, "mode": mode, "ef": ef, "times": times,
                          "recall": recall_at_5(found, truth) if vector else None,
                          "tie_recall": distance_recall_at_5(found, truth) if vector else None,
-                         "fallback": service.exact_fallbacks / len(times)})
-    service.strategy, service.ef_search = "auto", args.default_ef
+                         "fallback": service.retrieval.exact_fallbacks / len(times)})
+    service.retrieval.strategy, service.retrieval.ef_search = "auto", args.default_ef
     times, _ = await timed_searches(service, TARGET_USER, qtexts, qvecs, "text")
     rows.append({**base, "index": "gin", "mode": "text", "ef": "-", "times": times, "recall": None})
     times, _ = await timed_searches(service, OTHER_USERS[0], qtexts, qvecs, "hybrid")

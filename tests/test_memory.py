@@ -269,7 +269,7 @@ async def test_shared_index_never_starves_a_small_user(memory, alice, bob, monke
     monkeypatch.setattr(memory_module, "EXACT_MAX", 2)  # alice now counts as a large user
     memory.retrieval._sizes.clear()
     hits = await memory.search(alice.id, "what music do I collect?", 5, mode="vector")
-    assert memory.exact_fallbacks == 1
+    assert memory.retrieval.exact_fallbacks == 1
     assert sorted(h.id for h in hits) == sorted(r.memory.id for r in mine)
     assert hits[0].content == "I collect vinyl records."
 

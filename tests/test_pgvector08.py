@@ -107,18 +107,18 @@ async def test_iterative_scan_on_pgvector_08_needs_no_second_query(
     assert "memories_embedding_hnsw" in await plan_of(iterative)
     found = await alices_nearest(iterative)
     assert iterative.retrieval._scan_mode == "relaxed_order"
-    assert iterative.exact_fallbacks == 0
+    assert iterative.retrieval.exact_fallbacks == 0
 
     strict = MemoryService(iterative.pool, iterative.embedder, ef_search=40,
                            iterative_scan="strict_order")
     # HNSW is approximate (and its graph differs run to run): most, not all, agree
     assert len(set(await alices_nearest(strict)) & set(found)) >= K * 3 // 4
-    assert strict.exact_fallbacks == 0
+    assert strict.retrieval.exact_fallbacks == 0
 
     plain = MemoryService(iterative.pool, iterative.embedder, ef_search=40)  # "auto"
     exact = await alices_nearest(plain)
     assert plain.retrieval._scan_mode == memory_module.ITERATIVE_SCAN_AUTO
-    assert plain.exact_fallbacks == 1  # the index alone returned too few of alice's rows
+    assert plain.retrieval.exact_fallbacks == 1  # the index alone returned too few of alice's rows
     assert len(set(found) & set(exact)) >= K * 3 // 4  # approximate, and nearly the same
 
 
@@ -130,4 +130,4 @@ async def test_pgvector_06_keeps_todays_plan(db_url, make_settings, make_app, mo
     async with service.pool.connection() as conn:
         facts = await server_facts(conn)
     assert not supports_iterative_scan(facts.installed)  # the embedded 0.6.2
-    assert service.retrieval._scan_mode == "" and service.exact_fallbacks == 1  # asked for, not there
+    assert service.retrieval._scan_mode == "" and service.retrieval.exact_fallbacks == 1  # asked for, not there

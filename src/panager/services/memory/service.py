@@ -152,32 +152,6 @@ class MemoryService:
         self._bound = False  # the store is known to hold this embedder's vectors
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
-    # The search plan's knobs, read and set by benchmarks and tests.
-    @property
-    def strategy(self) -> Strategy:
-        return self.retrieval.strategy
-
-    @strategy.setter
-    def strategy(self, value: Strategy) -> None:
-        self.retrieval.strategy = value
-
-    @property
-    def ef_search(self) -> int:
-        return self.retrieval.ef_search
-
-    @ef_search.setter
-    def ef_search(self, value: int) -> None:
-        self.retrieval.ef_search = value
-
-    @property
-    def exact_fallbacks(self) -> int:
-        """HNSW scans starved by the user filter (then scanned exactly)."""
-        return self.retrieval.exact_fallbacks
-
-    @exact_fallbacks.setter
-    def exact_fallbacks(self, value: int) -> None:
-        self.retrieval.exact_fallbacks = value
-
     @classmethod
     async def create(cls, pool: Pool, settings: Any, **kwargs: Any) -> MemoryService:
         """A service with the configured embedder, checked against the stored vectors."""
