@@ -16,7 +16,10 @@ Everything runs through `MemoryService.search` on a real PostgreSQL + pgvector
    `hnsw.ef_search`, on real embeddings of generated personal memories
    (bench/memory_corpus.py). Beyond --real distinct embedded sentences, rows
    are derived vectors (0.8·a + 0.2·b of two real vectors plus small noise,
-   renormalised); the table says how many rows are real.
+   renormalised); the table says how many rows are real. The index is built
+   as the product builds it (m, ef_construction of services/memory/binding.py;
+   `--m`, `--ef-construction` to try others), and 50 single-row inserts into
+   the full table show what its build options cost each save.
 3. Quality: tests/data/memory_pairs.jsonl (English and Korean memories with
    paraphrased questions, plus each memory's rarest word as a keyword query),
    recall@1/@5 of vector-only, full-text-only and hybrid search for each
@@ -49,7 +52,7 @@ from bench.common import bench_database, machine_line, percentile
 from bench.memory_corpus import memories, questions
 from panager.config import Settings
 from panager.db.pool import open_pool
-from panager.services.memory.binding import build_embedder
+from panager.services.memory.binding import HNSW_EF_CONSTRUCTION, HNSW_M, build_embedder
 from panager.services.memory.queries import SEARCH_ANN, SET_EF_SEARCH
 from panager.services.memory.service import MemoryService
 from panager.services.memory.text import HANGUL, STOPWORDS, TOKEN
@@ -65,7 +68,7 @@ COPY = (
 )
 CREATE_INDEX = (
     "CREATE INDEX memories_embedding_hnsw ON memories "
-    "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 256)"
+    "USING hnsw (embedding vector_cosine_ops) WITH (m = {m}, ef_construction = {ef_construction})"
 )
 
 
@@ -213,7 +216,7 @@ async def measure_size(args, pool, service, size, texts, real, qtexts, qvecs, rn
     started = time.perf_counter()
     async with pool.connection() as conn:
         await conn.execute("SET maintenance_work_mem = '1GB'")
-        await conn.execute(CREATE_INDEX)
+        await conn.execute(CREATE_INDEX.format(m=args.m, ef_construction=args.ef_construction))
     base = {"size": size, "real": n_real, "build_s": time.perf_counter() - started,
             "plan": await ann_plan(pool, qvecs[0])}
     arms = [("exact", "-")] + [("hnsw", ef) for ef in args.ef] + [("auto", args.default_ef)]
@@ -235,7 +238,25 @@ async def measure_size(args, pool, service, size, texts, real, qtexts, qvecs, rn
     times, _ = await timed_searches(service, OTHER_USERS[0], qtexts, qvecs, "hybrid")
     rows.append({**base, "index": "auto", "mode": f"hybrid, a user with {args.others:,}",
                  "ef": args.default_ef, "times": times, "recall": None})
+    rows[0]["inserts"] = await timed_inserts(pool, real, rng)
     return rows
+
+
+async def timed_inserts(pool, real: np.ndarray, rng: np.random.Generator, count: int = 50) -> list[float]:
+    """Milliseconds per single-row INSERT into the indexed table (what a save adds to the index;
+    the embedding and the save path's checks are not included); the rows are removed again."""
+    _, vectors = derived(real, count, rng)
+    times = []
+    async with pool.connection() as conn:
+        for vector in vectors:
+            started = time.perf_counter()
+            await conn.execute(
+                "INSERT INTO memories (user_id, content, embedding) VALUES (%s, 'insert probe', %s)",
+                (TARGET_USER, vector),
+            )
+            times.append((time.perf_counter() - started) * 1000)
+        await conn.execute("DELETE FROM memories WHERE content = 'insert probe'")
+    return times
 
 
 async def ann_plan(pool, vector) -> str:
@@ -261,10 +282,12 @@ def print_latency(rows: list[dict], args) -> None:
         print(f"| {r['size']:,} ({r['real']:,}) | {r['index']} | {r['mode']} | {r['ef']} | "
               f"{percentile(r['times'], 50):.2f} | {percentile(r['times'], 95):.2f} | {recall} | "
               f"{tie} | {starved} |")
-    builds = {r["size"]: (r["build_s"], r["plan"]) for r in rows if "build_s" in r}
-    print("\nHNSW build (m=16, ef_construction=256) and the index the hnsw plan uses: "
-          + "; ".join(f"{s:,} + {len(OTHER_USERS) * args.others:,} rows: {t:.1f} s, {plan}"
-                      for s, (t, plan) in builds.items()))
+    builds = {r["size"]: (r["build_s"], r["plan"], r["inserts"]) for r in rows if "inserts" in r}
+    print(f"\nHNSW build (m={args.m}, ef_construction={args.ef_construction}), one more row inserted "
+          "(p50 / p95 of 50) and the index the hnsw plan uses: "
+          + "; ".join(f"{s:,} + {len(OTHER_USERS) * args.others:,} rows: {t:.1f} s, insert "
+                      f"{percentile(ins, 50):.2f} / {percentile(ins, 95):.2f} ms, {plan}"
+                      for s, (t, plan, ins) in builds.items()))
 
 
 async def query_embedding_latency(embedder, count: int = 30) -> list[float]:
@@ -361,6 +384,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--others", type=int, default=1_000, help="rows of each other user")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--ef", type=lambda s: [int(x) for x in s.split(",")], default=[40, 100, 200, 300, 400])
+    parser.add_argument("--m", type=int, default=HNSW_M, help="HNSW m of the index built here")
+    parser.add_argument("--ef-construction", type=int, default=HNSW_EF_CONSTRUCTION,
+                        help="HNSW ef_construction (default: the product's)")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--corpus", choices=("generated", "chitchat"), default="generated",
                         help="memories for latency/ANN: generated ones, or messages people typed")

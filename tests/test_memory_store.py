@@ -106,8 +106,9 @@ async def test_first_save_binds_size_and_a_changed_embedder_is_refused(pool, tmp
     moved = await MemoryService.create(pool, local)
     assert [h.content for h in await moved.search(1, "which city is my home?", 5)] == ["I live in Busan."]
     async with pool.connection() as conn:
-        names = [r["indexname"] for r in await (await conn.execute(INDEXES)).fetchall()]
-    assert "memories_embedding_hnsw" in names
+        indexes = {r["indexname"]: r["indexdef"] for r in await (await conn.execute(INDEXES)).fetchall()}
+    # rebuilt after the retype with the options migration 0012 gives it
+    assert "WITH (m='16', ef_construction='1000')" in indexes["memories_embedding_hnsw"]
     # an offline store stays offline when an API key appears later (no explicit model)
     keyed = await MemoryService.create(pool, settings(tmp_path, openai_api_key="k"))
     assert keyed.embedder.name == "local:multilingual-e5-small-q4/passage"
@@ -217,6 +218,52 @@ async def test_migration_0008_leaves_memories_untouched_and_counts_their_terms(f
             users = await (await conn.execute("SELECT count(*) AS n FROM memory_stats")).fetchone()
             assert (terms["n"], users["n"]) == (0, 0)
         await migrate.downgrade(url, db, "0007")
+    finally:
+        await db.close()
+
+
+ROWS = (
+    "SELECT id, user_id, content, category, source, embedding::text AS embedding, created_at, "
+    "updated_at, history FROM memories ORDER BY content"
+)
+
+
+async def test_migration_0012_rebuilds_the_vector_index_and_leaves_memories_untouched(fresh_db):
+    """The HNSW index is built again with ef_construction 1000 (and back with 256 on downgrade);
+    the memories, their vectors and dates stay as they were, and the index still serves."""
+    url = fresh_db()
+    db = await open_pool(url, max_size=2)
+    try:
+        await migrate.upgrade(url, db, "0011")
+
+        async def options() -> str:
+            async with db.connection() as conn:
+                rows = await (await conn.execute(INDEXES)).fetchall()
+            return {r["indexname"]: r["indexdef"] for r in rows}["memories_embedding_hnsw"]
+
+        assert "ef_construction='256'" in await options()
+        async with db.connection() as conn:
+            await conn.execute("INSERT INTO users (id, username) VALUES (1, 'me')")
+            for i in range(1, 4):
+                await conn.execute(
+                    "INSERT INTO memories (user_id, content, embedding, created_at, updated_at) "
+                    "VALUES (1, %s, array_fill(%s::real, ARRAY[384])::vector, '2025-01-02', '2025-03-04')",
+                    (f"memory {i}", float(i)),
+                )
+            before = await (await conn.execute(ROWS)).fetchall()
+        await migrate.upgrade(url, db)
+        assert "WITH (m='16', ef_construction='1000')" in await options()
+        async with db.connection() as conn:
+            after = await (await conn.execute(ROWS)).fetchall()
+            await conn.execute("SET enable_seqscan = off")
+            plan = await (await conn.execute(
+                "EXPLAIN SELECT id FROM memories ORDER BY embedding <=> %s::vector LIMIT 1",
+                ("[" + ",".join(["1"] * 384) + "]",),
+            )).fetchall()
+        assert after == before
+        assert "memories_embedding_hnsw" in " ".join(next(iter(r.values())) for r in plan)
+        await migrate.downgrade(url, db, "0011")
+        assert "ef_construction='256'" in await options()
     finally:
         await db.close()
 

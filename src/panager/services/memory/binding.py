@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 BIND_LOCK_KEY = 7_260_003
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
+HNSW_M, HNSW_EF_CONSTRUCTION = 16, 1000  # as migration 0012 builds it (BENCHMARKS.md, "Memory")
 REEMBED_BATCH = 64
 
 READ_META = "SELECT embedder, dim FROM memory_meta"
@@ -63,8 +64,8 @@ WHERE attrelid = 'memories'::regclass AND attname = 'embedding'
 ALL_CONTENTS = "SELECT id, content FROM memories ORDER BY id"
 DROP_INDEX = "DROP INDEX IF EXISTS memories_embedding_hnsw"
 CREATE_INDEX = (
-    "CREATE INDEX memories_embedding_hnsw ON memories "
-    "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 256)"
+    "CREATE INDEX memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops) "
+    f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})"
 )
 UNTYPE_COLUMN = "ALTER TABLE memories ALTER COLUMN embedding TYPE vector"
 RETYPE_COLUMN = "ALTER TABLE memories ALTER COLUMN embedding TYPE vector({dim})"
