@@ -270,9 +270,13 @@ def header(info: dict[str, str], today: str) -> str:
     )
 
 
-def regenerate(existing: str, outcomes: list[Outcome], info: dict[str, str], today: str) -> str:
-    """BENCHMARKS.md with this run's blocks, the hand-written text kept."""
-    _, sections = split_sections(existing)
+def regenerate(
+    existing: str, outcomes: list[Outcome], info: dict[str, str], today: str, *, whole: bool = True
+) -> str:
+    """BENCHMARKS.md with this run's blocks, the hand-written text kept. The header (machine,
+    date of the full regeneration) is rewritten only by a run of every benchmark (`whole`);
+    a partial run (`--only`) leaves it, each block carrying its own date."""
+    head, sections = split_sections(existing)
     by_title = {title: body for title, body in sections}
     order = [title for title, _ in sections]
     for outcome in outcomes:
@@ -284,7 +288,8 @@ def regenerate(existing: str, outcomes: list[Outcome], info: dict[str, str], tod
             order.append(title)
         by_title[title] = with_block(by_title[title], outcome.bench.name, block(outcome, today))
     body = "".join(f"## {title}\n{by_title[title].rstrip()}\n\n" for title in order)
-    return header(info, today) + body.rstrip() + "\n"
+    top = header(info, today) if whole or not head.strip() else head
+    return top + body.rstrip() + "\n"
 
 
 def main() -> None:
@@ -311,7 +316,7 @@ def main() -> None:
     info, today = machine(), date.today().isoformat()
     outcomes = [run(bench, args.quick, args.timeout) for bench in benches]
     existing = OUTPUT.read_text() if OUTPUT.exists() else ""
-    OUTPUT.write_text(regenerate(existing, outcomes, info, today))
+    OUTPUT.write_text(regenerate(existing, outcomes, info, today, whole=not args.only))
     failed = [o for o in outcomes if o.code != 0]
     for outcome in failed:
         print(f"\nFAILED {outcome.bench.name} (exit {outcome.code}):\n{outcome.output[-2000:]}")
