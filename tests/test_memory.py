@@ -189,6 +189,24 @@ async def test_recall_costs_no_embedding_for_users_without_memories(memory, alic
     assert len(counting.calls) == 1
 
 
+def unit_vectors(count: int, seed: int):
+    """`count` random 384-d unit vectors (float32), reproducible by `seed`."""
+    import numpy as np
+
+    vectors = np.random.default_rng(seed).normal(size=(count, 384)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+async def copy_memories(conn, rows) -> None:
+    """Bulk-load (user_id, content, vector) rows with binary COPY, bypassing the save path."""
+    async with conn.cursor().copy(
+        "COPY memories (user_id, content, embedding) FROM STDIN (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(["int8", "text", "vector"])
+        for row in rows:
+            await copy.write_row(row)
+
+
 def test_query_terms():
     def terms(text):
         return [(t.text, t.prefix) for t in query_terms(text)]
@@ -251,21 +269,14 @@ def test_vector_hits_like_many_others_yield_to_distinct_ones():
 async def test_shared_index_never_starves_a_small_user(memory, alice, bob, monkeypatch):
     """Through the HNSW plan, a user with 3 memories among 300 of another user's still gets
     all of theirs (the starved index scan is redone exactly)."""
-    import numpy as np
 
     from panager.services.memory import retrieval as memory_module
 
     mine = await memory.save_many(alice.id, ["I collect vinyl records.", "My bike is a Brompton.",
                                              "I live near the river."])
-    rng = np.random.default_rng(0)
-    vectors = rng.normal(size=(300, 384)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    async with memory.pool.connection() as conn, conn.cursor().copy(
-        "COPY memories (user_id, content, embedding) FROM STDIN (FORMAT BINARY)"
-    ) as copy:
-        copy.set_types(["int8", "text", "vector"])
-        for i, vector in enumerate(vectors):
-            await copy.write_row((bob.id, f"bob note {i}", vector))
+    vectors = unit_vectors(300, seed=0)
+    async with memory.pool.connection() as conn:
+        await copy_memories(conn, ((bob.id, f"bob note {i}", v) for i, v in enumerate(vectors)))
     monkeypatch.setattr(memory_module, "EXACT_MAX", 2)  # alice now counts as a large user
     memory.retrieval._sizes.clear()
     hits = await memory.search(alice.id, "what music do I collect?", 5, mode="vector")
@@ -281,16 +292,9 @@ async def test_crowding_is_the_mean_similarity_to_the_nearest_fellow_candidates(
 
     from panager.services.memory.queries import CROWD_K, SEARCH_EXACT_CROWD
 
-    rng = np.random.default_rng(3)
-    vectors = rng.normal(size=(12, 384)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = unit_vectors(12, seed=3)
     async with memory.pool.connection() as conn:
-        async with conn.cursor().copy(
-            "COPY memories (user_id, content, embedding) FROM STDIN (FORMAT BINARY)"
-        ) as copy:
-            copy.set_types(["int8", "text", "vector"])
-            for i, vector in enumerate(vectors):
-                await copy.write_row((alice.id, f"note {i}", vector))
+        await copy_memories(conn, ((alice.id, f"note {i}", v) for i, v in enumerate(vectors)))
         rows = await (await conn.execute(
             SEARCH_EXACT_CROWD, {"user": alice.id, "v": vectors[0], "k": 8})).fetchall()
     index = {f"note {i}": i for i in range(12)}
@@ -309,22 +313,17 @@ async def test_a_very_large_users_lexical_leg_reads_memories_with_both_rare_term
     memories holding both of its two rarest terms are scored, however old: the first
     version scored only the newest 300 holding the rarest and missed this one. The
     hybrid search (HNSW plan: both legs at once on two connections) finds it too."""
-    import numpy as np
 
     from panager.services.memory import retrieval as memory_module
     from panager.services.memory.queries import CANDIDATE_ROWS
 
     target = await memory.save(alice.id, "Jun is allergic to peanuts.")
-    rng = np.random.default_rng(5)
-    vectors = rng.normal(size=(2 * CANDIDATE_ROWS + 40, 384)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    async with memory.pool.connection() as conn, conn.cursor().copy(
-        "COPY memories (user_id, content, embedding) FROM STDIN (FORMAT BINARY)"
-    ) as copy:
-        copy.set_types(["int8", "text", "vector"])
-        for i, vector in enumerate(vectors):
-            word = "Jun" if i % 2 else "allergic"
-            await copy.write_row((alice.id, f"{word} note number {i}", vector))
+    vectors = unit_vectors(2 * CANDIDATE_ROWS + 40, seed=5)
+    async with memory.pool.connection() as conn:
+        await copy_memories(conn, (
+            (alice.id, f"{'Jun' if i % 2 else 'allergic'} note number {i}", v)
+            for i, v in enumerate(vectors)
+        ))
     hits = await memory.search(alice.id, "What is Jun allergic to?", 5, mode="text")
     assert hits[0].id == target.memory.id
     monkeypatch.setattr(memory_module, "EXACT_MAX", 10)  # alice is searched through HNSW
