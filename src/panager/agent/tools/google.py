@@ -17,7 +17,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import tool
+from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, tool
 from panager.errors import ToolError
 from panager.services.google import api
 from panager.services.google.service import CALENDAR_SCOPE, NOT_CONFIGURED, TASKS_SCOPE
@@ -180,7 +180,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             raise ToolError(NOT_CONFIGURED)
         return await deps.google.call(user.id, scope, partial(operation, *args, **kwargs))
 
-    @tool
+    @tool(classify=ORDINARY)
     async def calendar_list_events(start: str | None = None, end: str | None = None) -> dict:
         """List events across all of the user's Google calendars, recurring events expanded.
 
@@ -189,7 +189,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         lo, hi = list_window(start, end, zone, deps.clock.now())
         return await run(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
 
-    @tool
+    @tool(classify=ORDINARY)
     async def calendar_create_event(
         title: str,
         start: str,
@@ -214,7 +214,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             zone=zone,
         )
 
-    @tool
+    @tool(classify=CONSEQUENTIAL)
     async def calendar_update_event(
         event_id: str,
         calendar_id: str = "primary",
@@ -238,7 +238,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             zone=zone,
         )
 
-    @tool
+    @tool(classify=CONSEQUENTIAL)
     async def calendar_delete_event(event_id: str, calendar_id: str = "primary") -> dict:
         """Delete an event by its event_id (and calendar_id, from calendar_list_events)."""
         return await run(
@@ -248,19 +248,19 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             event_id=event_id.strip(),
         )
 
-    @tool
+    @tool(classify=ORDINARY)
     async def task_list(show_completed: bool = False) -> dict:
         """List the user's Google Tasks (default list) with their ids; open tasks only unless
         show_completed is true."""
         return await run(TASKS_SCOPE, api.list_tasks, show_completed=show_completed, zone=zone)
 
-    @tool
+    @tool(classify=ORDINARY)
     async def task_create(title: str, due: str | None = None, notes: str | None = None) -> dict:
         """Add a Google Task. due is an ISO 8601 date (Google Tasks keeps only the date)."""
         body = task_body(title, due, notes, zone)
         return await run(TASKS_SCOPE, api.create_task, body=body, zone=zone)
 
-    @tool
+    @tool(classify=CONSEQUENTIAL)
     async def task_update(
         task_id: str,
         title: str | None = None,
@@ -275,7 +275,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             TASKS_SCOPE, api.update_task, task_id=task_id.strip(), body=body, zone=zone
         )
 
-    @tool
+    @tool(classify=CONSEQUENTIAL)
     async def task_delete(task_id: str) -> dict:
         """Delete a Google Task by its task_id (from task_list)."""
         return await run(TASKS_SCOPE, api.delete_task, task_id=task_id.strip())

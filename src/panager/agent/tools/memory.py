@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import tool
+from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, tool
 from panager.errors import ToolError
 from panager.services.memory.service import (
     MAX_SEARCH_LIMIT,
@@ -55,7 +55,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     if service is None:
         return []
 
-    @tool
+    @tool(classify=ORDINARY)
     async def memory_save(content: str, category: str = "general") -> dict:
         """Save a lasting fact about the user (preference, person, date, plan) to long-term memory.
 
@@ -75,7 +75,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         return reply
 
-    @tool
+    @tool(classify=ORDINARY)
     async def memory_search(query: str, limit: int = 5) -> dict:
         """Search the user's long-term memories by meaning and by keywords; best match first.
 
@@ -89,7 +89,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             reply["note"] = f"limit is at most {MAX_SEARCH_LIMIT}; asked for {limit}."
         return reply
 
-    @tool
+    @tool(classify=ORDINARY)
     async def memory_update(memory_id: str, content: str) -> dict:
         """Replace the text of one long-term memory (by its id) when a fact changed or was
         corrected; the previous text is kept and shown as `was`."""
@@ -102,7 +102,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         return {"ok": True, "status": "updated", "memory": _brief(result.memory)}
 
-    @tool
+    @tool(classify=CONSEQUENTIAL)
     async def memory_forget(memory_id: str) -> dict:
         """Delete one long-term memory by its id (from memory_search)."""
         with _as_tool_errors():
