@@ -128,7 +128,12 @@ class App:
         # 1. Services (each takes the pool; none knows about the agent).
         users = UserService(pool, settings.timezone)
         access = AccessService(
-            pool, users, clock, mode=settings.access, admin_ids=settings.admin_ids
+            pool,
+            users,
+            clock,
+            mode=settings.access,
+            admin_ids=settings.admin_ids,
+            telegram_admin_ids=settings.telegram_admin_ids,
         )
         usage = UsageService(pool, clock)
         relays = RelayService(pool)
@@ -222,7 +227,7 @@ class App:
             name = getpass.getuser()
         except Exception:
             name = "me"
-        return await self.deps.users.ensure(LOCAL_USER_ID, name, role="admin")
+        return await self.deps.users.ensure_identity("terminal", LOCAL_USER_ID, name, role="admin")
 
     # -- scheduler workers --------------------------------------------------------------------
 

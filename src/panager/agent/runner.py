@@ -35,6 +35,7 @@ from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
 from panager.agent.interrupted import ShownText, keep_interrupted
 from panager.agent.state import SCHEDULED_RUN, TurnContext
+from panager.agent.taint import TAINT_KEY
 from panager.agent.threads import Threads
 from panager.agent.tools import build_tools
 from panager.errors import ModelUnavailable
@@ -70,6 +71,7 @@ class TurnResult:
     link: dict | None = None  # {"url", "label"} when the user must follow a link
     tool_calls: list[str] = field(default_factory=list)
     model_calls: int = 0
+    tainted: bool = False  # the answer was written from outside content (no link previews)
 
 
 def clean_text(text: str) -> str:
@@ -293,5 +295,8 @@ def _result(state: dict) -> TurnResult:
         return TurnResult("(no answer)", ok=False)
     link = last.additional_kwargs.get("panager_link")
     return TurnResult(
-        last.text or "(empty answer)", link=link, model_calls=state.get("model_calls", 0)
+        last.text or "(empty answer)",
+        link=link,
+        model_calls=state.get("model_calls", 0),
+        tainted=bool(last.additional_kwargs.get(TAINT_KEY)),
     )

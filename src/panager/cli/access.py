@@ -40,7 +40,12 @@ async def access_session(settings: Settings) -> AsyncIterator[AccessService]:
         await _ensure_schema(url, pool, settings.auto_migrate)
         users = UserService(pool, settings.timezone)
         yield AccessService(
-            pool, users, SystemClock(), mode=settings.access, admin_ids=settings.admin_ids
+            pool,
+            users,
+            SystemClock(),
+            mode=settings.access,
+            admin_ids=settings.admin_ids,
+            telegram_admin_ids=settings.telegram_admin_ids,
         )
     finally:
         await pool.close()
