@@ -181,8 +181,9 @@ class FakeTelegram:
         try:
             result = await handler(params)
         except MarkupError as exc:
-            self.rejected.append((method, str(exc)))
-            return _error(400, f"Bad Request: can't parse entities: {exc}")
+            description = f"Bad Request: can't parse entities: {exc}"
+            self.rejected.append((method, description))
+            return _error(400, description)
         except _ApiError as exc:
             if exc.code == 400:
                 self.rejected.append((method, exc.description))
@@ -249,6 +250,7 @@ class FakeTelegram:
             "reply_markup": p.get("reply_markup"),
             "link_preview_options": p.get("link_preview_options"),
             "reply_parameters": p.get("reply_parameters"),
+            "time": time.monotonic(),
         }
         self.sent.append(message)
         return self._message_json(message)
@@ -268,7 +270,9 @@ class FakeTelegram:
             parse_mode=p.get("parse_mode"),
             reply_markup=p.get("reply_markup"),
         )
-        self.edits.append({"message_id": message["message_id"], "text": text})
+        self.edits.append(
+            {"message_id": message["message_id"], "text": text, "time": time.monotonic()}
+        )
         return self._message_json(message)
 
     async def _m_editMessageReplyMarkup(self, p: dict) -> dict:
