@@ -255,6 +255,7 @@ class RuntimeConfig(BaseModel):
     # Telegram: receive updates by webhook on the web component (needs an https
     # PANAGER_PUBLIC_URL) instead of long polling.
     telegram_webhook: bool = False
+    telegram_poll_seconds: int = Field(default=25, ge=1, le=50)  # getUpdates long-poll timeout
 
 
 def load_runtime_config(settings: Settings) -> RuntimeConfig:

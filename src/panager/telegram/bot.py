@@ -92,7 +92,7 @@ class TelegramFrontEnd:
         app: App,
         *,
         bot: Bot | None = None,
-        poll_timeout: int = 25,
+        poll_timeout: int | None = None,
         poll_interval: float = 1.0,
         shutdown_grace: float = 20.0,
     ) -> None:
@@ -114,7 +114,7 @@ class TelegramFrontEnd:
             shutdown_grace=shutdown_grace,
         )
         self.messenger = TelegramMessenger(self.bot, app.deps.users)
-        self.poll_timeout = poll_timeout
+        self.poll_timeout = poll_timeout or settings.runtime.telegram_poll_seconds
         self.poll_interval = poll_interval
         self.leader = Leadership(app.url, f"telegram-poller:{self.bot.id}")
         self.username = ""
@@ -155,10 +155,11 @@ class TelegramFrontEnd:
 
     async def close(self) -> None:
         """Let running turns finish (up to shutdown_grace), then stop polling and disconnect."""
-        if not self.queue.stopping:
-            await self.queue.close()
-            if self.messenger in self.app.deps.messenger.messengers:
-                self.app.deps.messenger.messengers.remove(self.messenger)
+        if self.queue.stopping:
+            return
+        await self.queue.close()
+        if self.messenger in self.app.deps.messenger.messengers:
+            self.app.deps.messenger.messengers.remove(self.messenger)
         await self.leader.close()
         await close_bot(self.bot)
 

@@ -31,6 +31,7 @@ from panager.services.google.service import (
     LinkOutcome,
 )
 from panager.web.hooks import WebhookEndpoint, log_path
+from panager.web.telegram_hook import TelegramWebhook
 
 if TYPE_CHECKING:
     from panager.app import App
@@ -237,6 +238,7 @@ def build_web_app(app: App, server: WebServer) -> web.Application:
     from panager.web.routes import add_pages
 
     web_app.add_routes(WebhookEndpoint(app).routes())
+    web_app.add_routes(TelegramWebhook(app).routes())
     add_pages(web_app, app, server.spawn)
     return web_app
 
