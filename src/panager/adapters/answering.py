@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from panager.agent.events import Event
     from panager.agent.runner import TurnResult
     from panager.app import App
+    from panager.services.inbox import InboxMessage
     from panager.services.users import User
 
 ATTACHMENT_NOTE = (
@@ -44,6 +45,20 @@ class Incoming:
     key: str  # names the turn (`message_key`): a resumed message is not answered twice
     resume: bool = False  # handled before by a process that died
     attachments: bool = False
+
+    @classmethod
+    def from_row(cls, platform: str, row: InboxMessage) -> Incoming:
+        """A stored inbox row; the turn is keyed `<platform>-<id>`."""
+        return cls(
+            platform=platform,
+            sender_id=row.user_id,
+            username=row.username,
+            display_name=row.display_name,
+            text=row.content,
+            key=f"{platform}-{row.message_id}",
+            resume=row.attempts > 0,
+            attachments=row.attachments,
+        )
 
 
 class Progress(Protocol):

@@ -14,11 +14,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import psycopg
 
-from panager.services.inbox import InboxMessage
-from panager.services.inbox_queue import retry_delay
+from panager.services.inbox import InboxMessage, InboxService, worker_name
+from panager.services.inbox_queue import Handler, InboxQueue, Notifier, retry_delay
+
+if TYPE_CHECKING:
+    from panager.app import App
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +39,24 @@ ABANDONED = (
 )
 STORE_NOTICE_AFTER = 3.0  # seconds of waiting for the database before the person is told
 STORE_PATIENCE = 120.0  # then keep trying this long before asking for a resend
+
+def open_inbox(
+    app: App,
+    table: str,
+    handle: Handler,
+    on_abandoned: Notifier,
+    *,
+    poll_interval: float,
+    shutdown_grace: float,
+) -> tuple[InboxService, InboxQueue]:
+    """A front end's inbox (named by this process) and the queue that drains it."""
+    lease = timedelta(seconds=app.settings.runtime.inbox_lease_seconds)
+    inbox = InboxService(app.pool, app.clock, worker_name(), table=table, lease=lease)
+    queue = InboxQueue(
+        inbox, handle, on_abandoned, poll_interval=poll_interval, shutdown_grace=shutdown_grace
+    )
+    return inbox, queue
+
 
 Accept = Callable[[], Awaitable[bool]]
 Tell = Callable[[str, str], Awaitable[None]]  # (text, nonce suffix)

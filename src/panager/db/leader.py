@@ -16,7 +16,7 @@ import logging
 
 import psycopg
 
-from panager.db.presence import KEEPALIVE
+from panager.db.presence import KEEPALIVE, SessionLock
 
 log = logging.getLogger(__name__)
 
@@ -24,16 +24,12 @@ LEADER_NS = 7_260_003  # first key of the two-key advisory lock (7_260_001/2 are
 TRY_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS ok"
 
 
-class Leadership:
+class Leadership(SessionLock):
     """Competes for the lock named `name`; `held` is set while this process has it."""
 
     def __init__(self, url: str, name: str, *, check_seconds: float = 1.0) -> None:
-        self.url = url
+        super().__init__(url, check_seconds=check_seconds)
         self.name = name
-        self.check_seconds = check_seconds
-        self.held = asyncio.Event()
-        self._conn: psycopg.AsyncConnection | None = None
-        self._task: asyncio.Task | None = None
 
     def start(self) -> None:
         """Start competing in the background."""
@@ -65,17 +61,3 @@ class Leadership:
         if row and row[0]:
             log.info("this process now leads %s", self.name)
             self.held.set()
-
-    async def _drop(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close()
-        self._conn = None
-
-    async def close(self) -> None:
-        """Stop competing and release the lock (closing the session releases it)."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        self.held.clear()
-        await self._drop()

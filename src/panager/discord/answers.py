@@ -32,16 +32,7 @@ __all__ = ["ATTACHMENT_NOTE", "DiscordAnswerer", "DiscordChat", "incoming"]
 
 def incoming(row: InboxMessage) -> Incoming:
     """A stored Discord DM as the shared answerer sees it."""
-    return Incoming(
-        platform="discord",
-        sender_id=row.user_id,
-        username=row.username,
-        display_name=row.display_name,
-        text=row.content,
-        key=f"discord-{row.message_id}",
-        resume=row.attempts > 0,
-        attachments=row.attachments,
-    )
+    return Incoming.from_row("discord", row)
 
 
 class DiscordChat:

@@ -40,7 +40,6 @@ import functools
 import json
 import logging
 from collections import defaultdict
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import discord
@@ -49,6 +48,7 @@ from panager.adapters.intake import (
     ERROR_MESSAGE,
     STORE_DELAYED,
     abandoned_notice,
+    open_inbox,
     store_patiently,
 )
 from panager.adapters.reclaim import reclaim_loop, start_presence
@@ -56,8 +56,7 @@ from panager.discord.answers import ATTACHMENT_NOTE, DiscordAnswerer
 from panager.discord.messenger import DiscordMessenger
 from panager.discord.replies import nonce
 from panager.discord.slash import build_tree, sync_if_changed
-from panager.services.inbox import InboxMessage, InboxService, worker_name
-from panager.services.inbox_queue import InboxQueue
+from panager.services.inbox import InboxMessage, worker_name
 
 if TYPE_CHECKING:
     from panager.app import App
@@ -124,18 +123,17 @@ class PanagerBot(discord.Client):
         super().__init__(**client_options)
         self.app = app
         self.access = app.deps.access
-        lease = timedelta(seconds=app.settings.runtime.inbox_lease_seconds)
-        self.inbox = InboxService(app.pool, app.clock, worker_name(), lease=lease)
-        self.answerer = DiscordAnswerer(app, self.inbox, status_interval=status_interval)
-        self.tree = build_tree(self, self.handle_interaction)
-        self.messenger = DiscordMessenger(self)
-        self.queue = InboxQueue(
-            self.inbox,
+        self.inbox, self.queue = open_inbox(
+            app,
+            "discord_inbox",
             self._answer,
             self._notify_abandoned,
             poll_interval=poll_interval,
             shutdown_grace=shutdown_grace,
         )
+        self.answerer = DiscordAnswerer(app, self.inbox, status_interval=status_interval)
+        self.tree = build_tree(self, self.handle_interaction)
+        self.messenger = DiscordMessenger(self)
         self._conversations: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._readied = False
 

@@ -146,6 +146,11 @@ async def store_update(inbox: InboxService, update: dict[str, Any]) -> bool:
     )
 
 
+def invite_link(bot_username: str, code: str) -> str:
+    """The deep link that opens the bot and sends `/start CODE` for the person."""
+    return f"https://t.me/{bot_username}?start={code}"
+
+
 class TelegramState:
     """Values shared by every process serving one bot (table `telegram_state`)."""
 
@@ -162,6 +167,11 @@ class TelegramState:
         """Store a value."""
         async with self.pool.connection() as conn:
             await conn.execute(PUT_STATE, (name, value))
+
+    async def invite_link(self, code: str) -> str | None:
+        """The Telegram deep link for an invite code, once the bot has run (else None)."""
+        username = await self.get("bot_username")
+        return invite_link(username, code) if username else None
 
     async def webhook_secret(self) -> str:
         """The webhook's secret (43 random URL-safe characters), made once for all processes."""

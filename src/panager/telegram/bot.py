@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from aiogram.exceptions import (
@@ -36,13 +35,23 @@ from aiogram.exceptions import (
 from aiogram.types import BotCommand, BotCommandScopeAllPrivateChats, Update
 
 from panager.adapters.answering import Answerer, AttachmentIntake
-from panager.adapters.intake import ERROR_MESSAGE, abandoned_notice, store_patiently
+from panager.adapters.intake import (
+    ERROR_MESSAGE,
+    abandoned_notice,
+    open_inbox,
+    store_patiently,
+)
 from panager.adapters.reclaim import reclaim_loop, start_presence
 from panager.agent.commands import REGISTRY, _load_modules
 from panager.db.leader import Leadership
-from panager.services.inbox import InboxMessage, InboxService, worker_name
-from panager.services.inbox_queue import InboxQueue, retry_delay
-from panager.services.telegram_updates import TelegramState, read_update, store_update
+from panager.services.inbox import InboxMessage
+from panager.services.inbox_queue import retry_delay
+from panager.services.telegram_updates import (
+    TelegramState,
+    invite_link,
+    read_update,
+    store_update,
+)
 from panager.telegram.api import close_bot, make_bot
 from panager.telegram.buttons import Buttons
 from panager.telegram.chat import TelegramChat, incoming
@@ -99,20 +108,17 @@ class TelegramFrontEnd:
         settings = app.settings
         self.app = app
         self.bot = bot or make_bot(settings.telegram_bot_token or "", settings.telegram_api_url)
-        lease = timedelta(seconds=settings.runtime.inbox_lease_seconds)
-        self.inbox = InboxService(
-            app.pool, app.clock, worker_name(), table="telegram_inbox", lease=lease
-        )
-        self.state = TelegramState(app.pool)
-        self.answerer = Answerer(app, "telegram")
-        self.buttons = Buttons(self)
-        self.queue = InboxQueue(
-            self.inbox,
+        self.inbox, self.queue = open_inbox(
+            app,
+            "telegram_inbox",
             self._handle,
             self._notify_abandoned,
             poll_interval=poll_interval,
             shutdown_grace=shutdown_grace,
         )
+        self.state = TelegramState(app.pool)
+        self.answerer = Answerer(app, "telegram")
+        self.buttons = Buttons(self)
         self.messenger = TelegramMessenger(self.bot, app.deps.users)
         self.poll_timeout = poll_timeout or settings.runtime.telegram_poll_seconds
         self.poll_interval = poll_interval
@@ -256,7 +262,7 @@ class TelegramFrontEnd:
 
     def invite_link(self, code: str) -> str:
         """The deep link that opens the bot with `/start CODE`."""
-        return f"https://t.me/{self.username}?start={code}"
+        return invite_link(self.username, code)
 
 
 __all__: list[Any] = ["WEBHOOK_PATH", "TelegramFrontEnd", "webhook_url"]

@@ -34,16 +34,7 @@ TYPING_EVERY = 4.0  # Telegram shows the action for about five seconds
 
 def incoming(row: InboxMessage) -> Incoming:
     """A stored Telegram message as the shared answerer sees it."""
-    return Incoming(
-        platform="telegram",
-        sender_id=row.user_id,
-        username=row.username,
-        display_name=row.display_name,
-        text=row.content,
-        key=f"telegram-{row.message_id}",
-        resume=row.attempts > 0,
-        attachments=row.attachments,
-    )
+    return Incoming.from_row("telegram", row)
 
 
 class TelegramChat:
