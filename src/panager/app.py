@@ -36,11 +36,11 @@ from panager.agent.graph import (
     build_graph,
 )
 from panager.agent.messaging import FanoutMessenger
+from panager.agent.relay import UserMessageRelay
 from panager.agent.runner import Assistant, ModelSelector
 from panager.agent.runtime import build_runtime
 from panager.agent.state import Recall
 from panager.agent.threads import Threads, update_thread
-from panager.agent.tools.messaging import UserMessageRelay
 from panager.agent.turnlock import TurnLocks
 from panager.clock import Clock, SystemClock
 from panager.config import ConfigError, RuntimeConfig, Settings
