@@ -40,6 +40,7 @@ ABANDONED = (
 STORE_NOTICE_AFTER = 3.0  # seconds of waiting for the database before the person is told
 STORE_PATIENCE = 120.0  # then keep trying this long before asking for a resend
 
+
 def open_inbox(
     app: App,
     table: str,

@@ -5,9 +5,11 @@ answer finished within `first_after` seconds is sent once, without edits. A
 longer one is posted then, and edited at most once per `interval` (platforms
 rate-limit edits); past the platform's limit it continues in a new message,
 cut by `split_message` so code fences stay balanced (a fence still open in the
-partial text is closed for display). `finish` makes every message carry its
-exact part of the final text, the link (a button where the platform can) on
-the last one.
+partial text is closed for display). Live messages show no link previews.
+`finish` makes every message carry its exact part of the final text, the link
+(a button where the platform can) or the question's buttons on the last one,
+and link previews only when the caller allows them (never for an answer written
+with outside content: a preview is a fetch nobody approved).
 
 The platform is a `Surface`: send message n, edit it, delete it. A surface
 that can recognise a message it posted before a crash (Discord's nonces)
@@ -20,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from panager.adapters.chunking import FENCE
 from panager.adapters.links import with_link_text
@@ -44,12 +46,23 @@ class Surface(Protocol[H]):
         """True when `url` can be a link button."""
         ...
 
-    async def send(self, i: int, text: str, link: dict | None) -> H:
-        """Post message `i` of the answer showing `text` (a link button when given)."""
+    async def send(
+        self, i: int, text: str, link: dict | None, *, buttons: Any = None, previews: bool = False
+    ) -> H:
+        """Post message `i` showing `text`, with `buttons` (the platform's own) or the link's."""
         ...
 
-    async def edit(self, message: H, i: int, text: str, link: dict | None) -> H:
-        """Make message `i` show `text`."""
+    async def edit(
+        self,
+        message: H,
+        i: int,
+        text: str,
+        link: dict | None,
+        *,
+        buttons: Any = None,
+        previews: bool | None = None,
+    ) -> H:
+        """Make message `i` show `text` (`previews` None: leave them as they are)."""
         ...
 
     async def delete(self, message: H) -> None:
@@ -86,18 +99,26 @@ class StreamedReply(Generic[H]):
         if self._task is None and not self._closing.is_set():
             self._task = asyncio.create_task(self._run())
 
-    async def finish(self, text: str, link: dict | None = None) -> list[H]:
-        """Stop updating; make the messages hold exactly the final text (and link)."""
+    async def finish(
+        self,
+        text: str,
+        link: dict | None = None,
+        *,
+        buttons: Any = None,
+        previews: bool = False,
+    ) -> list[H]:
+        """Stop updating; make the messages hold exactly the final text, with the link or
+        `buttons` on the last one and link previews only when `previews`."""
         await self.close()
         chunks = self.surface.split(with_link_text(text, link, self.surface.button_ok))
         chunks = chunks or [EMPTY_ANSWER]
         for i, chunk in enumerate(chunks):
-            here = link if i == len(chunks) - 1 else None
-            if i < len(self.messages):
-                if self.shown[i] != chunk or here:
-                    await self._edit(i, chunk, here)
-            else:
-                await self._send(i, chunk, here)
+            last = i == len(chunks) - 1
+            here, extra = (link, buttons) if last else (None, None)
+            if i >= len(self.messages):
+                await self._send(i, chunk, here, buttons=extra, previews=previews)
+            elif self.shown[i] != chunk or here or extra is not None or previews:
+                await self._edit(i, chunk, here, buttons=extra, previews=previews)
         for message in self.messages[len(chunks) :]:  # the answer got shorter (a reset)
             await self.surface.delete(message)
         del self.messages[len(chunks) :], self.shown[len(chunks) :]
@@ -148,11 +169,11 @@ class StreamedReply(Generic[H]):
             elif self.shown[i] != chunk:
                 await self._edit(i, chunk, None)
 
-    async def _send(self, i: int, chunk: str, link: dict | None) -> None:
-        self.messages.append(await self.surface.send(i, chunk, link))
+    async def _send(self, i: int, chunk: str, link: dict | None, **options: Any) -> None:
+        self.messages.append(await self.surface.send(i, chunk, link, **options))
         self.shown.append(chunk)
 
-    async def _edit(self, i: int, chunk: str, link: dict | None) -> None:
-        self.messages[i] = await self.surface.edit(self.messages[i], i, chunk, link)
+    async def _edit(self, i: int, chunk: str, link: dict | None, **options: Any) -> None:
+        self.messages[i] = await self.surface.edit(self.messages[i], i, chunk, link, **options)
         self.shown[i] = chunk
         self.edits += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import discord
 
@@ -44,9 +45,13 @@ class DiscordSurface:
         """Discord link buttons take http(s) URLs up to 512 characters."""
         return button_url_ok(url)
 
-    async def send(self, i: int, text: str, link: dict | None) -> discord.Message:
+    async def send(
+        self, i: int, text: str, link: dict | None, *, buttons: Any = None, previews: bool = False
+    ) -> discord.Message:
         """Post message `i` (nonce `<base>.<i>`; a copy posted before a crash is reused)."""
-        kwargs: dict = _view(link)
+        kwargs: dict = _view(link, buttons)
+        if not previews:
+            kwargs["suppress_embeds"] = True
         if self.nonce_base is not None:
             kwargs["nonce"] = nonce(self.nonce_base, i)
         if i == 0 and self.reference is not None:
@@ -55,14 +60,24 @@ class DiscordSurface:
                 kwargs.update(reference=reference, mention_author=False)
         message = await self.channel.send(text, **kwargs)
         if message.content != text:  # posted before a restart (same nonce): bring it up to date
-            message = await self.edit(message, i, text, link)
+            message = await self.edit(message, i, text, link, buttons=buttons)
         return message
 
     async def edit(
-        self, message: discord.Message, i: int, text: str, link: dict | None
+        self,
+        message: discord.Message,
+        i: int,
+        text: str,
+        link: dict | None,
+        *,
+        buttons: Any = None,
+        previews: bool | None = None,
     ) -> discord.Message:
-        """Replace message `i`'s text (and set its link button)."""
-        return await message.edit(content=text, **_view(link)) or message
+        """Replace message `i`'s text (and set its link button or `buttons`)."""
+        kwargs = _view(link, buttons)
+        if previews is not None:
+            kwargs["suppress"] = not previews
+        return await message.edit(content=text, **kwargs) or message
 
     async def delete(self, message: discord.Message) -> None:
         """Delete a message the answer outgrew."""
@@ -70,8 +85,8 @@ class DiscordSurface:
             await message.delete()
 
 
-def _view(link: dict | None) -> dict:
-    view = link_view(link)
+def _view(link: dict | None, buttons: Any = None) -> dict:
+    view = buttons or link_view(link)
     return {"view": view} if view is not None else {}
 
 

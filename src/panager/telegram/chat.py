@@ -114,7 +114,4 @@ class TelegramChat:
 
     async def finish(self, reply: StreamedReply[Any], result: TurnResult) -> None:
         """The final text; link previews only in an answer not written from outside content."""
-        surface = reply.surface
-        if isinstance(surface, TelegramSurface):
-            surface.previews = not result.tainted
-        await reply.finish(result.text, result.link)
+        await reply.finish(result.text, result.link, previews=not result.tainted)

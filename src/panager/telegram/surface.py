@@ -99,14 +99,18 @@ class TelegramSurface:
         """True when the link can be a URL button."""
         return button_ok(url)
 
-    async def send(self, i: int, text: str, link: dict | None) -> Message | int:
+    async def send(
+        self, i: int, text: str, link: dict | None, *, buttons: Any = None, previews: bool = False
+    ) -> Message | int:
         """Post message `i` (or take over the one posted before a restart)."""
         if i < len(self.posted):
             try:
-                return await self.edit(self.posted[i], i, text, link)
+                return await self.edit(
+                    self.posted[i], i, text, link, buttons=buttons, previews=previews
+                )
             except TelegramBadRequest as exc:
                 log.info("could not take over an earlier message: %s", exc)
-        options = self._options(link)
+        options = self._options(link, buttons, previews)
         if i == 0 and self.reply_to is not None:
             options["reply_parameters"] = ReplyParameters(
                 message_id=self.reply_to, allow_sending_without_reply=True
@@ -120,7 +124,14 @@ class TelegramSurface:
         return message
 
     async def edit(
-        self, message: Message | int, i: int, text: str, link: dict | None
+        self,
+        message: Message | int,
+        i: int,
+        text: str,
+        link: dict | None,
+        *,
+        buttons: Any = None,
+        previews: bool | None = None,
     ) -> Message | int:
         """Make message `i` show `text` (an unchanged message is fine)."""
         message_id = message if isinstance(message, int) else message.message_id
@@ -129,7 +140,7 @@ class TelegramSurface:
             return self.bot.edit_message_text(chat_id=self.chat_id, message_id=message_id, **kw)
 
         try:
-            await self._call(edit, text, self._options(link))
+            await self._call(edit, text, self._options(link, buttons, previews))
         except TelegramBadRequest as exc:
             if "not modified" not in str(exc):
                 raise
@@ -160,9 +171,10 @@ class TelegramSurface:
                 await asyncio.sleep(exc.retry_after)
         raise AssertionError("unreachable")
 
-    def _options(self, link: dict | None) -> dict:
-        options: dict = {"link_preview_options": LinkPreviewOptions(is_disabled=not self.previews)}
-        keyboard = link_keyboard(link)
+    def _options(self, link: dict | None, buttons: Any, previews: bool | None) -> dict:
+        shown = self.previews if previews is None else previews
+        options: dict = {"link_preview_options": LinkPreviewOptions(is_disabled=not shown)}
+        keyboard = buttons or link_keyboard(link)
         if keyboard is not None:
             options["reply_markup"] = keyboard
         return options
