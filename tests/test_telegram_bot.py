@@ -245,3 +245,25 @@ async def test_a_rejected_token_fails_at_start(app, fake):
     with pytest.raises(TelegramUnauthorizedError):
         await front.start()
     await front.close()
+
+
+async def test_link_previews_only_in_answers_not_written_from_outside_content(
+    app, fake, openai, monkeypatch
+):
+    from panager.agent.runner import TurnResult
+
+    tainted = {"see https://outside.example/page": True, "see https://mine.example": False}
+
+    async def run_turn(user, text, **kw):
+        answer = (
+            "see https://outside.example/page" if "outside" in text else "see https://mine.example"
+        )
+        return TurnResult(answer, tainted=tainted[answer])
+
+    monkeypatch.setattr(app.assistant, "run_turn", run_turn)
+    async with running_front(app, fake):
+        await ask(fake, ADMIN, "read the outside page")
+        await ask(fake, ADMIN, "my own link")
+    outside, mine = fake.messages_to(ADMIN)
+    assert outside["link_preview_options"] == {"is_disabled": True}
+    assert mine["link_preview_options"] == {"is_disabled": False}

@@ -345,7 +345,8 @@ class FakeTelegram:
             if mode == "MarkdownV2"
             else raw
         )
-        if not text.strip():
+        text = text.strip()  # Telegram trims a message's outer whitespace
+        if not text:
             raise _ApiError(400, "Bad Request: message text is empty")
         if utf16_len(text) > MAX_TEXT:
             raise _ApiError(400, "Bad Request: message is too long")
@@ -455,7 +456,8 @@ class FakeTelegram:
         deadline = loop.time() + timeout
         while not predicate():
             if loop.time() > deadline:
-                raise AssertionError(f"timed out; sent={self.sent} rejected={self.rejected}")
+                shown = [m["text"][:80] for m in self.sent[-5:]]
+                raise AssertionError(f"timed out; last sent={shown} rejected={self.rejected}")
             await asyncio.sleep(0.02)
 
 
