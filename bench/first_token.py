@@ -117,17 +117,21 @@ async def discord(app, fake: FakeOpenAI, answers: int, users: int) -> dict:
     from tests.discord_helpers import running_bot
     from tests.fakes.discord_server import FakeDiscord
 
-    firsts, edits, finals = [], [], []
     async with FakeDiscord() as dc:
         with dc.patch_discord():
             async with running_bot(app, dc):
-                for round_ in range(0, answers, users):
-                    ids = [7000 + round_ + k for k in range(min(users, answers - round_))]
-                    results = await asyncio.gather(*(one_dm(dc, fake, uid) for uid in ids))
-                    for first, n_edits, seconds, text in results:
-                        firsts.append(first * 1000)
-                        edits.append((n_edits, seconds))
-                        finals.append(text)
+                return await in_rounds(answers, users, 7000, lambda uid: one_dm(dc, fake, uid))
+
+
+async def in_rounds(answers: int, users: int, first_id: int, one) -> dict:
+    """`answers` answers, `users` people at once; `one(person id)` measures one answer."""
+    firsts, edits, finals = [], [], []
+    for round_ in range(0, answers, users):
+        ids = [first_id + round_ + k for k in range(min(users, answers - round_))]
+        for first, n_edits, seconds, text in await asyncio.gather(*(one(uid) for uid in ids)):
+            firsts.append(first * 1000)
+            edits.append((n_edits, seconds))
+            finals.append(text)
     return {"first": firsts, "edits": edits, "finals": finals}
 
 
@@ -149,18 +153,10 @@ async def telegram(app, fake: FakeOpenAI, answers: int, users: int) -> dict:
     from tests.fakes.telegram_server import FakeTelegram
     from tests.telegram_helpers import running_front
 
-    firsts, edits, finals = [], [], []
     async with contextlib.AsyncExitStack() as stack:
         tg = await stack.enter_async_context(FakeTelegram())
         await stack.enter_async_context(running_front(app, tg, bot=make_bot(tg.token, tg.base_url)))
-        for round_ in range(0, answers, users):
-            ids = [8000 + round_ + k for k in range(min(users, answers - round_))]
-            results = await asyncio.gather(*(one_telegram(tg, fake, uid) for uid in ids))
-            for first, n_edits, seconds, text in results:
-                firsts.append(first * 1000)
-                edits.append((n_edits, seconds))
-                finals.append(text)
-    return {"first": firsts, "edits": edits, "finals": finals}
+        return await in_rounds(answers, users, 8000, lambda uid: one_telegram(tg, fake, uid))
 
 
 async def one_telegram(tg, fake: FakeOpenAI, user_id: int) -> tuple[float, int, float, str]:

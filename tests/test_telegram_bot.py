@@ -15,8 +15,8 @@ import pytest
 
 from panager.adapters.chunking import FENCE
 from panager.telegram.bot import TelegramFrontEnd
-from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.fakes.telegram_server import BOT_USERNAME, FakeTelegram
+from tests.fakes.openai_server import Reply
+from tests.fakes.telegram_server import BOT_USERNAME
 from tests.telegram_helpers import STEP, ask, running_front, telegram_settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -26,17 +26,12 @@ ALICE = 5001
 MALLORY = 6666
 
 
-@pytest.fixture
-async def openai():
-    async with FakeOpenAI() as server:
-        yield server
 
 
 @pytest.fixture
-async def fake():
-    async with FakeTelegram() as server:
-        yield server
-    assert server.unhandled == [], "the bot called methods the fake does not serve"
+def fake(telegram):
+    """This module calls the fake Bot API `fake`."""
+    return telegram
 
 
 @pytest.fixture

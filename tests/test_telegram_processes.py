@@ -14,8 +14,6 @@ import pytest
 from aiogram.exceptions import TelegramConflictError
 
 from panager.telegram.api import close_bot, make_bot
-from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import last_user_text
 from tests.telegram_helpers import STEP, ask, running_front, telegram_settings
 
@@ -24,17 +22,13 @@ pytestmark = pytest.mark.timeout(120)
 PERSON = 4242
 
 
-@pytest.fixture
-async def openai():
-    async with FakeOpenAI() as server:
-        server.handler = lambda body: f"answer to: {last_user_text(body)}"
-        yield server
 
 
 @pytest.fixture
-async def fake():
-    async with FakeTelegram() as server:
-        yield server
+def fake(telegram, openai):
+    """The fake Bot API; the model echoes the last message."""
+    openai.handler = lambda body: f"answer to: {last_user_text(body)}"
+    return telegram
 
 
 async def test_the_fake_refuses_a_second_poller_with_409(fake):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakes.telegram_server import FakeTelegram
 from tests.reliability.conftest import eventually, last_user_text, write_home
 from tests.reliability.test_crash_recovery import FAST_LEASES, hold_model_on
 
@@ -18,11 +17,6 @@ pytestmark = pytest.mark.timeout(180)
 
 PERSON = 7002
 
-
-@pytest.fixture
-async def telegram():
-    async with FakeTelegram() as server:
-        yield server
 
 
 async def test_kill_9_mid_turn_is_answered_once_after_restart(

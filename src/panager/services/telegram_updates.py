@@ -87,7 +87,12 @@ def _message_row(update_id: int, message: dict[str, Any]) -> TelegramRow | None:
     text = message.get("text") or message.get("caption") or ""
     text = _BOT_SUFFIX.sub(r"\1", text)  # "/help@panager_bot" is "/help"
     files = [_file(kind, message[kind]) for kind in FILE_KINDS if message.get(kind)]
-    payload = {"kind": "message", "message_id": message.get("message_id"), "files": files}
+    payload = {
+        "kind": "message",
+        "message_id": message.get("message_id"),
+        "files": files,
+        "forwarded": bool(message.get("forward_origin") or message.get("forward_date")),
+    }
     return TelegramRow(
         update_id,
         sender[0],
