@@ -34,6 +34,14 @@ ON CONFLICT (platform, platform_id) DO NOTHING
 IDENTITIES_OF = "SELECT platform, platform_id FROM identities WHERE user_id = %s ORDER BY platform"
 
 GET_USER = "SELECT * FROM users WHERE id = %s"
+# The common case in one statement: a known identity, its person's names refreshed.
+TOUCH_KNOWN = """
+UPDATE users SET username = %(username)s,
+       display_name = COALESCE(%(display_name)s, users.display_name), updated_at = now()
+ WHERE id = (SELECT user_id FROM identities WHERE platform = %(platform)s
+                                             AND platform_id = %(platform_id)s)
+RETURNING *
+"""
 GET_BY_USERNAME = (
     "SELECT * FROM users WHERE lower(username) = lower(%s) ORDER BY created_at LIMIT 1"
 )
@@ -177,6 +185,17 @@ class UserService:
         (created by an admin's allow/block before the person wrote) is never renamed."""
         if platform not in PLATFORMS:
             raise ValueError(f"unknown platform {platform!r}")
+        if not placeholder:
+            known = {
+                "platform": platform,
+                "platform_id": platform_id,
+                "username": username,
+                "display_name": display_name,
+            }
+            async with self.pool.connection() as conn:
+                found = await (await conn.execute(TOUCH_KNOWN, known)).fetchone()
+            if found is not None:
+                return _user(found)
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(LOCK_IDENTITY, (platform, platform_id))
             row = await (await conn.execute(FIND_IDENTITY, (platform, platform_id))).fetchone()
