@@ -262,3 +262,15 @@ async def test_link_previews_only_in_answers_not_written_from_outside_content(
     outside, mine = fake.messages_to(ADMIN)
     assert outside["link_preview_options"] == {"is_disabled": True}
     assert mine["link_preview_options"] == {"is_disabled": False}
+
+
+async def test_the_web_sign_in_is_a_url_button_or_text_for_a_local_address(app, fake):
+    async with running_front(app, fake):
+        local = await ask(fake, ADMIN, "/web")  # PANAGER_PUBLIC_URL is http://localhost:8765
+        assert "http://localhost:8765/" in local and fake.rejected == []
+        assert fake.buttons(fake.messages_to(ADMIN)[-1]) == []
+        app.settings.public_url = "https://panager.example"
+        await ask(fake, ADMIN, "/web")
+    (button,) = fake.buttons(fake.messages_to(ADMIN)[-1])
+    assert button["url"].startswith("https://panager.example/")
+    assert fake.messages_to(ADMIN)[-1]["link_preview_options"] == {"is_disabled": True}

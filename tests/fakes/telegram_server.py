@@ -335,7 +335,19 @@ class FakeTelegram:
 
     # -- helpers for the methods ----------------------------------------------------------------
 
+    def _check_buttons(self, p: dict) -> None:
+        markup = p.get("reply_markup")
+        rows = markup.get("inline_keyboard", []) if isinstance(markup, dict) else []
+        for button in (b for row in rows for b in row):
+            url = str(button.get("url") or "")
+            if url and ("localhost" in url or "127.0.0.1" in url):
+                raise _ApiError(400, "Bad Request: BUTTON_URL_INVALID")
+            data = button.get("callback_data")
+            if data is not None and not 1 <= len(str(data).encode()) <= 64:
+                raise _ApiError(400, "Bad Request: BUTTON_DATA_INVALID")
+
     def _checked(self, p: dict) -> str:
+        self._check_buttons(p)
         raw = p.get("text", "")
         mode = p.get("parse_mode")
         text = (

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 from aiogram.exceptions import (
@@ -82,8 +83,6 @@ def webhook_url(app: App) -> str | None:
 
 def telegram_commands() -> list[BotCommand]:
     """The shared commands offered in Telegram's command menu."""
-    import re
-
     _load_modules()
     found = [c for c in REGISTRY.values() if "telegram" in c.front_ends and not c.admin_only]
     return [

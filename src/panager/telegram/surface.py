@@ -4,8 +4,8 @@ Messages go out as HTML (telegram/markup.py) and fall back to the plain text
 when Telegram still cannot parse them; chunks stay under 4,096 characters as
 Telegram counts them (UTF-16 units, after parsing). Link previews are off
 unless the surface allows them (never in a tainted turn). A link becomes an
-inline-keyboard URL button on the last message. The first message quotes the
-person's message when they have written more since (`reply_to`).
+inline-keyboard URL button on the last message (a local address, which Telegram
+refuses in a button, stays text).
 
 Telegram has no nonces: the ids of the messages an answer posted are handed
 to `remember` as they are sent (the inbox row keeps them), and a turn run
@@ -18,6 +18,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest, TelegramRetryAfter
@@ -26,7 +27,6 @@ from aiogram.types import (
     InlineKeyboardMarkup,
     LinkPreviewOptions,
     Message,
-    ReplyParameters,
 )
 
 from panager.adapters.chunking import split_message
@@ -59,8 +59,11 @@ def split_for_telegram(text: str, limit: int = CHUNK_CHARS) -> list[str]:
 
 
 def button_ok(url: str) -> bool:
-    """Telegram URL buttons take http(s) URLs."""
-    return url.startswith(("https://", "http://")) and len(url) <= 2048
+    """Telegram refuses URL buttons to local addresses (BUTTON_URL_INVALID): those stay text."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    local = host in ("localhost", "") or host.startswith("127.") or "." not in host
+    return parts.scheme in ("http", "https") and not local and len(url) <= 2048
 
 
 def link_keyboard(link: dict | None) -> InlineKeyboardMarkup | None:
@@ -82,14 +85,12 @@ class TelegramSurface:
         previews: bool = False,
         posted: list[int] | None = None,
         remember: Remember | None = None,
-        reply_to: int | None = None,
     ) -> None:
         self.bot = bot
         self.chat_id = chat_id
         self.previews = previews
         self.posted = list(posted or [])  # messages posted for this answer before a restart
         self.remember = remember
-        self.reply_to = reply_to
 
     def split(self, text: str) -> list[str]:
         """Chunks under Telegram's 4,096 characters."""
@@ -111,10 +112,6 @@ class TelegramSurface:
             except TelegramBadRequest as exc:
                 log.info("could not take over an earlier message: %s", exc)
         options = self._options(link, buttons, previews)
-        if i == 0 and self.reply_to is not None:
-            options["reply_parameters"] = ReplyParameters(
-                message_id=self.reply_to, allow_sending_without_reply=True
-            )
         message = await self._call(
             lambda kw: self.bot.send_message(chat_id=self.chat_id, **kw), text, options
         )
