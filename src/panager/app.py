@@ -49,6 +49,7 @@ from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_with_retries
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
+from panager.services.linking import chat_route
 from panager.services.memory.service import MemoryHit, MemoryService
 from panager.services.relays import RelayService
 from panager.services.schedules.service import ScheduleLimits, ScheduleService
@@ -147,7 +148,7 @@ class App:
             limits=ScheduleLimits.from_config(config),
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
-        messenger = FanoutMessenger()
+        messenger = FanoutMessenger(route=chat_route(pool))
         # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity —
         #    after asking a local model server which context window it really serves.
         await learn_served_window(settings)

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from panager.services.inbox import InboxMessage
     from panager.services.users import User
 
+# Commands a person not (yet) let in may send: an invite code, or a link to their own account
+# elsewhere (which joins only once that account approves).
+OPEN_COMMANDS = ("start", "link")
 ATTACHMENT_NOTE = (
     "I can't read attachments or stickers yet — please paste the text you want me to see."
 )
@@ -117,9 +120,10 @@ class Answerer:
             incoming.platform, incoming.sender_id, incoming.username, incoming.display_name
         )
         text = incoming.text.strip()
+        identity = (incoming.platform, incoming.sender_id)
         if not admission.allowed:
-            if command_name(text) == "start":
-                await self.command(admission.user, text, chat)
+            if command_name(text) in OPEN_COMMANDS and admission.user.status != "blocked":
+                await self.command(admission.user, text, chat, identity)
             else:
                 await chat.reply(admission.refusal or "")
             return
@@ -128,18 +132,24 @@ class Answerer:
         if not text:
             return
         if is_command(text):
-            await self.command(admission.user, text, chat)
+            await self.command(admission.user, text, chat, identity)
         else:
             await self.turn(admission.user, text, chat, incoming)
 
-    async def run_command(self, user: User, text: str) -> CommandReply:
-        """Run a shared slash command for this front end's user."""
-        ctx = CommandContext(user=user, assistant=self.app.assistant, front_end=self.front_end)
+    async def run_command(
+        self, user: User, text: str, identity: tuple[str, int] | None = None
+    ) -> CommandReply:
+        """Run a shared slash command for this front end's user (sent from `identity`)."""
+        ctx = CommandContext(
+            user=user, assistant=self.app.assistant, front_end=self.front_end, identity=identity
+        )
         return await dispatch(ctx, text)
 
-    async def command(self, user: User, text: str, chat: Conversation) -> None:
+    async def command(
+        self, user: User, text: str, chat: Conversation, identity: tuple[str, int] | None = None
+    ) -> None:
         """Run a slash command and post its reply."""
-        reply = await self.run_command(user, text)
+        reply = await self.run_command(user, text, identity)
         await chat.reply(reply.text, reply.link)
 
     async def turn(self, user: User, text: str, chat: Conversation, incoming: Incoming) -> None:

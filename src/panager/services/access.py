@@ -23,7 +23,7 @@ from typing import Any, overload
 from panager.clock import Clock
 from panager.db.pool import Pool
 from panager.db.queries import one
-from panager.services.users import User, UserService
+from panager.services.users import LOCAL_USER_ID, User, UserService
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes get read aloud
 CODE_LENGTH = 10
@@ -187,10 +187,21 @@ class AccessService:
             [("discord", i) for i in admin_ids] + [("telegram", i) for i in telegram_admin_ids]
         )
         self._admin_people: set[int] = set()  # person ids of admins seen on other platforms
+        self._not_admins: set[int] = set()  # people whose listed identity was detached (/unlink)
 
     def is_admin(self, user_id: int) -> bool:
         """True for people named in PANAGER_ADMIN_IDS (by any of their identities)."""
-        return user_id in self.admin_ids or user_id in self._admin_people
+        if user_id in self._admin_people:
+            return True
+        return user_id in self.admin_ids and user_id not in self._not_admins
+
+    async def _listed_person(self, user_id: int) -> bool:
+        """Whether any identity of the person is in PANAGER_ADMIN_IDS (joined ones count)."""
+        owner = ("terminal", LOCAL_USER_ID)  # the machine's owner is an admin wherever joined
+        listed = any(i in self.admins or i == owner for i in await self.users.identities(user_id))
+        (self._admin_people if listed else self._not_admins).add(user_id)
+        (self._not_admins if listed else self._admin_people).discard(user_id)
+        return listed
 
     async def admit(
         self, user_id: int, username: str, display_name: str | None = None
@@ -213,7 +224,11 @@ class AccessService:
         user = await self.users.ensure_identity(
             platform, platform_id, username, display_name=display_name, status=initial
         )
-        if user.role == "admin" and not self.is_admin(user.id):  # no longer listed: demoted
+        # Listed through another, joined identity? (Asked only where it can matter.)
+        listed = bool(self.admins or user.role == "admin") and await self._listed_person(user.id)
+        if listed and (user.role != "admin" or user.status != "active"):
+            return Admission(await self._promote(user), True)
+        if user.role == "admin" and not listed:  # no longer listed: demoted
             user = await self.users.set_role(user.id, "user") or user
         if user.status == "blocked":
             return Admission(user, False, REFUSALS["blocked"])
@@ -235,6 +250,9 @@ class AccessService:
             role="admin",
             status="active",
         )
+        return await self._promote(user)
+
+    async def _promote(self, user: User) -> User:
         if user.role != "admin":
             user = await self.users.set_role(user.id, "admin") or user
         if user.status != "active":

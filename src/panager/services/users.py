@@ -28,18 +28,24 @@ FIND_IDENTITY = "SELECT user_id FROM identities WHERE platform = %s AND platform
 LOCK_IDENTITY = "SELECT pg_advisory_xact_lock(hashtext('identity:' || %s || ':' || %s::text))"
 NEXT_PERSON_ID = "SELECT nextval('person_ids') AS id"
 INSERT_IDENTITY = """
-INSERT INTO identities (platform, platform_id, user_id) VALUES (%s, %s, %s)
+INSERT INTO identities (platform, platform_id, user_id, last_seen_at)
+VALUES (%s, %s, %s, CASE WHEN %s THEN NULL ELSE now() END)
 ON CONFLICT (platform, platform_id) DO NOTHING
 """
 IDENTITIES_OF = "SELECT platform, platform_id FROM identities WHERE user_id = %s ORDER BY platform"
 
 GET_USER = "SELECT * FROM users WHERE id = %s"
 # The common case in one statement: a known identity, its person's names refreshed.
+# …and the identity's last message noted (where `/notify auto` delivers).
 TOUCH_KNOWN = """
+WITH seen AS (
+    UPDATE identities SET last_seen_at = now()
+     WHERE platform = %(platform)s AND platform_id = %(platform_id)s
+    RETURNING user_id
+)
 UPDATE users SET username = %(username)s,
        display_name = COALESCE(%(display_name)s, users.display_name), updated_at = now()
- WHERE id = (SELECT user_id FROM identities WHERE platform = %(platform)s
-                                             AND platform_id = %(platform_id)s)
+ WHERE id = (SELECT user_id FROM seen)
 RETURNING *
 """
 GET_BY_USERNAME = (
@@ -219,7 +225,7 @@ class UserService:
             else:
                 user_row = await (await conn.execute(UPSERT_USER, params)).fetchone()
             if row is None:
-                await conn.execute(INSERT_IDENTITY, (platform, platform_id, person))
+                await conn.execute(INSERT_IDENTITY, (platform, platform_id, person, placeholder))
         return _user(one(user_row))
 
     async def identities(self, user_id: int) -> list[tuple[str, int]]:

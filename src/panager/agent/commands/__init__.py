@@ -33,6 +33,16 @@ class CommandContext:
     user: User
     assistant: Assistant
     front_end: str = "terminal"  # or "discord", "telegram", "web"
+    identity: tuple[str, int] | None = None  # (platform, platform id) the command came from
+
+    @property
+    def sender(self) -> tuple[str, int] | None:
+        """The front-end identity asking: given by the front end; the terminal's is fixed."""
+        if self.identity is None and self.front_end == "terminal":
+            from panager.services.users import LOCAL_USER_ID
+
+            return ("terminal", LOCAL_USER_ID)
+        return self.identity
 
     @property
     def deps(self) -> AgentDeps:
@@ -153,4 +163,5 @@ COMMAND_MODULES: list[str] = [
     "panager.agent.commands.relays",
     "panager.agent.commands.web",
     "panager.agent.commands.jobs",
+    "panager.agent.commands.link",
 ]
