@@ -314,3 +314,33 @@ async def test_two_joins_at_once_end_in_one_consistent_person(make_app):
         ).fetchone()
     assert {r["user_id"] for r in rows} <= people and orphans["n"] == 0
     assert len(rows) == 3  # no memory lost, whatever order the joins took
+
+
+async def test_two_google_accounts_the_person_picks_one_and_the_other_is_revoked(
+    make_app, monkeypatch
+):
+    from tests.fakes.google_server import FakeGoogle
+    from tests.google_helpers import ALICE, BOB, start_harness
+
+    monkeypatch.setenv("OAUTHLIB_INSECURE_TRANSPORT", "1")
+    async with FakeGoogle() as fake:
+        h = await start_harness(make_app, fake)
+        app = h.app
+        try:
+            a = await app.deps.users.ensure_identity("discord", DISCORD_ID, "mina")
+            b = await app.deps.users.ensure_identity("telegram", TELEGRAM_ID, "mina_tg")
+            assert (await h.link(a, account=ALICE))[0] == 200
+            assert (await h.link(b, account=BOB))[0] == 200
+            question = await link(app, ("discord", DISCORD_ID), ("telegram", TELEGRAM_ID))
+            assert ALICE in question and BOB in question and "/link approve 2" in question
+            assert await app.deps.users.get(b.id) is not None  # nothing joined yet
+            revoked_before = len([r for r in fake.token_requests if "revoke" in r])
+            joined = await run(app, ("discord", DISCORD_ID), f"/link approve {BOB}")
+            assert joined.startswith("Joined"), joined
+            account = await app.deps.google.account(a.id)
+            assert account is not None and account.email == BOB
+            revokes = [r for r in fake.token_requests if "revoke" in r]
+            assert len(revokes) == revoked_before + 1  # ALICE's grant, revoked at Google
+            assert await app.deps.users.get(b.id) is None
+        finally:
+            await h.server.stop()
