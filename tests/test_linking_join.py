@@ -234,6 +234,13 @@ async def test_a_code_used_without_the_issuing_sides_approve_joins_nothing(make_
     assert "Nothing is waiting" in await run(app, ("discord", DISCORD_ID), "/link approve")
     assert await users.identities(a.id) == [("discord", DISCORD_ID)]
     assert await users.identities(b.id) == [("telegram", TELEGRAM_ID)]
+    # A claimant blocked before the approve is not joined either.
+    code = code_in(await run(app, ("discord", DISCORD_ID), "/link"))
+    assert "Code accepted" in await run(app, ("telegram", TELEGRAM_ID), f"/link {code}")
+    await app.deps.access.block(TELEGRAM_ID, "telegram")
+    refused = await run(app, ("discord", DISCORD_ID), "/link approve")
+    assert "blocked account cannot be joined" in refused
+    assert await users.identities(b.id) == [("telegram", TELEGRAM_ID)]
 
 
 async def test_a_wrong_code_three_times_locks_the_front_end_for_the_period(make_app, clock):
@@ -344,3 +351,24 @@ async def test_two_google_accounts_the_person_picks_one_and_the_other_is_revoked
             assert await app.deps.users.get(b.id) is None
         finally:
             await h.server.stop()
+
+
+async def test_unlinking_the_listed_identity_takes_the_admin_rights_with_it(make_app):
+    app = await make_app(admin_ids=[DISCORD_ID])
+    access = app.deps.access
+    admin = (await access.admit_identity("discord", DISCORD_ID, "boss")).user
+    await app.deps.memory.save(admin.id, "The server password hint is blue")
+    assert (await link(app, ("discord", DISCORD_ID), ("telegram", TELEGRAM_ID))).startswith("Joined")
+    on_telegram = (await access.admit_identity("telegram", TELEGRAM_ID, "boss_tg")).user
+    assert on_telegram.id == admin.id and on_telegram.role == "admin"
+    # Discord leaves: it becomes a new, empty person, still an admin (it is the listed one);
+    # the person left on Telegram is an admin no more.
+    unlinked = await run(app, ("discord", DISCORD_ID), "/unlink", on_telegram)
+    assert unlinked.startswith("Unlinked"), unlinked
+    fresh = (await access.admit_identity("discord", DISCORD_ID, "boss")).user
+    assert fresh.id != admin.id and fresh.role == "admin"
+    assert await app.deps.memory.list(fresh.id) == []
+    rest = (await access.admit_identity("telegram", TELEGRAM_ID, "boss_tg")).user
+    assert rest.id == admin.id and rest.role == "user" and not access.is_admin(rest.id)
+    assert len(await app.deps.memory.list(rest.id)) == 1  # the joined data stayed
+    assert "only front end" in await run(app, ("telegram", TELEGRAM_ID), "/unlink", rest)

@@ -149,6 +149,7 @@ END_CODES = """
 DELETE FROM link_codes WHERE user_id IN (%(keep)s, %(gone)s)
                           OR claimed_user_id IN (%(keep)s, %(gone)s)
 """
+STATUSES = "SELECT status FROM users WHERE id IN (%(keep)s, %(gone)s) FOR UPDATE"
 GOOGLE_COUNT = "SELECT count(*) AS n FROM google_accounts WHERE user_id IN (%(keep)s, %(gone)s)"
 THREAD_TABLES = ("checkpoint_writes", "checkpoint_blobs", "checkpoints")
 DROP_THREAD = "DELETE FROM {table} WHERE thread_id = %s"
@@ -211,6 +212,11 @@ async def join_people(conn: Any, plan: JoinPlan) -> None:
     if plan.keep == plan.gone:
         raise JoinError("the two identities are already one person")
     params = {"keep": plan.keep, "gone": plan.gone, "admin": plan.admin}
+    statuses = await (await conn.execute(STATUSES, params)).fetchall()
+    if len(statuses) != 2:
+        raise JoinError("one of the two people no longer exists")
+    if any(r["status"] == "blocked" for r in statuses):
+        raise JoinError("a blocked account cannot be joined")
     google = await (await conn.execute(GOOGLE_COUNT, params)).fetchone()
     if google["n"] > 1:
         raise JoinError("both people have a Google account linked; one must be chosen first")
