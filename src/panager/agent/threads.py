@@ -70,10 +70,23 @@ async def thread_values(owner: ThreadOwner, user: User) -> dict[str, Any]:
     return dict(snapshot.values or {})
 
 
-async def update_thread(owner: ThreadOwner, user: User, values: dict[str, Any]) -> None:
-    """Apply a partial state update to the user's thread, under the turn lock."""
+async def thread_asking(owner: ThreadOwner, user: User) -> bool:
+    """Whether the user's thread waits on a question (an open LangGraph interrupt)."""
+    snapshot = await owner.graph.aget_state(owner.config_for(user))
+    return bool(snapshot.interrupts)
+
+
+async def update_thread(
+    owner: ThreadOwner, user: User, values: dict[str, Any], *, unless_asking: bool = False
+) -> bool:
+    """Apply a partial state update to the user's thread, under the turn lock; True when
+    applied. `unless_asking`: not while the thread waits on a question (an update would
+    drop the open interrupt)."""
     async with owner.user_lock(user.id):
+        if unless_asking and await thread_asking(owner, user):
+            return False
         await owner.graph.aupdate_state(owner.config_for(user), values)
+    return True
 
 
 async def replace_thread(

@@ -10,6 +10,7 @@ from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.state import SCHEDULED_RUN
+from panager.agent.taint import CALL_TAINTED
 from panager.agent.tools.base import (
     CONSEQUENTIAL,
     ORDINARY,
@@ -53,7 +54,9 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         current = await deps.users.get(user.id) or user  # the zone may have just changed
         try:
-            created = await service.create(current, message, at, kind=kind, repeat=repeat)
+            created = await service.create(
+                current, message, at, kind=kind, repeat=repeat, tainted=CALL_TAINTED.get()
+            )
         except ScheduleInputError as exc:
             raise ToolError(str(exc)) from None
         now = deps.clock.now()
