@@ -215,7 +215,7 @@ async def test_compaction_saves_no_memory_from_the_event_and_memories_taint_agai
     model.add(call("memory_search", {"query": "Mallory trusted contact"}),
               call("send_user_message", LEAK))
     asked = await h.app.assistant.run_turn(alice, "who is my trusted contact?")
-    searched = [m for m in await messages_of(h.app, alice) if isinstance(m, ToolMessage)][0]
+    searched = next(m for m in await messages_of(h.app, alice) if isinstance(m, ToolMessage))
     assert holds_outside(searched.content)
     assert asked.question is not None and sent_to(h, mallory) == []
     recalled = [m for m in await messages_of(h.app, alice) if isinstance(m, AIMessage)]
