@@ -34,7 +34,7 @@ async def test_the_web_chat_shows_the_question_with_approve_and_deny(make_app):
                 call("memory_forget", {"memory_id": bank.id}), "Forgotten.")
     client = await h.client(ALICE)
     status, page = await client.post("/chat", {"text": "what did mallory say?"})
-    assert status == 200 and 'id="question"' in page and "memory_forget" in page
+    assert status == 200 and 'id="question"' in page and "Forget (delete) the memory" in page
     assert 'action="/chat/answer"' in page and ">Approve<" in page and ">Deny<" in page
     key = page.split('name="key" value="')[1].split('"')[0]
     # without the session's CSRF token the answer is refused and nothing runs
@@ -75,7 +75,7 @@ async def test_the_terminal_asks_y_n_and_ask_declines_unless_yes(
     openai.script(forget, "I left it.")
     code, out, err = await run_cli(["chat"], env, "what did mallory say?\nn\nexit\n")
     assert code == 0, err
-    assert f"memory_forget(memory_id={bank.id!r})" in out and "Approve? [y/N]" in out
+    assert f'Forget (delete) the memory with id "{bank.id}"' in out and "Approve? [y/N]" in out
     assert "I left it." in out and await app.deps.memory.get(user.id, bank.id) is not None
     assert "declined" in str(openai.requests[-1]["messages"][-1]["content"])
     # panager ask: nobody can say yes — declined, and it says how to approve

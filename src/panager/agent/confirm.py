@@ -124,11 +124,11 @@ def question_text(q: Question) -> str:
             "relayed message, …) is involved, so I need your OK for "
             + ("this:" if len(q.calls) == 1 else "each of these:")
         )
-    lines = [head]
+    lines = [head, ""]
     for number, call in enumerate(q.calls, 1):
         lines.append(f"{number}. {call.description}")
     if q.kind == "confirm":
-        lines.append("Approve or deny. No answer within 10 minutes counts as deny.")
+        lines += ["", "Approve or deny. No answer within 10 minutes counts as deny."]
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ link instead; when the instance has no Google client, the tools say so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import date, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, tool
+from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, Describer, shown_text, tool
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.services.google import api
@@ -172,6 +173,17 @@ def task_patch(
     return body
 
 
+def describe_change(what: str, key: str) -> Describer:
+    """Plain words for a change or deletion: the item's id, then any new values."""
+
+    def describe(args: Mapping[str, Any]) -> str:
+        rest = {k: v for k, v in args.items() if k != key and v is not None}
+        values = ", ".join(f"{k} = {shown_text(str(v))}" for k, v in rest.items())
+        return f"{what} {shown_text(str(args.get(key, '')))}" + (f": {values}" if values else "")
+
+    return describe
+
+
 def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     """The eight Google tools for `user`."""
     zone = user.zone
@@ -221,7 +233,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             zone=zone,
         )
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Change the calendar event", "event_id"))
     async def calendar_update_event(
         event_id: str,
         calendar_id: str = "primary",
@@ -245,7 +257,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             zone=zone,
         )
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Delete the calendar event", "event_id"))
     async def calendar_delete_event(event_id: str, calendar_id: str = "primary") -> dict:
         """Delete an event by its event_id (and calendar_id, from calendar_list_events)."""
         return await run(
@@ -267,7 +279,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         body = task_body(title, due, notes, zone)
         return await run(TASKS_SCOPE, api.create_task, body=body, zone=zone)
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Change the task", "task_id"))
     async def task_update(
         task_id: str,
         title: str | None = None,
@@ -282,7 +294,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             TASKS_SCOPE, api.update_task, task_id=task_id.strip(), body=body, zone=zone
         )
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Delete the task", "task_id"))
     async def task_delete(task_id: str) -> dict:
         """Delete a Google Task by its task_id (from task_list)."""
         return await run(TASKS_SCOPE, api.delete_task, task_id=task_id.strip())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -10,7 +10,7 @@ from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.taint import CALL_TAINTED
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, tool
+from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, shown_text, tool
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.services.memory.service import (
@@ -112,7 +112,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         return {"ok": True, "status": "updated", "memory": _brief(result.memory)}
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_forget)
     async def memory_forget(memory_id: str) -> dict:
         """Delete one long-term memory by its id (from memory_search)."""
         with _as_tool_errors():
@@ -125,3 +125,8 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         return {"ok": True, "forgotten": _brief(gone)}
 
     return [memory_save, memory_search, memory_update, memory_forget]
+
+
+def describe_forget(args: Mapping[str, Any]) -> str:
+    """The deletion a confirmation question shows."""
+    return f"Forget (delete) the memory with id {shown_text(str(args.get('memory_id', '')))}"
