@@ -15,6 +15,7 @@ from panager.agent.commands import CommandContext, dispatch
 from panager.agent.confirm import proposal_ids
 from panager.agent.taint import marked
 from panager.agent.threads import thread_values
+from panager.errors import ToolError
 from panager.framing import holds_outside
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call
@@ -227,3 +228,35 @@ async def test_compaction_saves_no_memory_from_the_event_and_memories_taint_agai
     prompt = model.requests[-1][0].content
     assert "## Memories" in prompt and holds_outside(prompt.split("## Memories", 1)[1])
     assert answered.tainted
+
+
+async def test_while_a_question_is_open_others_wait_and_expiry_declines(
+    make_app, fake, tmp_path, clock
+):
+    """Scheduled runs wait (handed back), relays to the person are refused with a line,
+    /clear asks for an answer first, repair leaves the open calls; after 10 minutes a
+    scheduled run declines the question (expired) and runs."""
+    model = ScriptedChatModel(script=[*leak_script()])
+    h, alice, mallory = await setup(make_app, fake, tmp_path, model, clock)
+    q = (await h.app.assistant.run_turn(alice, "what's on my calendar?")).question
+    assert q is not None
+    asked = len(model.requests)
+    await h.app.deps.scheduler.create(alice, "daily digest", "2026-11-21T12:00", kind="agent")
+    await worker(h.app).run_once()
+    assert len(model.requests) == asked and sent_to(h, alice) == []  # handed back, no call
+    with pytest.raises(ToolError, match="waiting for their answer"):
+        await h.tools(mallory)["send_user_message"].ainvoke({"recipient": "alice", "text": "hi"})
+    assert sent_to(h, alice) == []
+    cleared = await dispatch(CommandContext(user=alice, assistant=h.app.assistant), "/clear")
+    assert "still open" in cleared.text
+    assert await h.app.assistant.repair_thread(alice) == 0
+    assert await h.app.assistant.pending_question(alice) == q
+    clock.advance(minutes=11)
+    model.add("Digest: nothing new.")
+    await worker(h.app).run_once()
+    [digest] = sent_to(h, alice)
+    assert digest.startswith("Digest: nothing new.") and sent_to(h, mallory) == []
+    declined = [m for m in model.requests[-1] if isinstance(m, ToolMessage)][-1]
+    assert "within 10 minutes" in declined.content
+    late = await h.app.assistant.answer(alice, q.key, {q.calls[0].id: "approve"})
+    assert not late.ok and sent_to(h, mallory) == []
