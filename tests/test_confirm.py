@@ -166,6 +166,16 @@ async def test_an_answer_after_a_restart_resumes_once_and_a_new_message_declines
     declined = [m for m in seen if isinstance(m, ToolMessage) and m.tool_call_id == q.calls[0].id]
     assert "new message instead" in declined[0].content
     assert await app2.assistant.pending_question(alice) is None
+    # the first process believes the thread clean (its own last turn was); the second asks;
+    # a message to the first still declines the question first
+    model.add("Hello.")
+    assert (await h.app.assistant.run_turn(alice, "hi")).text == "Hello."
+    model2.add(*leak_script())
+    assert (await app2.assistant.run_turn(alice, "calendar once more?")).question is not None
+    model.add("Fine.")
+    assert (await h.app.assistant.run_turn(alice, "forget it")).text == "Fine."
+    told = [m for m in model.requests[-1] if isinstance(m, ToolMessage)][-1]
+    assert "new message instead" in told.content and len(sent_to(h, mallory)) == 1
 
 
 async def test_a_fresh_thread_where_the_person_typed_runs_without_a_question(

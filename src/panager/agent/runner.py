@@ -46,7 +46,7 @@ from panager.agent.history import dangling_tool_calls, interrupted_result
 from panager.agent.interrupted import ShownText, keep_interrupted
 from panager.agent.state import SCHEDULED_RUN, TurnContext
 from panager.agent.taint import marked
-from panager.agent.threads import Threads
+from panager.agent.threads import OPEN_QUESTION, Threads
 from panager.agent.tools import build_tools
 from panager.errors import ModelUnavailable, UserBusy
 from panager.framing import frame
@@ -181,7 +181,7 @@ class Assistant:
         if model is None:
             return TurnResult(NO_MODEL_MESSAGE, ok=False)
         async with self.user_lock(user.id, wait=wait_for_lock):
-            if user.id not in self._clean_threads:
+            if user.id not in self._clean_threads or await self._asked_elsewhere(user):
                 asked = await self._open_question(
                     user, is_system_trigger, replay, message_key if resume else None
                 )
@@ -217,6 +217,15 @@ class Assistant:
             raise UserBusy(user.id)
         await approvals.decline(self, user, question, EXPIRED if expired else NEW_MESSAGE)
         return None
+
+    async def _asked_elsewhere(self, user: User) -> bool:
+        """Whether the thread waits on a question (asked by another process, perhaps)."""
+        async with self.deps.pool.connection() as conn:
+            row = await (await conn.execute(OPEN_QUESTION, {"t": user.thread_id})).fetchone()
+        if row and row["asking"]:
+            self._clean_threads.discard(user.id)
+            return True
+        return False
 
     async def pending_question(self, user: User) -> Question | None:
         """The question the user's thread waits on (None: none)."""
