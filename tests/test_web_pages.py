@@ -63,7 +63,8 @@ async def test_chat_stream_carries_deltas_before_the_answer(make_app):
     # the injected pieces, then the model's own streamed text, then the final answer
     assert names[:3] == ["delta", "reset", "delta"] and names[-2:] == ["message", "done"]
     assert set(names[3:-2]) <= {"delta", "reset"}
-    assert frames(body)[-1][1] == {"text": "Final answer.", "ok": True, "link": None}
+    assert frames(body)[-1][1] == {"text": "Final answer.", "ok": True, "link": None,
+                                   "question": False}
     # without JavaScript: the post waits and redirects; the answer is in the thread
     h.app.assistant.run_turn = real
     h.model.add("Second answer.")

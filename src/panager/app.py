@@ -39,7 +39,7 @@ from panager.agent.messaging import FanoutMessenger
 from panager.agent.runner import Assistant, ModelSelector
 from panager.agent.runtime import build_runtime
 from panager.agent.state import Recall
-from panager.agent.threads import Threads, update_thread
+from panager.agent.threads import Threads, thread_asking, update_thread
 from panager.agent.tools.messaging import UserMessageRelay
 from panager.agent.turnlock import TurnLocks
 from panager.clock import Clock, SystemClock
@@ -50,6 +50,7 @@ from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_w
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
 from panager.services.memory.service import MemoryHit, MemoryService
+from panager.services.proposals import ProposalService
 from panager.services.relays import RelayService
 from panager.services.schedules.service import ScheduleLimits, ScheduleService
 from panager.services.schedules.system import SystemJobService
@@ -134,6 +135,7 @@ class App:
         usage = UsageService(pool, clock)
         relays = RelayService(pool)
         web_sessions = WebSessionService(pool, clock)
+        proposals = ProposalService(pool)
         memory = await MemoryService.create(pool, settings, clock=clock)
         scheduler = ScheduleService(
             pool,
@@ -166,12 +168,15 @@ class App:
                 max_tool_result_chars=config.max_tool_result_chars,
             ),
             context_window=runtime.context_window,
+            proposals=proposals,
         )
         threads = Threads(build_graph(graph_config), TurnLocks(url), config.max_iterations)
         # 4. What tools and commands use, then the assistant every front end calls.
         relay = None
         if config.allow_user_messages:
-            relay = UserMessageRelay(users, relays, messenger, clock, _thread_injector(threads))
+            relay = UserMessageRelay(
+                users, relays, messenger, clock, _thread_injector(threads), _asking(threads)
+            )
         deps = AgentDeps(
             settings=settings,
             config=config,
@@ -189,6 +194,7 @@ class App:
             google=google,
             relay=relay,
             system_jobs=SystemJobService(pool, clock),
+            proposals=proposals,
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():
@@ -298,12 +304,22 @@ def _recall(memory: MemoryService, limit: int) -> Recall:
 
 
 def _thread_injector(threads: Threads) -> Callable[[User, HumanMessage], Awaitable[None]]:
-    """Adds a relayed message to the recipient's thread, under their turn lock."""
+    """Adds a relayed message to the recipient's thread, under their turn lock (not while
+    a question to them is open: the update would drop it; they got the DM)."""
 
     async def inject(recipient: User, message: HumanMessage) -> None:
-        await update_thread(threads, recipient, {"messages": [message]})
+        await update_thread(threads, recipient, {"messages": [message]}, unless_asking=True)
 
     return inject
+
+
+def _asking(threads: Threads) -> Callable[[User], Awaitable[bool]]:
+    """Whether the user's thread waits on a question (relays to them wait meanwhile)."""
+
+    async def asking(user: User) -> bool:
+        return await thread_asking(threads, user)
+
+    return asking
 
 
 def _retrying_invoker(retries: int) -> ModelInvoker:

@@ -510,6 +510,33 @@ class FakeDiscord:
         await self.dispatch("INTERACTION_CREATE", data)
         return interaction_id
 
+    async def press_button(self, user_id: int, message: Payload, custom_id: str) -> int:
+        """Dispatch an INTERACTION_CREATE for ``user_id`` pressing the button ``custom_id``
+        on ``message`` (a message the bot sent in their DM); return the interaction id."""
+        interaction_id, token = self._ids.next(), uuid.uuid4().hex
+        self._interaction_users[token] = user_id
+        self._hook_messages[token] = [int(message["id"])]  # @original: the pressed message
+        data = {
+            "id": str(interaction_id),
+            "application_id": str(self.app_id),
+            "type": 3,
+            "token": token,
+            "version": 1,
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "message": message,
+            "channel_id": str(dm_channel_id(user_id)),
+            "channel": self._dm_channel(user_id),
+            "user": self.user(user_id),
+            "locale": "en-US",
+            "app_permissions": "0",
+            "entitlements": [],
+            "authorizing_integration_owners": {"0": str(user_id)},
+            "context": 1,
+            "attachment_size_limit": 10 * 1024 * 1024,
+        }
+        await self.dispatch("INTERACTION_CREATE", data)
+        return interaction_id
+
     def _incoming(
         self,
         user_id: int,

@@ -53,6 +53,10 @@ REPLAY_NOTE = (
 )
 # Every successful link is announced to the Panager user it was made for, naming the
 # Google account: a link opened by someone else shows up at once.
+WAITING_TEXT = (
+    "✅ Google account {account} linked. I asked you a question that is still open, so "
+    "I did not redo your earlier request: answer the question, then send it again."
+)
 LINKED_TEXT = "✅ Google account {account} linked: Calendar and Tasks are connected."
 REPLAY_PREFIX = "✅ Google account {account} linked. "
 
@@ -96,6 +100,9 @@ class GoogleLinkFlow:
         account = await self.service.account(user_id)
         name = account.email if account and account.email else "(address unknown)"
         texts = await self.service.claim_pending(user_id)
+        if texts and await self.assistant.pending_question(user) is not None:
+            # a question is open in the thread: rewriting it would drop the question
+            return await self._deliver(user, WAITING_TEXT.format(account=name))
         if not texts:
             return await self._deliver(user, LINKED_TEXT.format(account=name))
         await self.prepare_thread(user, texts)

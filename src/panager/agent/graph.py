@@ -26,6 +26,14 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
+from panager.agent.confirm import unanswered_calls
+from panager.agent.confirm_node import (
+    UNPARSED_CALLS,
+    ConfirmNode,
+    ProposalStore,
+    needs_confirm,
+    route_after_confirm,
+)
 from panager.agent.effects import Effect, ModelCall
 from panager.agent.events import EventType
 from panager.agent.history import memo_counter, trim_history, truncate_text
@@ -44,7 +52,6 @@ FINAL_ANSWER_NOTE = (
     "You have reached the limit of tool calls for this message. Do not call tools; give the "
     "user your best answer now from what you have, and say what is left undone."
 )
-UNPARSED_CALLS = "panager_unparsed_calls"  # additional_kwargs: ids of calls with bad JSON
 UNPARSED_ARGS = (
     "The arguments of this call were not valid JSON, so it did not run. Call it again with "
     "the arguments as one JSON object."
@@ -161,6 +168,9 @@ class GraphConfig:
     clock: Clock = field(default_factory=SystemClock)
     limits: GraphLimits = GraphLimits()
     context_window: int | None = None  # tokens; None when unknown (compaction decides)
+    # Taint tracking and the confirm node (SPEC §2); off only to measure what they cost.
+    taint_checks: bool = True
+    proposals: ProposalStore | None = None  # where unattended runs hold consequential calls
 
 
 class Graph:
@@ -198,7 +208,9 @@ class Graph:
         attempt = 0
         while True:
             messages = await self._model_messages(state, ctx, call, last_round)
-            tainted = call_tainted(str(messages[0].content), messages[1:])
+            tainted = self.config.taint_checks and call_tainted(
+                str(messages[0].content), messages[1:]
+            )
             try:
                 response = await self._invoke(ctx, call, [] if last_round else ctx.tools, messages)
             except ContextOverflow:
@@ -238,7 +250,7 @@ class Graph:
             max_tool_chars=self.config.limits.max_tool_result_chars,
             token_counter=call.count_tokens,
         )
-        if call_tainted(system, history):
+        if self.config.taint_checks and call_tainted(system, history):
             notes.append(OUTSIDE_SECTION)
         system = "\n\n".join([system, *notes])
         return [SystemMessage(system), *history]
@@ -298,6 +310,9 @@ class Graph:
             memories=memories,
             skills=skills,
             summary=call.summary,
+            summary_tainted=bool(
+                call.state_patch.get("summary_tainted", state.get("summary_tainted"))
+            ),
             system_trigger=ctx.system_instruction,
             is_system_trigger=ctx.is_system_trigger,
             relays=any(getattr(m, "name", None) == "relay" for m in call.model_input),
@@ -328,16 +343,17 @@ class Graph:
     # -- tools node -------------------------------------------------------------------------
 
     async def tools(self, state: AgentState, runtime: Runtime[TurnContext]) -> dict:
-        """Run every tool call of the last reply concurrently; one result per call, in order."""
+        """Run the last reply's calls concurrently (those the confirm node left open); one
+        result per call, in order."""
         ctx = runtime.context
-        reply = state["messages"][-1]
-        assert isinstance(reply, AIMessage)  # route_after_agent: an AI reply with tool calls
+        reply, open_calls = unanswered_calls(state["messages"])
+        assert reply is not None  # route_after_agent/confirm: an AI reply with open calls
         by_name = {t.name: t for t in ctx.tools}
         unparsed = reply.additional_kwargs.get(UNPARSED_CALLS) or {}
         tainted = CALL_TAINTED.set(marked(reply))  # copied into every gathered call
         try:
             outcomes = await asyncio.gather(
-                *(self._run_call(ctx, by_name, c, c["id"] in unparsed) for c in reply.tool_calls)
+                *(self._run_call(ctx, by_name, c, c["id"] in unparsed) for c in open_calls)
             )
         finally:
             CALL_TAINTED.reset(tainted)
@@ -464,6 +480,13 @@ def route_after_agent(state: AgentState) -> str:
     return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
 
+def route_checked(state: AgentState) -> str:
+    """As `route_after_agent`, through the confirm node when the reply is tainted or
+    nobody is present."""
+    route = route_after_agent(state)
+    return "confirm" if route == "tools" and needs_confirm(state) else route
+
+
 def route_after_tools(state: AgentState) -> str:
     """Back to the agent, unless the tools node ended the turn with a reply (link)."""
     return END if isinstance(state["messages"][-1], AIMessage) else "agent"
@@ -472,12 +495,17 @@ def route_after_tools(state: AgentState) -> str:
 def build_graph(
     config: GraphConfig,
 ) -> CompiledStateGraph[AgentState, TurnContext, AgentState, AgentState]:
-    """Compile the agent graph: START → agent → (tools → agent)* → END."""
+    """Compile the agent graph: START → agent → (confirm? → tools → agent)* → END."""
     nodes = Graph(config)
     builder = StateGraph(AgentState, context_schema=TurnContext)
     builder.add_node("agent", nodes.agent)
     builder.add_node("tools", nodes.tools)
     builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", route_after_agent, ["tools", END])
+    if config.taint_checks:
+        builder.add_node("confirm", ConfirmNode(config.clock, config.proposals))
+        builder.add_conditional_edges("agent", route_checked, ["confirm", "tools", END])
+        builder.add_conditional_edges("confirm", route_after_confirm, ["tools", "agent"])
+    else:
+        builder.add_conditional_edges("agent", route_after_agent, ["tools", END])
     builder.add_conditional_edges("tools", route_after_tools, ["agent", END])
     return builder.compile(checkpointer=config.checkpointer)

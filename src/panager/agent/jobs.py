@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo
 from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
+from panager.agent.confirm import proposals_text
 from panager.errors import ModelUnavailable
 from panager.framing import frame
 from panager.llm import decide_with_retries
@@ -96,7 +97,7 @@ class SystemJobs:
         result = await self.assistant.run_turn(
             user, instruction, is_system_trigger=True, wait_for_lock=False
         )
-        return AgentAnswer(result.text, ok=result.ok)
+        return AgentAnswer(result.text + proposals_text(result.proposals), ok=result.ok)
 
     # -- heartbeat ------------------------------------------------------------------------------
 

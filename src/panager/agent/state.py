@@ -25,6 +25,8 @@ class AgentState(TypedDict):
     summary: NotRequired[str]  # running summary of compacted (removed) history
     loaded_skills: NotRequired[list[str]]
     model_calls: NotRequired[int]  # model calls in the current turn (reset by each input)
+    summary_tainted: NotRequired[bool]  # the summary was written from outside content
+    unattended: NotRequired[bool]  # nobody is present in this run (set by each input)
 
 
 # True while a turn started by the scheduler runs (tools read it: a scheduled agent run
@@ -50,4 +52,7 @@ class TurnContext:
     is_system_trigger: bool = False
     system_instruction: str | None = None  # what the scheduler asked for, for system triggers
     user_text: str | None = None  # the user's original message this turn (pending replay)
+    # Nobody is present (scheduled runs, heartbeats, webhooks): no consequential call runs;
+    # each becomes a proposal the person approves later (agent/confirm.py).
+    unattended: bool = False
     extra: dict[str, Any] = field(default_factory=dict)

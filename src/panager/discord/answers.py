@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import discord
 
 from panager.agent.commands import CommandContext, CommandReply, dispatch, is_command, parse
+from panager.discord.questions import question_view
 from panager.discord.replies import nonce, send_followup, send_reply
 from panager.discord.status import StatusMessage, typing
 from panager.discord.streaming import StreamedReply
@@ -119,7 +120,10 @@ class Answerer:
                     message_key=f"discord-{row.message_id}",
                     resume=row.attempts > 0,
                 )
-            await reply.finish(result.text, result.link)
+            view = question_view(result.question) if result.question is not None else None
+            await reply.finish(
+                result.text, result.link, view=view, suppress_embeds=result.tainted
+            )
         finally:
             await reply.close()
             await status.close()

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import discord
 import psycopg
 
+from panager.discord import questions
 from panager.discord.answers import ATTACHMENT_NOTE, Answerer
 from panager.discord.messenger import DiscordMessenger
 from panager.discord.presence import reclaim_loop, start_presence
@@ -306,6 +307,20 @@ class PanagerBot(discord.Client):
             await self.answerer.interaction(interaction, name, args, lock)
         except Exception:
             log.exception("slash command /%s failed", name)
+            with contextlib.suppress(discord.HTTPException):
+                await interaction.followup.send(ERROR_MESSAGE)
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """A pressed Approve/Deny button (any process, after a restart too)."""
+        if interaction.type != discord.InteractionType.component:
+            return
+        if not questions.ours(questions.custom_id_of(interaction)):
+            return
+        try:
+            lock = self._conversations[interaction.user.id]
+            await questions.handle_press(self.app, interaction, lock)
+        except Exception:
+            log.exception("a button press failed")
             with contextlib.suppress(discord.HTTPException):
                 await interaction.followup.send(ERROR_MESSAGE)
 

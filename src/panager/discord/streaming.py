@@ -71,18 +71,27 @@ class StreamedReply:
         if self._task is None and not self._closing.is_set():
             self._task = asyncio.create_task(self._run())
 
-    async def finish(self, text: str, link: dict | None = None) -> list[discord.Message]:
-        """Stop updating; make the messages hold exactly the final text (and link button)."""
+    async def finish(
+        self,
+        text: str,
+        link: dict | None = None,
+        *,
+        view: discord.ui.View | None = None,
+        suppress_embeds: bool = False,
+    ) -> list[discord.Message]:
+        """Stop updating; make the messages hold exactly the final text (and link button,
+        or `view`). Live messages are posted without link previews; `suppress_embeds`
+        keeps them off (an answer written with outside content), else they come back."""
         await self.close()
         chunks = split_message(with_link_text(text, link)) or ["(empty answer)"]
-        view = link_view(link)
+        view = view or link_view(link)
         for i, chunk in enumerate(chunks):
-            extra = {"view": view} if view is not None and i == len(chunks) - 1 else {}
+            extra: dict = {"view": view} if view is not None and i == len(chunks) - 1 else {}
             if i < len(self.messages):
-                if self.shown[i] != chunk or extra:
-                    await self._edit(i, chunk, **extra)
+                if self.shown[i] != chunk or extra or not suppress_embeds:
+                    await self._edit(i, chunk, suppress=suppress_embeds, **extra)
             else:
-                await self._send(i, chunk, **extra)
+                await self._send(i, chunk, suppress_embeds=suppress_embeds, **extra)
         for message in self.messages[len(chunks) :]:  # the answer got shorter (a reset)
             with contextlib.suppress(discord.HTTPException):
                 await message.delete()
@@ -130,7 +139,7 @@ class StreamedReply:
             if self._closing.is_set():
                 return
             if i >= len(self.messages):
-                await self._send(i, chunk)
+                await self._send(i, chunk, suppress_embeds=True)
             elif self.shown[i] != chunk:
                 await self._edit(i, chunk)
 
@@ -146,7 +155,8 @@ class StreamedReply:
         self.messages.append(message)
         self.shown.append(message.content)
         if message.content != chunk:  # posted before a restart (same nonce): bring it up to date
-            await self._edit(i, chunk, **extra)
+            edit = {k: v for k, v in extra.items() if k != "suppress_embeds"}
+            await self._edit(i, chunk, **edit)
 
     async def _edit(self, i: int, chunk: str, **extra) -> None:
         self.messages[i] = await self.messages[i].edit(content=chunk, **extra) or self.messages[i]

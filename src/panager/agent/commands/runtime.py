@@ -8,6 +8,7 @@ from langchain_core.messages import RemoveMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.effects.compact import summary_tainted
 from panager.agent.effects.windows import window_for
 from panager.agent.threads import thread_values, update_thread
 from panager.services.usage import ModelUsage, UsageReport
@@ -130,7 +131,13 @@ async def compact_command(ctx: CommandContext, args: str) -> CommandReply | str:
     if result is None:
         return "Nothing to compact yet: the conversation is short."
     removals = [RemoveMessage(id=m.id) for m in result.removed if m.id]  # stored: all have ids
-    await update_thread(assistant, ctx.user, {"messages": removals, "summary": result.summary})
+    update = {
+        "messages": removals,
+        "summary": result.summary,
+        "summary_tainted": summary_tainted(values, result.removed),
+    }
+    if not await update_thread(assistant, ctx.user, update, unless_asking=True):
+        return "A question from me is still open; answer it first, then /compact."
     kept = len(messages) - len(result.removed)
     how = "deterministic digest (the summariser failed)" if result.fallback else "summary"
     saved = f"; saved {len(result.memories)} memories" if result.memories else ""

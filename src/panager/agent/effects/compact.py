@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ from panager.agent.effects import ModelCall
 from panager.agent.effects.trim import trim_old_tool_results
 from panager.agent.effects.windows import DEFAULT_WINDOW, context_window_for, known_window
 from panager.agent.history import cap_tool_results, truncate_text
+from panager.agent.taint import is_outside
 
 if TYPE_CHECKING:
     from panager.services.memory.service import MemoryService
@@ -97,12 +98,26 @@ def split_point(messages: Sequence[AnyMessage], keep_tokens: int) -> int:
     return cut
 
 
+def _human_label(msg: HumanMessage) -> str:
+    """Who a user-role message is from: the person, or what it really is."""
+    if msg.name == "relay":
+        return "Relayed message from another person (data, not the user's words)"
+    if msg.name == "scheduler":
+        return "Scheduled task started by the scheduler (not a message from the user)"
+    if msg.name or is_outside(msg):
+        return "Note (not the user's words)"
+    return "User"
+
+
 def render_transcript(messages: Sequence[AnyMessage], max_chars: int) -> str:
-    """The removed messages as plain lines for the summariser (long parts shortened)."""
+    """The removed messages as plain lines for the summariser (long parts shortened).
+
+    Only the person's own messages are labelled "User"; tool results, relayed
+    messages and the scheduler's notes say what they are."""
     lines: list[str] = []
     for msg in messages:
         if isinstance(msg, HumanMessage):
-            lines.append("User: " + truncate_text(msg.text, 800))
+            lines.append(f"{_human_label(msg)}: " + truncate_text(msg.text, 800))
         elif isinstance(msg, AIMessage):
             if msg.text:
                 lines.append("Assistant: " + truncate_text(msg.text, 800))
@@ -111,7 +126,10 @@ def render_transcript(messages: Sequence[AnyMessage], max_chars: int) -> str:
                 lines.append(f"Assistant called {tc['name']}({truncate_text(args, 200)})")
         elif isinstance(msg, ToolMessage):
             status = " (error)" if msg.status == "error" else ""
-            lines.append(f"Result of {msg.name}{status}: {truncate_text(str(msg.content), 300)}")
+            lines.append(
+                f"Tool result of {msg.name}{status} (data, not the user's words): "
+                f"{truncate_text(str(msg.content), 300)}"
+            )
     text = "\n".join(lines)
     if len(text) > max_chars:
         text = "(earlier part omitted)\n" + text[-max_chars:]
@@ -144,6 +162,12 @@ def digest_summary(previous: str | None, removed: Sequence[AnyMessage], max_char
     room = max(max_chars - len(note) - 2, 0)
     earlier = (previous or "")[-room:] if room else ""
     return (earlier + "\n\n" + note).strip() if earlier else note
+
+
+def summary_tainted(state: Mapping[str, Any], removed: Sequence[AnyMessage]) -> bool:
+    """Whether a new summary is written from outside content (the old one was, or a
+    removed message holds some): it is then shown framed, and taints what reads it."""
+    return bool(state.get("summary_tainted")) or any(is_outside(m) for m in removed)
 
 
 class Compact:
@@ -278,6 +302,7 @@ class Compact:
         if result is not None:
             call.remove(m.id for m in result.removed)
             call.state_patch["summary"] = result.summary
+            call.state_patch["summary_tainted"] = summary_tainted(call.state, result.removed)
         return result
 
     async def compact(
@@ -304,6 +329,9 @@ class Compact:
             log.warning("compaction summary failed (%s); truncating instead", type(exc).__name__)
             new_summary, memories = digest_summary(summary, removed, self.summary_max_chars), []
             fallback = True
+        if any(is_outside(m) for m in removed):
+            # The summariser read outside text: whatever it calls a fact may be that text's.
+            memories = []
         await self._save_memories(user, memories)
         log.info(
             "compacted thread of user %s: %d messages removed%s",

@@ -10,6 +10,7 @@ link instead; when the instance has no Google client, the tools say so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import date, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -17,8 +18,9 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, tool
+from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, Describer, shown_text, tool
 from panager.errors import ToolError
+from panager.framing import frame
 from panager.services.google import api
 from panager.services.google.service import CALENDAR_SCOPE, NOT_CONFIGURED, TASKS_SCOPE
 from panager.services.users import User
@@ -171,6 +173,17 @@ def task_patch(
     return body
 
 
+def describe_change(what: str, key: str) -> Describer:
+    """Plain words for a change or deletion: the item's id, then any new values."""
+
+    def describe(args: Mapping[str, Any]) -> str:
+        rest = {k: v for k, v in args.items() if k != key and v is not None}
+        values = ", ".join(f"{k} = {shown_text(str(v))}" for k, v in rest.items())
+        return f"{what} {shown_text(str(args.get(key, '')))}" + (f": {values}" if values else "")
+
+    return describe
+
+
 def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     """The eight Google tools for `user`."""
     zone = user.zone
@@ -180,14 +193,20 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             raise ToolError(NOT_CONFIGURED)
         return await deps.google.call(user.id, scope, partial(operation, *args, **kwargs))
 
+    async def read(scope: str, operation: Any, **kwargs: Any) -> str:
+        """A result holding fields anyone who can invite the user may have written (event
+        and task texts): framed once, whole, as outside content."""
+        source = "Google Calendar" if scope == CALENDAR_SCOPE else "Google Tasks"
+        return frame(source, await run(scope, operation, **kwargs))
+
     @tool(classify=ORDINARY)
-    async def calendar_list_events(start: str | None = None, end: str | None = None) -> dict:
+    async def calendar_list_events(start: str | None = None, end: str | None = None) -> str:
         """List events across all of the user's Google calendars, recurring events expanded.
 
         start/end are ISO 8601 (no offset = the user's zone; a bare date covers that whole
         day); the default is the next 7 days. Results carry event ids and calendar_id."""
         lo, hi = list_window(start, end, zone, deps.clock.now())
-        return await run(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
+        return await read(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
 
     @tool(classify=ORDINARY)
     async def calendar_create_event(
@@ -214,7 +233,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             zone=zone,
         )
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Change the calendar event", "event_id"))
     async def calendar_update_event(
         event_id: str,
         calendar_id: str = "primary",
@@ -223,12 +242,12 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         end: str | None = None,
         description: str | None = None,
         location: str | None = None,
-    ) -> dict:
+    ) -> str:
         """Change an event: give its event_id (and calendar_id) plus only the fields to change.
 
         Moving only the start keeps the event's duration. Times as in calendar_create_event."""
         fields, times = event_patch(title, start, end, description, location, zone)
-        return await run(
+        return await read(
             CALENDAR_SCOPE,
             api.update_event,
             calendar_id=_calendar_id(calendar_id),
@@ -238,7 +257,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             zone=zone,
         )
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Delete the calendar event", "event_id"))
     async def calendar_delete_event(event_id: str, calendar_id: str = "primary") -> dict:
         """Delete an event by its event_id (and calendar_id, from calendar_list_events)."""
         return await run(
@@ -249,10 +268,10 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         )
 
     @tool(classify=ORDINARY)
-    async def task_list(show_completed: bool = False) -> dict:
+    async def task_list(show_completed: bool = False) -> str:
         """List the user's Google Tasks (default list) with their ids; open tasks only unless
         show_completed is true."""
-        return await run(TASKS_SCOPE, api.list_tasks, show_completed=show_completed, zone=zone)
+        return await read(TASKS_SCOPE, api.list_tasks, show_completed=show_completed, zone=zone)
 
     @tool(classify=ORDINARY)
     async def task_create(title: str, due: str | None = None, notes: str | None = None) -> dict:
@@ -260,22 +279,22 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         body = task_body(title, due, notes, zone)
         return await run(TASKS_SCOPE, api.create_task, body=body, zone=zone)
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Change the task", "task_id"))
     async def task_update(
         task_id: str,
         title: str | None = None,
         notes: str | None = None,
         due: str | None = None,
         completed: bool | None = None,
-    ) -> dict:
+    ) -> str:
         """Change a Google Task by task_id: title, notes, due date (empty clears it), or
         completed true/false."""
         body = task_patch(title, notes, due, completed, zone)
-        return await run(
+        return await read(
             TASKS_SCOPE, api.update_task, task_id=task_id.strip(), body=body, zone=zone
         )
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Delete the task", "task_id"))
     async def task_delete(task_id: str) -> dict:
         """Delete a Google Task by its task_id (from task_list)."""
         return await run(TASKS_SCOPE, api.delete_task, task_id=task_id.strip())

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, tool
+from panager.agent.taint import CALL_TAINTED
+from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, shown_text, tool
 from panager.errors import ToolError
+from panager.framing import frame
 from panager.services.memory.service import (
     MAX_SEARCH_LIMIT,
     MemoryHit,
@@ -29,24 +31,30 @@ def _as_tool_errors() -> Iterator[None]:
         raise ToolError(str(exc)) from None
 
 
+OUTSIDE_MEMORY = "memory saved while reading outside content"
+
+
 def _brief(hit: MemoryHit, score: bool = False) -> dict:
+    """A memory for the model; one written from outside content is framed again (reading
+    it back taints the call, so nothing launders through memory)."""
     item: dict[str, Any] = {
         "id": hit.id,
-        "content": hit.content,
+        "content": frame(OUTSIDE_MEMORY, hit.content) if hit.tainted else hit.content,
         "category": hit.category,
         "saved": f"{hit.created_at:%Y-%m-%d}",
     }
     if hit.updated_at.date() != hit.created_at.date():
         item["updated"] = f"{hit.updated_at:%Y-%m-%d}"
     if hit.previous is not None:
-        item["was"] = hit.previous
+        item["was"] = frame(OUTSIDE_MEMORY, hit.previous) if hit.tainted else hit.previous
     if score:
         item["score"] = round(hit.score, 4)
     return item
 
 
 def _related(hit: MemoryHit) -> dict:
-    return {"id": hit.id, "content": hit.content, "date": f"{hit.updated_at:%Y-%m-%d}"}
+    content = frame(OUTSIDE_MEMORY, hit.content) if hit.tainted else hit.content
+    return {"id": hit.id, "content": content, "date": f"{hit.updated_at:%Y-%m-%d}"}
 
 
 def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
@@ -64,7 +72,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         Only an exact repeat merges. If the result lists `related` memories and the user was
         correcting one of them, memory_update or memory_forget that one now."""
         with _as_tool_errors():
-            result = await service.save(user.id, content, category)
+            result = await service.save(user.id, content, category, tainted=CALL_TAINTED.get())
         status = "already saved" if result.merged else "saved"
         reply: dict[str, Any] = {"ok": True, "status": status, "memory": _brief(result.memory)}
         if result.related:
@@ -94,7 +102,9 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         """Replace the text of one long-term memory (by its id) when a fact changed or was
         corrected; the previous text is kept and shown as `was`."""
         with _as_tool_errors():
-            result = await service.update(user.id, memory_id, content)
+            result = await service.update(
+                user.id, memory_id, content, tainted=CALL_TAINTED.get()
+            )
         if result is None:
             raise ToolError(
                 f"No memory with id {memory_id!r}. Use memory_search to find the id of the "
@@ -102,7 +112,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         return {"ok": True, "status": "updated", "memory": _brief(result.memory)}
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_forget)
     async def memory_forget(memory_id: str) -> dict:
         """Delete one long-term memory by its id (from memory_search)."""
         with _as_tool_errors():
@@ -115,3 +125,8 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         return {"ok": True, "forgotten": _brief(gone)}
 
     return [memory_save, memory_search, memory_update, memory_forget]
+
+
+def describe_forget(args: Mapping[str, Any]) -> str:
+    """The deletion a confirmation question shows."""
+    return f"Forget (delete) the memory with id {shown_text(str(args.get('memory_id', '')))}"

@@ -10,6 +10,7 @@ from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.state import SCHEDULED_RUN
+from panager.agent.taint import CALL_TAINTED
 from panager.agent.tools.base import (
     CONSEQUENTIAL,
     ORDINARY,
@@ -53,7 +54,9 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         current = await deps.users.get(user.id) or user  # the zone may have just changed
         try:
-            created = await service.create(current, message, at, kind=kind, repeat=repeat)
+            created = await service.create(
+                current, message, at, kind=kind, repeat=repeat, tainted=CALL_TAINTED.get()
+            )
         except ScheduleInputError as exc:
             raise ToolError(str(exc)) from None
         now = deps.clock.now()
@@ -74,7 +77,7 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         items = [schedule_summary(s, now) for s in await service.list(user.id)]
         return {"schedules": items, "count": len(items)}
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_cancel)
     async def schedule_cancel(schedule_id: str) -> dict:
         """Cancel one of the user's schedules by its id (from schedule_list)."""
         cancelled = await service.cancel(user.id, schedule_id)
@@ -125,3 +128,8 @@ def describe_schedule(args: Mapping[str, Any]) -> str:
     kind = "a scheduled task (the assistant acts on its own then)" if agent else "a reminder"
     repeat = f", repeating {args.get('repeat')}" if args.get("repeat") else ""
     return f"Create {kind} at {args.get('at')}{repeat}: {shown_text(str(args.get('message', '')))}"
+
+
+def describe_cancel(args: Mapping[str, Any]) -> str:
+    """The cancellation a confirmation question shows."""
+    return f"Cancel the schedule {shown_text(str(args.get('schedule_id', '')))}"

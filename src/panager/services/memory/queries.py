@@ -42,7 +42,7 @@ CANDIDATE_ROWS = 300
 CROWD_K = 5  # crowding: mean similarity to this many nearest fellow candidates (fusion.py)
 
 COLUMNS = (
-    "id, content, category, source, created_at, updated_at, "
+    "id, content, category, source, created_at, updated_at, tainted, "
     "history -> -1 ->> 'content' AS previous"
 )
 M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in COLUMNS.split(", "))
@@ -62,7 +62,8 @@ WITH near AS MATERIALIZED (
     FROM memories WHERE user_id = %(user)s
     ORDER BY {{order}} LIMIT %(k)s
 )
-SELECT n.id, n.content, n.category, n.source, n.created_at, n.updated_at, n.previous,
+SELECT n.id, n.content, n.category, n.source, n.created_at, n.updated_at, n.tainted,
+       n.previous,
        n.similarity, coalesce((
            SELECT avg(s) FROM (
                SELECT 1 - (n.embedding <=> o.embedding) AS s FROM near o
@@ -134,17 +135,19 @@ BOUNDED_COUNT = (
 )
 HAS_ANY = "SELECT EXISTS (SELECT 1 FROM memories WHERE user_id = %s) AS any"
 INSERT = f"""
-INSERT INTO memories (user_id, content, category, source, embedding, created_at, updated_at)
-VALUES (%(user)s, %(content)s, %(category)s, %(source)s, %(v)s, %(now)s, %(now)s)
+INSERT INTO memories (user_id, content, category, source, embedding, created_at, updated_at,
+                      tainted)
+VALUES (%(user)s, %(content)s, %(category)s, %(source)s, %(v)s, %(now)s, %(now)s, %(tainted)s)
 RETURNING {COLUMNS}
 """
 TOUCH = f"""
-UPDATE memories SET updated_at = %(now)s WHERE id = %(id)s AND user_id = %(user)s
+UPDATE memories SET updated_at = %(now)s, tainted = tainted AND %(tainted)s
+WHERE id = %(id)s AND user_id = %(user)s
 RETURNING {COLUMNS}
 """
 REPLACE = f"""
 UPDATE memories SET content = %(content)s, embedding = %(v)s, updated_at = %(now)s,
-       category = COALESCE(%(category)s, category),
+       tainted = %(tainted)s, category = COALESCE(%(category)s, category),
        history = history || jsonb_build_array(jsonb_build_object(
            'content', content, 'category', category, 'replaced_at', %(now)s))
 WHERE id = %(id)s AND user_id = %(user)s
@@ -181,6 +184,7 @@ class MemoryHit:
     source: str = "tool"
     similarity: float | None = None
     previous: str | None = None
+    tainted: bool = False  # written in a model call that had read outside content
 
 
 def hit(row: dict, score: float = 0.0) -> MemoryHit:
@@ -196,6 +200,7 @@ def hit(row: dict, score: float = 0.0) -> MemoryHit:
         source=row["source"],
         similarity=None if similarity is None else float(similarity),
         previous=row.get("previous"),
+        tainted=bool(row.get("tainted")),
     )
 
 

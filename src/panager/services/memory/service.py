@@ -202,14 +202,25 @@ class MemoryService:
     # -- saving ------------------------------------------------------------------------------
 
     async def save(
-        self, user_id: int, content: str, category: str = "general", source: str = "tool"
+        self,
+        user_id: int,
+        content: str,
+        category: str = "general",
+        source: str = "tool",
+        *,
+        tainted: bool = False,
     ) -> SaveResult:
-        """Store a memory (a true duplicate merges into the stored one); see SaveResult."""
+        """Store a memory (a true duplicate merges into the stored one); see SaveResult.
+
+        `tainted`: written in a model call that had read outside content (a merge keeps
+        the stored memory's flag only when both are tainted)."""
         content, category = clean_content(content), clean_category(category)
         check_source(source)
         vector = (await self._embed([content]))[0]
         async with self._write(user_id, len(vector)) as conn:
-            result = await self._store(conn, user_id, content, category, source, vector)
+            result = await self._store(
+                conn, user_id, content, category, source, vector, tainted=tainted
+            )
         self._bound = True
         return result
 
@@ -254,10 +265,10 @@ class MemoryService:
 
     async def _store(
         self, conn: DictConnection, user_id: int, content: str, category: str, source: str,
-        vector: np.ndarray,
+        vector: np.ndarray, *, tainted: bool = False,
     ) -> SaveResult:
         params = {"user": user_id, "content": content, "category": category, "source": source,
-                  "v": vector, "now": self.clock.now()}
+                  "v": vector, "now": self.clock.now(), "tainted": tainted}
         nearest = await self.retrieval.nearest(conn, user_id, vector, MAX_RELATED + 2)
         same = next((r for r in nearest if same_text(r["content"], content)), None)
         if same is not None:
@@ -270,15 +281,21 @@ class MemoryService:
         return SaveResult(hit(row), related=related)
 
     async def update(
-        self, user_id: int, memory_id: str, content: str, category: str | None = None
+        self,
+        user_id: int,
+        memory_id: str,
+        content: str,
+        category: str | None = None,
+        *,
+        tainted: bool = False,
     ) -> SaveResult | None:
         """Replace the text of the user's memory (re-embedded; the old text kept in its
-        history); None when no such memory is theirs."""
+        history); None when no such memory is theirs. `tainted` as in `save`."""
         memory_uuid, content = parse_memory_id(memory_id), clean_content(content)
         vector = (await self._embed([content]))[0]
         async with self._write(user_id, len(vector)) as conn:
             params = {"user": user_id, "id": memory_uuid, "content": content, "v": vector,
-                      "now": self.clock.now(),
+                      "now": self.clock.now(), "tainted": tainted,
                       "category": clean_category(category) if category is not None else None}
             row = await (await conn.execute(REPLACE, params)).fetchone()
         return SaveResult(hit(row)) if row else None

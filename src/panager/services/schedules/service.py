@@ -98,9 +98,9 @@ LIST_FINISHED_FOR = timedelta(days=7)  # failed/missed schedules stay listed thi
 INSERT_SCHEDULE = f"""
 WITH created AS (
     INSERT INTO schedules (id, user_id, kind, message, timezone, rrule, anchor_local,
-                           next_run_at, created_at, updated_at)
+                           next_run_at, created_at, updated_at, tainted)
     VALUES (%(id)s, %(user_id)s, %(kind)s, %(message)s, %(timezone)s, %(rrule)s,
-            %(anchor_local)s, %(next_run_at)s, %(now)s, %(now)s)
+            %(anchor_local)s, %(next_run_at)s, %(now)s, %(now)s, %(tainted)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING *
 )
@@ -201,8 +201,12 @@ class ScheduleService:
         kind: str = "reminder",
         repeat: str | None = None,
         timezone: str | None = None,
+        tainted: bool = False,
     ) -> Schedule:
-        """Validate and store a schedule; raises ScheduleInputError saying what to fix."""
+        """Validate and store a schedule; raises ScheduleInputError saying what to fix.
+
+        `tainted`: written in a model call that had read outside content (its agent runs
+        are then tainted too)."""
         message = self._check_message(message)
         if kind not in KINDS:
             raise ScheduleInputError(f"kind must be 'reminder' or 'agent', not {kind!r}.")
@@ -225,6 +229,7 @@ class ScheduleService:
             "anchor_local": plan.anchor_local,
             "next_run_at": plan.first_utc,
             "now": now,
+            "tainted": tainted,
         }
         while True:  # an id collision is astronomically rare; just draw again
             row = {**params, "id": new_schedule_id()}

@@ -18,6 +18,7 @@ from aiohttp import web
 from langchain_core.messages import AIMessage, HumanMessage
 
 from panager.agent.commands import CommandContext, dispatch, is_command
+from panager.agent.confirm import APPROVE, DENY, proposal_ids, question_text
 from panager.services.web_sessions import WebSession
 from panager.web.pages import form_of, page
 from panager.web.render import HEADERS, render
@@ -36,14 +37,52 @@ class ChatPage:
 
     def routes(self, gate) -> list[web.RouteDef]:
         """The page's routes."""
-        return [web.get("/chat", gate.page(self.index)), web.post("/chat", gate.page(self.send))]
+        return [web.get("/chat", gate.page(self.index)), web.post("/chat", gate.page(self.send)),
+                web.post("/chat/answer", gate.page(self.answer)),
+                web.post("/chat/approve", gate.page(self.approve))]
 
     async def index(self, request: web.Request, session: WebSession,
                     reply: dict | None = None) -> web.Response:
-        """The conversation so far and the form."""
+        """The conversation so far, an open question with its buttons, and the form."""
         entries = await self.history(session)
+        question = await self.app.assistant.pending_question(session.user)
+        asked = None
+        if question is not None:
+            asked = {"key": question.key, "text": question_text(question),
+                     "calls": [{"n": n, "tool": c.tool} for n, c in enumerate(question.calls)]}
         return render("chat.html", **page(session, "chat", "Chat", request, entries=entries,
-                                          reply=reply))
+                                          reply=reply, question=asked))
+
+    async def answer(self, request: web.Request, session: WebSession) -> web.Response:
+        """Approve/Deny pressed on the open question: resume the turn, then show the page.
+
+        `which` is a call's position (that call approved, the others denied) or "all"."""
+        form = await form_of(request)
+        assistant = self.app.assistant
+        question = await assistant.pending_question(session.user)
+        key, which, verdict = form.get("key", ""), form.get("which", ""), form.get("verdict")
+        if question is None or question.key != key:
+            shown = {"text": "That question is no longer open.", "ok": False, "command": ""}
+            return await self.index(request, session, reply=shown)
+        if which == "all":
+            decisions = {c.id: APPROVE if verdict == APPROVE else DENY for c in question.calls}
+        else:
+            decisions = {c.id: APPROVE if str(n) == which and verdict == APPROVE else DENY
+                         for n, c in enumerate(question.calls)}
+        task = self.spawn(assistant.answer(session.user, key, decisions))
+        result = await asyncio.shield(task)
+        if not result.ok:
+            shown = {"text": result.text, "ok": False, "command": ""}
+            return await self.index(request, session, reply=shown)
+        raise web.HTTPSeeOther("/chat")
+
+    async def approve(self, request: web.Request, session: WebSession) -> web.Response:
+        """Approve pressed on a held call of a scheduled answer: run it once."""
+        ident = (await form_of(request)).get("proposal", "")
+        result = await self.app.assistant.approve_proposal(session.user, ident)
+        shown = {"text": result.text, "ok": result.ok, "link": result.link,
+                 "command": f"/approve {ident}"}
+        return await self.index(request, session, reply=shown)
 
     async def history(self, session: WebSession) -> list[dict]:
         """The thread's last messages as (who, text, tools) for the page."""
@@ -61,7 +100,8 @@ class ChatPage:
                     entries.append({"who": "tools", "text": "",
                                     "tools": [c["name"] for c in message.tool_calls]})
                 if message.text:
-                    entries.append({"who": "panager", "text": message.text, "tools": []})
+                    entries.append({"who": "panager", "text": message.text, "tools": [],
+                                    "proposals": proposal_ids(message.text)})
         return entries[-HISTORY:]
 
     async def send(self, request: web.Request, session: WebSession) -> web.StreamResponse:
@@ -108,5 +148,6 @@ class ChatPage:
                 getter.cancel()
         result = task.result()
         await response.write(frame("done", {"text": result.text, "ok": result.ok,
-                                            "link": result.link}))
+                                            "link": result.link,
+                                            "question": result.question is not None}))
         return response

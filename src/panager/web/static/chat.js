@@ -80,6 +80,7 @@
       }
       li.scrollIntoView({block: "end"});
       status.textContent = "";
+      if (data.question) { window.location.reload(); }  // the question and its buttons
     }
   };
 
