@@ -75,9 +75,10 @@ class WebClient:
 
 
 async def web_harness(make_app, model: ScriptedChatModel | None = None, **overrides):
-    """An app (open access) with Alice, Bob and an admin, and its web server."""
+    """An app (open access) with Alice, Bob and an admin (in PANAGER_ADMIN_IDS), and its web
+    server."""
     model = model or ScriptedChatModel(default="ok")
-    app = await make_app(model=model, **{"http_port": 0, **overrides})
+    app = await make_app(model=model, **{"http_port": 0, "admin_ids": [ADMIN], **overrides})
     recorder = RecordingMessenger()
     app.deps.messenger.add(recorder)
     users = app.deps.users

@@ -7,7 +7,8 @@ atomically, a session starts and its cookie is set (HttpOnly, SameSite=Lax,
 Secure when PANAGER_PUBLIC_URL is https). Link use is rate limited per client
 address. `Gate.page` wraps every page handler: no live session → a page
 saying how to sign in; a state-changing request without the session's CSRF
-token → 403; admin pages → 403 for everyone else.
+token → 403; admin pages → 403 for everyone but the admins
+`PANAGER_ADMIN_IDS` names at this request (the stored role is not trusted).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hmac
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -92,6 +94,8 @@ class Gate:
             session = await self.sessions.lookup(request.cookies.get(COOKIE))
             if session is None:
                 return signed_out_page()
+            # Admin rights follow PANAGER_ADMIN_IDS on every request, not the stored role.
+            session = replace(session, user=self.app.deps.access.with_rights(session.user))
             if request.method not in SAFE_METHODS and not await csrf_ok(request, session):
                 return message_page(
                     403, "This form has expired",
