@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from panager.agent.commands import CommandContext, dispatch
+from panager.services.schedules.recurrence import ScheduleInputError
+from tests.runtime_helpers import write_config
 from tests.web_helpers import ADMIN, ALICE, web_harness
 
 pytestmark = pytest.mark.timeout(90)
@@ -54,3 +56,56 @@ async def test_an_id_added_to_admin_ids_is_admin_on_the_web_before_writing_anywh
     finally:
         await alice.close()
         await h.server.stop()
+
+
+# -- schedule limits hold on edit and resume, not only on create -------------------------------
+
+
+async def test_editing_a_reminder_on_the_web_into_a_minutely_agent_run_is_refused(
+    make_app, tmp_path
+):
+    h = await web_harness(make_app, home=write_config(tmp_path / "h"))
+    scheduler = h.app.deps.scheduler
+    alice = await h.app.deps.users.get(ALICE)
+    daily = await scheduler.create(alice, "water the plants", "2026-11-22T09:00",
+                                   repeat="FREQ=DAILY")
+    client = await h.client(ALICE)
+    try:
+        status, body = await client.post(f"/schedules/{daily.id}", {
+            "message": "summarise the news", "at": "2026-11-22T09:00", "kind": "agent",
+            "repeat": "FREQ=MINUTELY", "timezone": "UTC", "action": "save"})
+        assert status == 400 and "schedule_min_interval_agent_minutes" in body
+    finally:
+        await client.close()
+    kept = await scheduler.get(ALICE, daily.id)
+    assert (kept.kind, kept.rrule, kept.message) == ("reminder", "FREQ=DAILY", "water the plants")
+    with pytest.raises(ScheduleInputError, match="schedule_min_interval_agent_minutes"):
+        await scheduler.update(alice, daily.id, "x", "2026-11-22T09:00", kind="agent",
+                               repeat="FREQ=MINUTELY;INTERVAL=5")
+
+
+async def test_resuming_or_editing_cannot_pass_the_active_schedule_cap(make_app, tmp_path):
+    home = write_config(tmp_path / "h", schedule_max_active_per_user=2)
+    h = await web_harness(make_app, home=home)
+    scheduler = h.app.deps.scheduler
+    alice = await h.app.deps.users.get(ALICE)
+    made = []
+    for n in range(5):  # two at a time: create two, pause them, create two more...
+        made.append(await scheduler.create(alice, f"r{n}", f"2026-11-2{2 + n}T09:00"))
+        await scheduler.pause(ALICE, made[-1].id)
+    client = await h.client(ALICE)
+    try:
+        statuses = [(await client.post(f"/schedules/{s.id}/resume", {}))[0] for s in made]
+    finally:
+        await client.close()
+    assert statuses == [200, 200, 409, 409, 409]  # saved (redirect followed), then refused
+    active = [s for s in await scheduler.list_all(ALICE) if s.status == "active"]
+    assert len(active) == 2
+    with pytest.raises(ScheduleInputError, match="schedule_max_active_per_user"):
+        await scheduler.resume(ALICE, made[4].id)
+    async with h.app.pool.connection() as conn:  # a failed one, edited, would become active
+        await conn.execute("UPDATE schedules SET status = 'failed' WHERE id = %s", (made[3].id,))
+    with pytest.raises(ScheduleInputError, match="schedule_max_active_per_user"):
+        await scheduler.update(alice, made[3].id, "again", "2026-11-30T09:00")
+    assert (await scheduler.get(ALICE, made[3].id)).status == "failed"
+    await scheduler.update(alice, made[0].id, "still fine", "2026-11-30T09:00")  # active: ok
