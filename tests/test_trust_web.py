@@ -8,7 +8,7 @@ import pytest
 from panager.agent.commands import CommandContext, dispatch
 from panager.services.schedules.recurrence import ScheduleInputError
 from tests.runtime_helpers import write_config
-from tests.web_helpers import ADMIN, ALICE, web_harness
+from tests.web_helpers import ADMIN, ALICE, NONCE, WebClient, web_harness
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -109,3 +109,31 @@ async def test_resuming_or_editing_cannot_pass_the_active_schedule_cap(make_app,
         await scheduler.update(alice, made[3].id, "again", "2026-11-30T09:00")
     assert (await scheduler.get(ALICE, made[3].id)).status == "failed"
     await scheduler.update(alice, made[0].id, "still fine", "2026-11-30T09:00")  # active: ok
+
+
+# -- login CSRF: /signin only from Panager's own page ------------------------------------------
+
+
+async def test_signin_posts_from_another_site_or_without_the_pages_nonce_are_refused(make_app):
+    h = await web_harness(make_app)
+    path = await h.link(ALICE)
+    token = path.removeprefix("/signin?token=")
+    client = WebClient(h.url)
+    try:
+        for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"},
+                        {"Sec-Fetch-Site": "same-site", "Origin": h.url}, {}):
+            async with client.session.post(h.url + "/signin", data={"token": token},
+                                           headers=headers, allow_redirects=False) as response:
+                assert response.status == 403, headers
+                assert "another web site" in await response.text()
+        async with client.session.post(h.url + "/signin", data={"token": token, "nonce": "x" * 32},
+                                       allow_redirects=False) as response:
+            assert response.status == 403  # a nonce the browser's cookie does not match
+        assert (await h.app.deps.web_sessions.peek_link(token)).refusal is None  # not spent
+        async with client.session.get(h.url + path) as page:  # the page, then its button:
+            nonce = NONCE.search(await page.text())[1]  # the nonce alone is enough
+        async with client.session.post(h.url + "/signin",
+                                       data={"token": token, "nonce": nonce}) as response:
+            assert response.status == 200 and "Hello, Alice" in await response.text()
+    finally:
+        await client.close()

@@ -14,6 +14,7 @@ from tests.scheduler_helpers import RecordingMessenger
 
 ALICE, BOB, ADMIN = 1001, 1002, 1003
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+NONCE = re.compile(r'name="nonce" value="([^"]+)"')
 
 
 @dataclass
@@ -60,9 +61,12 @@ class WebClient:
         return response.status, body
 
     async def post(self, path: str, data: dict, *, csrf: bool = True, headers=None):
-        if path.startswith("/signin"):
+        if path.startswith("/signin"):  # as a browser does: open the page, press its button
+            async with self.session.get(self.base + path) as page:
+                nonce = NONCE.search(await page.text())
             path, _, query = path.partition("?")
-            data = {"token": query.removeprefix("token=")}
+            data = {"token": query.removeprefix("token="), "nonce": nonce[1] if nonce else ""}
+            headers = {"Origin": self.base, **(headers or {})}
         elif csrf:
             if self.csrf is None:
                 await self.get("/")

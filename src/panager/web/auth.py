@@ -2,8 +2,11 @@
 
 `/signin?token=…` (the link `/web` hands out) only shows a confirmation page
 with one button: chat apps fetch links to draw previews, and such a fetch
-must not use the link up. The button POSTs the token; the link is spent
-atomically, a session starts and its cookie is set (HttpOnly, SameSite=Lax,
+must not use the link up. The button POSTs the token; the POST must come
+from that page — its form carries a nonce equal to a SameSite=Strict cookie the
+page set, or the browser's `Sec-Fetch-Site`/`Origin` say this server — so
+another site cannot sign a visitor in as someone else (login CSRF). The link
+is spent atomically, a session starts and its cookie is set (HttpOnly, SameSite=Lax,
 Secure when PANAGER_PUBLIC_URL is https). Link use is rate limited per client
 address. `Gate.page` wraps every page handler: no live session → a page
 saying how to sign in; a state-changing request without the session's CSRF
@@ -14,11 +17,14 @@ token → 403; admin pages → 403 for everyone but the admins
 from __future__ import annotations
 
 import hmac
+import re
+import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -30,9 +36,11 @@ if TYPE_CHECKING:
     from panager.app import App
 
 COOKIE = "panager_session"
+NONCE_COOKIE = "panager_signin"  # set by the confirmation page; its form carries the same value
 COOKIE_MAX_AGE = 7 * 24 * 3600
 RATE_LIMIT = (10, 60.0)  # link uses per client address per this many seconds
 SAFE_METHODS = ("GET", "HEAD")
+_NONCE = re.compile(r"[A-Za-z0-9_-]{32}")
 _MINUTES = int(LINK_TTL.total_seconds() // 60)
 _NEW_LINK = "Send /web to Panager (in Discord or the terminal) for a new link."
 REFUSALS = {
@@ -44,6 +52,9 @@ REFUSALS = {
     "expired": (410, "This sign-in link has expired",
                 f"Links work for {_MINUTES} minutes. " + _NEW_LINK),
     "blocked": (403, "Your access is blocked", "Ask the person running Panager."),
+    "elsewhere": (403, "Sign in from Panager's own page",
+                  "This sign-in was sent by another web site, so nothing happened. Open your "
+                  "sign-in link yourself and press the button there. " + _NEW_LINK),
 }
 
 PageHandler = Callable[[web.Request, WebSession], Awaitable[web.StreamResponse]]
@@ -78,6 +89,8 @@ class Gate:
         self.sessions = app.deps.web_sessions
         self.secure = app.settings.public_url.lower().startswith("https://")
         self.limiter = RateLimit(*RATE_LIMIT)
+        public = urlsplit(app.settings.public_url)
+        self.public_origin = f"{public.scheme}://{public.netloc}".lower()
 
     def routes(self) -> list[web.RouteDef]:
         """The sign-in and sign-out routes."""
@@ -118,8 +131,14 @@ class Gate:
         user = await self.app.deps.users.get(found.user_id)
         if user is None or user.status != "active":
             return _refusal("blocked")
-        return render("signin.html", title="Sign in", token=token, who=user.name,
-                      session=None, nav=None)
+        nonce = request.cookies.get(NONCE_COOKIE, "")
+        if not _NONCE.fullmatch(nonce):  # kept when present, so two open links both work
+            nonce = secrets.token_urlsafe(24)
+        response = render("signin.html", title="Sign in", token=token, who=user.name,
+                          nonce=nonce, session=None, nav=None)
+        response.set_cookie(NONCE_COOKIE, nonce, max_age=int(LINK_TTL.total_seconds()),
+                            httponly=True, samesite="Strict", secure=self.secure, path=SIGNIN_PATH)
+        return response
 
     async def signin(self, request: web.Request) -> web.Response:
         """Spend the link, start a session, set the cookie and go home."""
@@ -127,6 +146,8 @@ class Gate:
             return message_page(429, "Too many sign-in attempts",
                                 "Wait a minute, then open your link again.")
         form = await request.post()
+        if not (_nonce_ok(request, form.get("nonce")) or self._same_origin(request)):
+            return _refusal("elsewhere")  # login CSRF: another site posting its own link
         used = await self.sessions.use_link(str(form.get("token", "")))
         if used.refusal or used.user_id is None:
             return _refusal(used.refusal or "unknown")
@@ -137,7 +158,18 @@ class Gate:
         response = web.HTTPSeeOther("/")
         response.set_cookie(COOKIE, cookie, max_age=COOKIE_MAX_AGE, httponly=True,
                             samesite="Lax", secure=self.secure, path="/")
+        response.del_cookie(NONCE_COOKIE, path=SIGNIN_PATH)
         raise response
+
+    def _same_origin(self, request: web.Request) -> bool:
+        """The browser says the POST came from a page of this server: `Sec-Fetch-Site`
+        when it sends one, else `Origin` naming this server (PANAGER_PUBLIC_URL or the
+        address the request came in on)."""
+        site = request.headers.get("Sec-Fetch-Site")
+        if site is not None:
+            return site == "same-origin"
+        origin = request.headers.get("Origin", "").rstrip("/").lower()
+        return origin in (self.public_origin, f"{request.scheme}://{request.host}".lower())
 
     async def signout(self, request: web.Request, session: WebSession) -> web.Response:
         """End this browser's session."""
@@ -155,6 +187,14 @@ async def csrf_ok(request: web.Request, session: WebSession) -> bool:
     ):
         sent = (await request.post()).get("csrf")
     return isinstance(sent, str) and hmac.compare_digest(sent, session.csrf_token)
+
+
+def _nonce_ok(request: web.Request, sent: object) -> bool:
+    """The form's nonce equals the cookie the confirmation page set (SameSite=Strict: a
+    page of another site can neither read it nor make the browser send it)."""
+    kept = request.cookies.get(NONCE_COOKIE, "")
+    return bool(_NONCE.fullmatch(kept)) and isinstance(sent, str) and hmac.compare_digest(
+        sent, kept)
 
 
 def signed_out_page() -> web.Response:
