@@ -8,6 +8,7 @@ from langchain_core.messages import RemoveMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.effects.budget import TokenBudget
 from panager.agent.effects.windows import window_for
 from panager.agent.threads import thread_values, update_thread
 from panager.services.usage import ModelUsage, UsageReport
@@ -31,7 +32,7 @@ async def usage_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """Show the user's token usage per model."""
     usage = ctx.deps.usage
     report = await usage.report(ctx.user)
-    lines = _usage_lines(f"Today ({usage.local_day(ctx.user):%Y-%m-%d})", report.today)
+    lines = _usage_lines(f"Today ({usage.today():%Y-%m-%d}, UTC)", report.today)
     lines += _usage_lines("This month", report.month)
     lines += _usage_lines("All time", report.all_time)
     budget = ctx.deps.config.daily_token_budget
@@ -114,9 +115,22 @@ async def debug_command(ctx: CommandContext, args: str) -> str:
     return "\n".join(lines)
 
 
+async def _over_budget(ctx: CommandContext) -> str | None:
+    """The token_budget effect's refusal for the caller, when it is configured and spent."""
+    for effect in ctx.deps.runtime.effects:
+        if isinstance(effect, TokenBudget):
+            return await effect.refusal(ctx.user)
+    return None
+
+
 @command("compact", "/compact", "summarise older messages now to free context")
 async def compact_command(ctx: CommandContext, args: str) -> CommandReply | str:
-    """Run compaction on demand: summarise and remove all but the recent messages."""
+    """Run compaction on demand: summarise and remove all but the recent messages.
+
+    The summary is a model call, so it is refused like a turn once the daily budget is used."""
+    refused = await _over_budget(ctx)
+    if refused is not None:
+        return CommandReply(refused, ok=False)
     values = await thread_values(ctx.assistant, ctx.user)
     messages = values.get("messages", [])
     assistant = ctx.assistant
