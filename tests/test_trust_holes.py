@@ -52,3 +52,29 @@ async def test_compact_is_refused_once_the_budget_is_spent(make_app, tmp_path):
     reply = await command(app, user, "/compact")
     assert not reply.ok and "today's token budget" in reply.text
     assert len(model.requests) == calls  # the summariser was not called
+
+
+# -- a stored /model choice is re-checked at every turn -----------------------------------------
+
+
+async def test_a_stored_model_choice_no_longer_allowed_is_not_used(make_app, tmp_path):
+    """Pat chose gpt-4o while it was allowed; the operator then narrowed allowed_models.
+    Root chose o1 as an admin and was then removed from PANAGER_ADMIN_IDS. Both get the
+    default model from the next turn on, and /model says so."""
+    model = ScriptedChatModel(default="ok")
+    home = write_config(tmp_path / "h", allowed_models=["gpt-4o-mini"])
+    app = await make_app(model=model, home=home, openai_api_key="sk-test", admin_ids=[903])
+    users = app.deps.users
+    pat = await users.ensure(904, "pat")
+    await users.set_model(pat.id, "gpt-4o")  # as /model did when gpt-4o was allowed
+    root = await users.ensure(905, "root")
+    await users.set_model(root.id, "o1")  # as /model did when 905 was an admin
+    admin = await users.ensure(903, "boss")
+    await users.set_model(admin.id, "o1")
+    for user_id in (pat.id, root.id):
+        user = await users.get(user_id)
+        assert app.assistant.model_for(user) is model, user.model
+        assert "gpt-4o-mini (the instance default" in (await command(app, user, "/model")).text
+        assert (await app.assistant.run_turn(user, "hi")).text == "ok"  # the default answers
+    chosen = app.assistant.model_for(await users.get(admin.id))
+    assert chosen is not model and chosen.model_name == "o1"  # an admin keeps any choice

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, overload
@@ -192,6 +193,17 @@ class AccessService:
         terminal's local user), never from the role stored in the database: an id removed
         from the list loses the rights on its next request, from any front end."""
         return user_id == LOCAL_USER_ID or self.is_admin(user_id)
+
+    def model_of(self, user: User, default: str, allowed: Collection[str] | None) -> str:
+        """The model `user` gets now: their stored /model choice while it is still permitted
+        (admins: any; others: `allowed`, else only `default`), else `default`. Asked at every
+        turn, so a narrowed allowed_models or a removed admin id takes effect at once."""
+        choice = user.model
+        if not choice or choice == default:
+            return default
+        if self.is_admin(user.id) or choice in (allowed or (default,)):
+            return choice
+        return default
 
     def with_rights(self, user: User) -> User:
         """`user` with `role` set from the configuration (see `has_admin_rights`)."""

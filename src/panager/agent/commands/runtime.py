@@ -49,7 +49,9 @@ def allowed_models(ctx: CommandContext) -> list[str]:
 
 
 def _current_model(ctx: CommandContext) -> str:
-    return ctx.user.model or ctx.deps.settings.model
+    """The model the caller's turns use now (a stored choice no longer permitted is not)."""
+    deps = ctx.deps
+    return deps.access.model_of(ctx.user, deps.settings.model, deps.config.allowed_models)
 
 
 @command("model", "/model [name|default]", "show or choose your chat model")
@@ -57,7 +59,7 @@ async def model_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """Show the user's model, or set a per-user override (`default` clears it)."""
     if not args:
         name = _current_model(ctx)
-        origin = "your choice" if ctx.user.model else "the instance default"
+        origin = "your choice" if name != ctx.deps.settings.model else "the instance default"
         window = window_for(name)
         size = f"; context window {window.tokens:,} tokens, {window.source}"
         return f"Model: {name} ({origin}{size}). Change it with /model NAME."
