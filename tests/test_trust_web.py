@@ -1,14 +1,18 @@
 """Holes a co-user or a web page could use, closed on the web side (real PostgreSQL, real
-aiohttp): admin rights from the configuration, schedule limits on edit and resume."""
+aiohttp): admin rights from the configuration, schedule limits on edit and resume, login
+CSRF, the web chat's turns per person, the doctor page, the Google callback."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from panager.agent.commands import CommandContext, dispatch
 from panager.services.schedules.recurrence import ScheduleInputError
+from tests.fakes.scripted_model import ScriptedChatModel
 from tests.runtime_helpers import write_config
-from tests.web_helpers import ADMIN, ALICE, NONCE, WebClient, web_harness
+from tests.web_helpers import ADMIN, ALICE, BOB, NONCE, WebClient, web_harness
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -137,3 +141,74 @@ async def test_signin_posts_from_another_site_or_without_the_pages_nonce_are_ref
             assert response.status == 200 and "Hello, Alice" in await response.text()
     finally:
         await client.close()
+
+
+# -- web chat: one running and one waiting turn per person --------------------------------------
+
+
+async def test_web_chat_runs_one_turn_and_queues_one_per_person_and_drops_a_gone_page(
+    make_app, monkeypatch
+):
+    from panager.web.pages import chat
+
+    monkeypatch.setattr(chat, "HEARTBEAT", 0.05)  # notice a closed page quickly
+    release, entered = asyncio.Event(), asyncio.Event()
+    claims: list[bool] = []
+    released = asyncio.Event()
+    claim, give_back = chat.WebTurns.claim, chat.WebTurns.release
+
+    def spy_claim(self, user_id):
+        claims.append(claim(self, user_id))
+        return claims[-1]
+
+    def spy_release(self, user_id):
+        give_back(self, user_id)
+        released.set()
+
+    monkeypatch.setattr(chat.WebTurns, "claim", spy_claim)
+    monkeypatch.setattr(chat.WebTurns, "release", spy_release)
+
+    class SlowModel(ScriptedChatModel):
+        async def _agenerate(self, messages, *args, **kwargs):
+            entered.set()
+            await release.wait()
+            return await super()._agenerate(messages, *args, **kwargs)
+
+    async def until(condition):
+        for _ in range(500):
+            if condition():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("timed out")
+
+    model = SlowModel(default="answer")
+    h = await web_harness(make_app, model=model)
+    alice, bob = await h.client(ALICE), await h.client(BOB)
+    stream = {"X-Requested-With": "fetch"}
+    try:
+        first = asyncio.ensure_future(alice.post("/chat", {"text": "first"}, headers=stream))
+        await asyncio.wait_for(entered.wait(), 10)
+        second = asyncio.ensure_future(alice.post("/chat", {"text": "second"}, headers=stream))
+        await until(lambda: len(claims) == 2)
+        status, body = await alice.post("/chat", {"text": "third"}, headers=stream)
+        assert status == 429 and "another is waiting" in body
+        status, _ = await alice.post("/chat", {"text": "third"})  # the plain form too
+        assert status == 429
+        assert claims == [True, True, False, False]
+        bobs = asyncio.ensure_future(bob.post("/chat", {"text": "bob's"}, headers=stream))
+        await until(lambda: len(claims) == 5)
+        assert claims[-1] is True  # Bob is never limited by Alice
+        second.cancel()  # the page of the waiting turn goes away
+        await asyncio.wait_for(released.wait(), 10)  # its slot is given back, turn dropped
+        fourth = asyncio.ensure_future(alice.post("/chat", {"text": "fourth"}, headers=stream))
+        await until(lambda: len(claims) == 6)
+        assert claims[-1] is True
+        release.set()
+        assert [(await t)[0] for t in (first, fourth, bobs)] == [200, 200, 200]
+    finally:
+        release.set()
+        await alice.close()
+        await bob.close()
+    asked = [str(m.content) for request in model.requests for m in request]
+    assert any("fourth" in text for text in asked)
+    assert not any("second" in text for text in asked)  # dropped before it started
