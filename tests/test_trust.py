@@ -175,7 +175,7 @@ async def test_a_scheduled_run_cannot_create_agent_schedules(make_app, clock):
 
 
 async def test_removing_an_admin_id_removes_admin_rights(make_app):
-    app = await make_app(access="invite", admin_ids=[ADMIN])
+    app = await make_app(access="invite")  # ADMIN is no longer in PANAGER_ADMIN_IDS
     was_admin = AccessService(app.pool, app.deps.users, app.clock, admin_ids=[ADMIN])
     assert (await was_admin.admit(ADMIN, "boss")).user.role == "admin"
     now = AccessService(app.pool, app.deps.users, app.clock, admin_ids=[])
