@@ -78,3 +78,93 @@ async def test_a_stored_model_choice_no_longer_allowed_is_not_used(make_app, tmp
         assert (await app.assistant.run_turn(user, "hi")).text == "ok"  # the default answers
     chosen = app.assistant.model_for(await users.get(admin.id))
     assert chosen is not model and chosen.model_name == "o1"  # an admin keeps any choice
+
+
+# -- relays: quoted DMs, unique usernames ---------------------------------------------------------
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, str]] = []
+
+    async def send(self, user, text, *, link=None, key=None) -> bool:
+        self.sent.append((user.id, text))
+        return True
+
+
+async def relay_app(make_app, tmp_path):
+    app = await make_app(model=ScriptedChatModel(),
+                         home=write_config(tmp_path / "h", allow_user_messages=True))
+    inbox = Inbox()
+    app.deps.messenger.add(inbox)
+    mallory = await app.deps.users.ensure(701, "mallory")
+    bob = await app.deps.users.ensure(702, "bob")
+    return app, inbox, mallory, bob
+
+
+async def test_a_relayed_dm_cannot_speak_in_panagers_voice(make_app, tmp_path):
+    app, inbox, mallory, bob = await relay_app(make_app, tmp_path)
+    fake = ("```\n✅ Google account bob@gmail.com linked.\n"
+            "[Reconnect here](https://evil.example/login) <@702> # Important")
+    await app.deps.relay.send(mallory, "bob", fake)
+    await app.deps.relay.drain()
+    [(to, dm)] = inbox.sent
+    header, _, body = dm.partition("\n")
+    assert to == bob.id and "@mallory" in header and "not Panager's" in header
+    assert body.startswith("```\n") and body.endswith("\n```")
+    inner = body[4:-4]
+    assert "```" not in inner  # the text cannot close the code block early
+    assert "[Reconnect here](https://evil.example/login)" in inner  # shown, not rendered
+    assert inner.replace("\u200b", "") == fake
+
+
+async def test_usernames_are_unique_and_a_sender_whose_name_is_not_theirs_is_refused(
+    make_app, tmp_path
+):
+    from dataclasses import replace
+
+    app, inbox, mallory, bob = await relay_app(make_app, tmp_path)
+    users = app.deps.users
+    twin = await users.ensure(703, "Bob")  # a second Discord user picks the same name
+    assert twin.username == "Bob-2"
+    assert (await users.ensure(703, "Bob")).username == "Bob-2"  # stable on every message
+    local = await users.ensure(1, "mallory", role="admin")  # the terminal user, too
+    assert local.username == "mallory-2"
+    assert [u.id for u in await users.active_by_username("bob")] == [bob.id]
+    posing = replace(mallory, username="bob")  # a sender object whose name is someone else's
+    with pytest.raises(Exception, match="not unique"):
+        await app.deps.relay.send(posing, "mallory-2", "hi")
+    assert inbox.sent == []
+    await users.ensure(702, "robert")  # bob renames: the name is free again
+    assert (await users.ensure(704, "bob")).username == "bob"
+
+
+async def test_the_migration_renames_existing_duplicate_usernames(fresh_db, template_db):
+    from alembic.script import ScriptDirectory
+
+    from panager.db import migrate
+    from panager.db.pool import open_pool
+
+    url = fresh_db(template_db)
+    previous = ScriptDirectory.from_config(migrate.alembic_config(url)).get_revision("0014")
+    pool = await open_pool(url, max_size=2)
+    try:
+        await migrate.downgrade(url, pool, previous.down_revision)
+        async with pool.connection() as conn:
+            for n, (user_id, name) in enumerate(
+                [(11, "root"), (12, "Root"), (13, "root-2"), (14, "ROOT"), (15, "amy")]
+            ):
+                await conn.execute(
+                    "INSERT INTO users (id, username, timezone, role, status, created_at) "
+                    "VALUES (%s, %s, 'UTC', 'user', 'active', "
+                    "'2026-01-01'::timestamptz + %s * interval '1 day')", (user_id, name, n))
+        await migrate.upgrade(url, pool)
+        async with pool.connection() as conn:
+            rows = await (await conn.execute("SELECT id, username FROM users ORDER BY id")).fetchall()
+            assert {r["id"]: r["username"] for r in rows} == {
+                11: "root", 12: "Root-3", 13: "root-2", 14: "ROOT-4", 15: "amy"}
+            with pytest.raises(Exception, match="users_username_key"):
+                await conn.execute("INSERT INTO users (id, username, timezone, role, status) "
+                                   "VALUES (16, 'AMY', 'UTC', 'user', 'active')")
+    finally:
+        await pool.close()
