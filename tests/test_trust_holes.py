@@ -168,3 +168,17 @@ async def test_the_migration_renames_existing_duplicate_usernames(fresh_db, temp
                                    "VALUES (16, 'AMY', 'UTC', 'user', 'active')")
     finally:
         await pool.close()
+
+
+async def test_relays_block_answers_the_same_for_any_name(make_app, tmp_path):
+    app, _, mallory, bob = await relay_app(make_app, tmp_path)
+    await app.deps.users.ensure(706, "pending-pat", status="pending")
+    answers = {}
+    for name in ("mallory", "nobody-here", "pending-pat", "bob"):  # bob: the user themself
+        for word in ("block", "unblock", "unblock"):
+            reply = await command(app, bob, f"/relays {word} @{name}")
+            answers.setdefault(word, set()).add((reply.ok, reply.text.replace(name, "NAME")))
+    assert all(len(texts) == 1 for texts in answers.values()), answers
+    await command(app, bob, "/relays block mallory")  # and it did block the real one
+    with pytest.raises(Exception, match="can receive"):
+        await app.deps.relay.send(mallory, "bob", "hi")
