@@ -212,3 +212,43 @@ async def test_web_chat_runs_one_turn_and_queues_one_per_person_and_drops_a_gone
     asked = [str(m.content) for request in model.requests for m in request]
     assert any("fourth" in text for text in asked)
     assert not any("second" in text for text in asked)  # dropped before it started
+
+
+# -- sign-in rate limit per account in bounded memory; the doctor only on a POST ----------------
+
+
+async def test_sign_in_rate_limit_is_per_account_not_per_address(make_app):
+    """Everyone arrives from one address (a reverse proxy): Mallory's failed attempts do
+    not lock Bob out, and the limiter's memory stays bounded whatever the keys."""
+    from panager.web.auth import RATE_LIMIT, RateLimit
+
+    h = await web_harness(make_app)
+    mallory, bob = WebClient(h.url), WebClient(h.url)
+    try:
+        for _ in range(RATE_LIMIT[0]):
+            assert (await mallory.post("/signin?token=guess", {}))[0] == 400
+        assert (await mallory.post("/signin?token=guess", {}))[0] == 429
+        status, body = await bob.post(await h.link(BOB), {})
+        assert status == 200 and "Hello, Bob" in body
+    finally:
+        await mallory.close()
+        await bob.close()
+    limiter = RateLimit(1, 60.0, max_keys=50)
+    assert all(limiter.allow(f"key{n}") for n in range(1_000))
+    assert len(limiter) <= 50
+    assert not limiter.allow("key999")  # a recent key is still counted
+
+
+async def test_the_doctor_runs_only_on_a_post_with_the_csrf_token(make_app):
+    h = await web_harness(make_app)
+    admin = await h.client(ADMIN)
+    try:
+        status, body = await admin.get("/admin/doctor")
+        assert status == 200 and 'action="/admin/doctor"' in body
+        assert 'class="list doctor"' not in body  # opening the page runs nothing
+        status, body = await admin.post("/admin/doctor", {}, csrf=False)
+        assert status == 403 and 'class="list doctor"' not in body
+        status, body = await admin.post("/admin/doctor", {})
+        assert status == 200 and 'class="list doctor"' in body and "database" in body.lower()
+    finally:
+        await admin.close()

@@ -7,9 +7,10 @@ from that page — its form carries a nonce equal to a SameSite=Strict cookie th
 page set, or the browser's `Sec-Fetch-Site`/`Origin` say this server — so
 another site cannot sign a visitor in as someone else (login CSRF). The link
 is spent atomically, a session starts and its cookie is set (HttpOnly, SameSite=Lax,
-Secure when PANAGER_PUBLIC_URL is https). Link use is rate limited per client
-address. `Gate.page` wraps every page handler: no live session → a page
-saying how to sign in; a state-changing request without the session's CSRF
+Secure when PANAGER_PUBLIC_URL is https). Sign-in posts are rate limited per
+account (links that are no one's share one bucket), in bounded memory.
+`Gate.page` wraps every page handler: no live session → a page saying how to
+sign in; a state-changing request without the session's CSRF
 token → 403; admin pages → 403 for everyone but the admins
 `PANAGER_ADMIN_IDS` names at this request (the stored role is not trusted).
 """
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
 COOKIE = "panager_session"
 NONCE_COOKIE = "panager_signin"  # set by the confirmation page; its form carries the same value
 COOKIE_MAX_AGE = 7 * 24 * 3600
-RATE_LIMIT = (10, 60.0)  # link uses per client address per this many seconds
+RATE_LIMIT = (10, 60.0)  # sign-in posts per account (or for unknown links) per this many s
+RATE_KEYS = 10_000  # the most keys the limiter remembers (oldest dropped first)
 SAFE_METHODS = ("GET", "HEAD")
 _NONCE = re.compile(r"[A-Za-z0-9_-]{32}")
 _MINUTES = int(LINK_TTL.total_seconds() // 60)
@@ -61,10 +63,12 @@ PageHandler = Callable[[web.Request, WebSession], Awaitable[web.StreamResponse]]
 
 
 class RateLimit:
-    """At most `limit` events per `window` seconds per key (in this process)."""
+    """At most `limit` events per `window` seconds per key (in this process), remembering
+    at most `max_keys` keys: past that, keys with nothing in the window go, then the
+    oldest, so memory stays bounded whatever the keys."""
 
-    def __init__(self, limit: int, window: float) -> None:
-        self.limit, self.window = limit, window
+    def __init__(self, limit: int, window: float, max_keys: int = RATE_KEYS) -> None:
+        self.limit, self.window, self.max_keys = limit, window, max_keys
         self._seen: dict[str, deque[float]] = {}
 
     def allow(self, key: str) -> bool:
@@ -76,9 +80,14 @@ class RateLimit:
         if len(seen) >= self.limit:
             return False
         seen.append(now)
-        if len(self._seen) > 10_000:
-            self._seen = {k: v for k, v in self._seen.items() if v}
+        if len(self._seen) > self.max_keys:
+            self._seen = {k: v for k, v in self._seen.items() if v and now - v[-1] <= self.window}
+            for old in list(self._seen)[: max(0, len(self._seen) - self.max_keys)]:
+                del self._seen[old]
         return True
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 class Gate:
@@ -142,13 +151,17 @@ class Gate:
 
     async def signin(self, request: web.Request) -> web.Response:
         """Spend the link, start a session, set the cookie and go home."""
-        if not self.limiter.allow(request.remote or "unknown"):
+        form = await request.post()
+        token = str(form.get("token", ""))
+        # Per account (or one bucket for links that are no one's), not per client address:
+        # behind a reverse proxy every visitor has the proxy's address.
+        owner = (await self.sessions.peek_link(token)).user_id
+        if not self.limiter.allow(f"user:{owner}" if owner is not None else "unknown"):
             return message_page(429, "Too many sign-in attempts",
                                 "Wait a minute, then open your link again.")
-        form = await request.post()
         if not (_nonce_ok(request, form.get("nonce")) or self._same_origin(request)):
             return _refusal("elsewhere")  # login CSRF: another site posting its own link
-        used = await self.sessions.use_link(str(form.get("token", "")))
+        used = await self.sessions.use_link(token)
         if used.refusal or used.user_id is None:
             return _refusal(used.refusal or "unknown")
         user = await self.app.deps.users.get(used.user_id)
