@@ -182,3 +182,63 @@ async def test_relays_block_answers_the_same_for_any_name(make_app, tmp_path):
     await command(app, bob, "/relays block mallory")  # and it did block the real one
     with pytest.raises(Exception, match="can receive"):
         await app.deps.relay.send(mallory, "bob", "hi")
+
+
+# -- advisory locks and the embedded server's runtime directory ----------------------------------
+
+
+def test_every_advisory_lock_namespace_is_distinct():
+    from panager.agent import turnlock
+    from panager.db import locks, presence
+
+    assert len(set(locks.ALL.values())) == len(locks.ALL), locks.ALL
+    assert turnlock.lock_key(42)[0] != presence.PRESENCE_NS
+
+
+async def test_a_held_turn_lock_never_passes_for_a_live_worker(make_app):
+    """The presence check lists live workers by their advisory locks; a user's running turn
+    must not appear there (else a dead worker's claims would look held)."""
+    from panager.db.presence import HELD_OWNERS
+
+    app = await make_app(model=ScriptedChatModel(default="ok"))
+    user = await app.deps.users.ensure(4242, "alice")
+    async with app.assistant.user_lock(user.id), app.pool.connection() as conn:
+        held = {r["objid"] for r in await (await conn.execute(HELD_OWNERS)).fetchall()}
+        locks = await (await conn.execute(
+            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = %s",
+            (user.id,))).fetchone()
+    assert locks["n"] == 1  # the turn lock is really held in PostgreSQL...
+    assert user.id not in held  # ...and is no worker's presence
+
+
+def test_the_embedded_runtime_dir_is_private_and_under_panager_home(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    from panager.config import ConfigError
+    from panager.db.embedded import _ensure_runtime_dir
+
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    home = tmp_path / "home"
+    _ensure_runtime_dir(home)
+    run = home / "run"
+    assert os.environ["XDG_RUNTIME_DIR"] == str(run)
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700 and run.stat().st_uid == os.getuid()
+    shared = tmp_path / "shared"  # an inherited XDG_RUNTIME_DIR others can enter is not kept
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(shared))
+    _ensure_runtime_dir(home)
+    assert os.environ["XDG_RUNTIME_DIR"] == str(run)
+    other = tmp_path / "other"  # a run dir that is a link (made first by someone else)
+    (other / "run").parent.mkdir()
+    (other / "run").symlink_to(shared)
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    with pytest.raises(ConfigError, match="not a directory owned by this user"):
+        _ensure_runtime_dir(other)
+    if os.getuid() == 0:  # as root: a directory another account owns is refused
+        theirs = tmp_path / "theirs"
+        (theirs / "run").mkdir(parents=True)
+        os.chown(theirs / "run", 65534, 65534)
+        with pytest.raises(ConfigError):
+            _ensure_runtime_dir(theirs)
