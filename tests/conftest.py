@@ -65,7 +65,7 @@ def pg_server_url():
         return
     from panager.db.embedded import start_embedded
 
-    data = Path(tempfile.mkdtemp(prefix="panager-test-pg-"))
+    data = Path(tempfile.mkdtemp(prefix="panager-test-pg-")) / "pgdata"  # as under a home
     yield start_embedded(data)
 
 

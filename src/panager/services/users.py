@@ -1,11 +1,19 @@
-"""Users: identity, time zone, role and status (access control builds on this)."""
+"""Users: identity, time zone, role and status (access control builds on this).
+
+Usernames are unique ignoring case (a unique index since migration 0014), so
+"@name" in a relayed message or a `send_user_message` call names one person.
+A new or renamed user whose wanted name is taken by someone else gets the
+first free "-2", "-3", … suffix (`_free_username`); the oldest holder keeps it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import overload
+from typing import Any, overload
 from zoneinfo import ZoneInfo
+
+from psycopg.errors import UniqueViolation
 
 from panager.db.pool import Pool
 from panager.db.queries import one
@@ -33,6 +41,8 @@ INSERT INTO users (id, username, timezone, role, status)
 VALUES (%(id)s, %(username)s, %(timezone)s, 'user', %(status)s)
 ON CONFLICT (id) DO NOTHING
 """
+NAME_HOLDER = "SELECT id FROM users WHERE lower(username) = lower(%s)"
+MAX_NAME_TRIES = 5  # a name taken between the check and the write: look again
 SET_TIMEZONE = "UPDATE users SET timezone = %s, updated_at = now() WHERE id = %s RETURNING *"
 SET_STATUS = "UPDATE users SET status = %s, updated_at = now() WHERE id = %s RETURNING *"
 SET_ROLE = "UPDATE users SET role = %s, updated_at = now() WHERE id = %s RETURNING *"
@@ -71,6 +81,17 @@ class User:
     def with_timezone(self, tz: str) -> User:
         """A copy with another zone."""
         return replace(self, timezone=tz)
+
+
+async def _free_username(conn: Any, wanted: str, user_id: int) -> str:
+    """`wanted`, or the first `wanted-N` (N = 2, 3, …) that no other user holds."""
+    candidate, suffix = wanted, 1
+    while True:
+        rows = await (await conn.execute(NAME_HOLDER, (candidate,))).fetchall()
+        if all(r["id"] == user_id for r in rows):
+            return candidate
+        suffix += 1
+        candidate = f"{wanted}-{suffix}"
 
 
 @overload
@@ -129,8 +150,7 @@ class UserService:
             "role": role,
             "status": status,
         }
-        async with self.pool.connection() as conn:
-            return _user(one(await (await conn.execute(UPSERT_USER, params)).fetchone()))
+        return _user(one(await self._write_named(UPSERT_USER, params)))
 
     async def ensure_placeholder(self, user_id: int, *, status: str) -> None:
         """Create a user known only by id (named by it until they write); never renames."""
@@ -140,8 +160,21 @@ class UserService:
             "timezone": self.default_timezone,
             "status": status,
         }
-        async with self.pool.connection() as conn:
-            await conn.execute(INSERT_PLACEHOLDER, params)
+        await self._write_named(INSERT_PLACEHOLDER, params)
+
+    async def _write_named(self, sql: str, params: dict) -> dict | None:
+        """Run an insert/upsert of `params["username"]` under a name no one else holds."""
+        wanted = params["username"]
+        for attempt in range(MAX_NAME_TRIES):
+            try:
+                async with self.pool.connection() as conn:
+                    name = await _free_username(conn, wanted, params["id"])
+                    cur = await conn.execute(sql, {**params, "username": name})
+                    return await cur.fetchone() if cur.description else None
+            except UniqueViolation:
+                if attempt == MAX_NAME_TRIES - 1:
+                    raise
+        return None
 
     async def _update(self, sql: str, value: object, user_id: int) -> User | None:
         async with self.pool.connection() as conn:

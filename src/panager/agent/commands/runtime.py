@@ -8,6 +8,7 @@ from langchain_core.messages import RemoveMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.effects.budget import TokenBudget
 from panager.agent.effects.compact import summary_tainted
 from panager.agent.effects.windows import window_for
 from panager.agent.threads import thread_values, update_thread
@@ -32,7 +33,7 @@ async def usage_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """Show the user's token usage per model."""
     usage = ctx.deps.usage
     report = await usage.report(ctx.user)
-    lines = _usage_lines(f"Today ({usage.local_day(ctx.user):%Y-%m-%d})", report.today)
+    lines = _usage_lines(f"Today ({usage.today():%Y-%m-%d}, UTC)", report.today)
     lines += _usage_lines("This month", report.month)
     lines += _usage_lines("All time", report.all_time)
     budget = ctx.deps.config.daily_token_budget
@@ -49,7 +50,9 @@ def allowed_models(ctx: CommandContext) -> list[str]:
 
 
 def _current_model(ctx: CommandContext) -> str:
-    return ctx.user.model or ctx.deps.settings.model
+    """The model the caller's turns use now (a stored choice no longer permitted is not)."""
+    deps = ctx.deps
+    return deps.access.model_of(ctx.user, deps.settings.model, deps.config.allowed_models)
 
 
 @command("model", "/model [name|default]", "show or choose your chat model")
@@ -57,7 +60,7 @@ async def model_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """Show the user's model, or set a per-user override (`default` clears it)."""
     if not args:
         name = _current_model(ctx)
-        origin = "your choice" if ctx.user.model else "the instance default"
+        origin = "your choice" if name != ctx.deps.settings.model else "the instance default"
         window = window_for(name)
         size = f"; context window {window.tokens:,} tokens, {window.source}"
         return f"Model: {name} ({origin}{size}). Change it with /model NAME."
@@ -115,9 +118,22 @@ async def debug_command(ctx: CommandContext, args: str) -> str:
     return "\n".join(lines)
 
 
+async def _over_budget(ctx: CommandContext) -> str | None:
+    """The token_budget effect's refusal for the caller, when it is configured and spent."""
+    for effect in ctx.deps.runtime.effects:
+        if isinstance(effect, TokenBudget):
+            return await effect.refusal(ctx.user)
+    return None
+
+
 @command("compact", "/compact", "summarise older messages now to free context")
 async def compact_command(ctx: CommandContext, args: str) -> CommandReply | str:
-    """Run compaction on demand: summarise and remove all but the recent messages."""
+    """Run compaction on demand: summarise and remove all but the recent messages.
+
+    The summary is a model call, so it is refused like a turn once the daily budget is used."""
+    refused = await _over_budget(ctx)
+    if refused is not None:
+        return CommandReply(refused, ok=False)
     values = await thread_values(ctx.assistant, ctx.user)
     messages = values.get("messages", [])
     assistant = ctx.assistant

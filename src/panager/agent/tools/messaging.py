@@ -59,8 +59,13 @@ UNAVAILABLE = (
 
 
 def relayed_text(sender: Any, text: str) -> str:
-    """The DM the recipient gets (the sender's unique username, never a display name)."""
-    return f"✉️ Message from @{sender.username}, sent via Panager:\n{text}"
+    """The DM the recipient gets: the sender's unique username (never a display name), and
+    their text inside a code block, where chat apps render no masked link, heading, mention
+    or formatting — so nothing in it can pass for Panager's own words (a fake "Google
+    account linked"). Backtick runs are broken up so the text cannot close the block."""
+    fenced = text.replace("`", "`\u200b")
+    return (f"✉️ Message from @{sender.username}, relayed by Panager (their words, not "
+            f"Panager's):\n```\n{fenced}\n```")
 
 
 def relay_note(sender: Any, text: str) -> HumanMessage:
@@ -114,6 +119,12 @@ class UserMessageRelay:
             ) from None
 
     async def _recipient(self, sender: Any, name: str) -> Any:
+        holder = await self.users.by_username(sender.username)
+        if holder is None or holder.id != sender.id:  # the name must point back at the sender
+            raise ToolError(
+                f"Your username @{sender.username} is not unique here, so the recipient could "
+                "not tell who wrote; no message was sent. The admin must resolve it."
+            )
         wanted = name.strip().lstrip("@")
         found = await self.users.active_by_username(wanted) if wanted else []
         if len(found) > 1:

@@ -34,6 +34,7 @@ import numpy as np
 import psycopg
 
 from panager.clock import Clock, SystemClock
+from panager.db.locks import SAVE_LOCK_NAMESPACE
 from panager.db.pool import DictConnection, Pool
 from panager.db.queries import one
 from panager.embeddings import Embedder
@@ -83,7 +84,6 @@ __all__ = ["MemoryHit", "MemoryInputError", "MemoryService", "SaveResult"]
 log = logging.getLogger(__name__)
 
 MAX_SEARCH_LIMIT = 50
-SAVE_LOCK_NAMESPACE = 7_260_004
 QUERY_CACHE_SIZE = 256
 MAX_RELATED = 3  # related memories named in a save's result
 RELATED_THRESHOLDS = {  # similarity at which an existing memory is "related" to a save:

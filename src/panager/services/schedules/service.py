@@ -214,12 +214,7 @@ class ScheduleService:
         now = self.clock.now()
         plan = plan_schedule(at, repeat, zone, now)
         self._check_interval(kind, plan, zone)
-        row = one(await fetch_one(self.pool, COUNT_ACTIVE, (user.id,)))
-        if row["n"] >= self.limits.max_active:
-            raise ScheduleInputError(
-                f"Limit reached: at most {self.limits.max_active} active schedules per user "
-                "(schedule_max_active_per_user); cancel some first."
-            )
+        await self._check_room(user.id)
         params = {
             "user_id": user.id,
             "kind": kind,
@@ -236,6 +231,15 @@ class ScheduleService:
             created = await fetch_one(self.pool, INSERT_SCHEDULE, row)
             if created is not None:
                 return schedule_from_row(created)
+
+    async def _check_room(self, user_id: int) -> None:
+        """Raise when one more active schedule would pass schedule_max_active_per_user."""
+        row = one(await fetch_one(self.pool, COUNT_ACTIVE, (user_id,)))
+        if row["n"] >= self.limits.max_active:
+            raise ScheduleInputError(
+                f"Limit reached: at most {self.limits.max_active} active schedules per user "
+                "(schedule_max_active_per_user); cancel some first."
+            )
 
     def _check_interval(self, kind: str, plan: SchedulePlan, zone: ZoneInfo) -> None:
         minimum = self.limits.min_interval(kind)
@@ -280,7 +284,8 @@ class ScheduleService:
         self, user: User, schedule_id: str, message: str, at: str, *, kind: str = "reminder",
         repeat: str | None = None, timezone: str | None = None,
     ) -> Schedule | None:
-        """Change text, time, rule and kind (validated like `create`); None if not theirs.
+        """Change text, time, rule and kind (validated like `create`: the minimum interval,
+        and the active cap when a failed or missed one becomes active); None if not theirs.
 
         Raises ScheduleInputError for bad input or while a worker is sending it."""
         message = self._check_message(message)
@@ -289,6 +294,10 @@ class ScheduleService:
         now = self.clock.now()
         zone = _user_zone(timezone or user.timezone, at)
         plan = plan_schedule(at, repeat, zone, now)
+        self._check_interval(kind, plan, zone)
+        current = await self.get(user.id, schedule_id)
+        if current is not None and current.status in ("failed", "missed"):
+            await self._check_room(user.id)
         params = {"id": _clean_id(schedule_id), "user_id": user.id, "message": message,
                   "kind": kind, "timezone": zone.key,
                   "rrule": plan.rule, "anchor_local": plan.anchor_local,
@@ -301,10 +310,13 @@ class ScheduleService:
         return await self._change(PAUSE_SCHEDULE, params)
 
     async def resume(self, user_id: int, schedule_id: str) -> Schedule | None:
-        """Let a paused schedule fire again from its next occurrence after now."""
+        """Let a paused schedule fire again from its next occurrence after now (within the
+        active cap)."""
         schedule = await self.get(user_id, schedule_id)
         if schedule is None:
             return None
+        if schedule.status == "paused":
+            await self._check_room(user_id)
         now = self.clock.now()
         due = schedule.next_run_at
         if schedule.status == "paused" and (due is None or due < now):

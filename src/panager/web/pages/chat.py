@@ -4,28 +4,69 @@ With JavaScript, the form posts with `X-Requested-With: fetch` and the
 response is a `text/event-stream` of the turn's events (see web/sse.py), so
 tool status and the answer appear as they happen. Without JavaScript the
 post waits for the answer and redirects back to the page. The turn runs in a
-background task: closing the tab does not cancel it, and the answer is in the
-thread when the page is opened again. Slash commands work as in Discord.
+background task: closing the tab does not cancel a running turn, and the answer
+is in the thread when the page is opened again. A person has at most one web
+turn running and one waiting behind it (`WebTurns`); more is a 429, and a
+waiting turn whose page went away is dropped before it starts (nothing of it
+was stored). Slash commands work as in Discord.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from langchain_core.messages import AIMessage, HumanMessage
 
 from panager.agent.commands import CommandContext, dispatch, is_command
 from panager.agent.confirm import APPROVE, DENY, proposal_ids, question_text
+from panager.agent.runner import TurnResult
 from panager.services.web_sessions import WebSession
 from panager.web.pages import form_of, page
-from panager.web.render import HEADERS, render
+from panager.web.render import HEADERS, message_page, render
 from panager.web.sse import frame, translate
 
 log = logging.getLogger(__name__)
 HISTORY = 40
+TURNS_PER_PERSON = 2  # one running, one waiting
+HEARTBEAT = 10.0  # seconds between keep-alive comments, which also notice a closed page
+BUSY = ("One message is being answered and another is waiting; send this one when an "
+        "answer arrives.")
+
+
+class WebTurns:
+    """Web turns per person in this process: at most TURNS_PER_PERSON at once, run one at a
+    time; entries go when a person's last turn ends, so memory stays bounded."""
+
+    def __init__(self) -> None:
+        self._count: dict[int, int] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    def claim(self, user_id: int) -> bool:
+        """Take a slot for one more turn; False when the person already has the maximum."""
+        if self._count.get(user_id, 0) >= TURNS_PER_PERSON:
+            return False
+        self._count[user_id] = self._count.get(user_id, 0) + 1
+        self._locks.setdefault(user_id, asyncio.Lock())
+        return True
+
+    def release(self, user_id: int) -> None:
+        """Give a slot back (the turn ended, failed or was dropped)."""
+        left = self._count.get(user_id, 1) - 1
+        if left > 0:
+            self._count[user_id] = left
+        else:
+            self._count.pop(user_id, None)
+            self._locks.pop(user_id, None)
+
+    async def run(self, user_id: int, started: asyncio.Event,
+                  turn: Callable[[], Awaitable[TurnResult]]) -> TurnResult:
+        """Wait for the person's previous web turn, then run this one."""
+        async with self._locks[user_id]:
+            started.set()
+            return await turn()
 
 
 class ChatPage:
@@ -34,6 +75,7 @@ class ChatPage:
     def __init__(self, app, spawn: Callable) -> None:
         self.app = app
         self.spawn = spawn  # runs a turn so that server shutdown waits for it
+        self.turns = WebTurns()
 
     def routes(self, gate) -> list[web.RouteDef]:
         """The page's routes."""
@@ -125,11 +167,17 @@ class ChatPage:
                 queue.put_nowait(data)
 
         emitter.subscribe(forward)
-        task = self.spawn(self.app.assistant.run_turn(session.user, text, emitter=emitter))
+        user = session.user
+        if not self.turns.claim(user.id):
+            return message_page(429, "Please wait for the answer", BUSY, session=session)
+        started = asyncio.Event()
+        task = self.spawn(self.turns.run(
+            user.id, started, lambda: self.app.assistant.run_turn(user, text, emitter=emitter)))
+        task.add_done_callback(lambda _: self.turns.release(user.id))
         if not streaming:
             await asyncio.shield(task)
             raise web.HTTPSeeOther("/chat")
-        return await self._stream(request, (task, queue), None)
+        return await self._stream(request, (task, queue, started), None)
 
     async def _stream(self, request: web.Request, running, shown: dict | None):
         response = web.StreamResponse(headers={**HEADERS, "Content-Type": "text/event-stream",
@@ -138,14 +186,22 @@ class ChatPage:
         if running is None:
             await response.write(frame("done", shown or {}))
             return response
-        task, queue = running
-        while not (task.done() and queue.empty()):
-            getter = asyncio.ensure_future(queue.get())
-            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                await response.write(getter.result())
-            else:
+        task, queue, started = running
+        try:
+            while not (task.done() and queue.empty()):
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, task}, timeout=HEARTBEAT,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    await response.write(getter.result())
+                    continue
                 getter.cancel()
+                if not task.done():
+                    await response.write(b": waiting\n\n")  # raises once the page is gone
+        except (ConnectionError, asyncio.CancelledError):
+            if not started.is_set():
+                task.cancel()  # still waiting behind the previous turn: drop it
+            raise
         result = task.result()
         await response.write(frame("done", {"text": result.text, "ok": result.ok,
                                             "link": result.link,

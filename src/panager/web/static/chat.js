@@ -102,6 +102,11 @@
       method: "POST", body: body, credentials: "same-origin",
       headers: {"X-Requested-With": "fetch", "Accept": "text/event-stream"}
     });
+    if (response.status === 429) {
+      status.textContent = "";
+      bubble("Panager", "panager failed", "One message is being answered and another is waiting; send this one when an answer arrives.");
+      return;
+    }
     if (!response.ok || !response.body) {
       status.textContent = "";
       bubble("Panager", "panager failed", "The page could not reach Panager (" + response.status + "). Reload and try again.");
