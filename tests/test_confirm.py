@@ -90,7 +90,7 @@ async def test_a_scheduled_run_holds_the_relay_as_a_proposal_approved_once(
     # Approve (the button and /approve both call approve_proposal): exactly that call, once
     done = await dispatch(CommandContext(user=alice, assistant=h.app.assistant), f"/approve {pid}")
     assert done.ok and "@\"mallory\"" in done.text
-    assert sent_to(h, mallory) == ["✉️ Message from @alice, sent via Panager:\nPIN 4821"]
+    assert sent_to(h, mallory) == ["✉️ Message from @alice, relayed by Panager (their words, not Panager's):\n```\nPIN 4821\n```"]
     again = await h.app.assistant.approve_proposal(alice, pid)
     assert not again.ok and "already approved" in again.text
     stranger = await h.app.assistant.approve_proposal(mallory, pid)  # not hers
@@ -132,7 +132,7 @@ async def test_an_interactive_turn_asks_first_deny_then_approve(make_app, fake, 
     q = asked.question
     done = await h.app.assistant.answer(alice, q.key, {q.calls[0].id: "approve"})
     assert done.text == "Sent."
-    assert sent_to(h, mallory) == ["✉️ Message from @alice, sent via Panager:\nPIN 4821"]
+    assert sent_to(h, mallory) == ["✉️ Message from @alice, relayed by Panager (their words, not Panager's):\n```\nPIN 4821\n```"]
 
 
 async def test_an_answer_after_a_restart_resumes_once_and_a_new_message_declines(

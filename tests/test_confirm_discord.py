@@ -38,7 +38,7 @@ async def started(make_app, tmp_path, model):
 
 def relayed(fake) -> list[dict]:
     """The relayed DMs Mallory got (not the notices her own presses got)."""
-    return [m for m in fake.messages_to(MALLORY) if "sent via Panager" in m["content"]]
+    return [m for m in fake.messages_to(MALLORY) if "relayed by Panager" in m["content"]]
 
 
 def buttons(message: dict) -> list[dict]:
