@@ -38,6 +38,10 @@ def policy(summary_reply):
     return step
 
 
+def humans(messages) -> list[str]:
+    return [m.text for m in messages if isinstance(m, HumanMessage)]
+
+
 async def long_chat(app, user, turns: int) -> None:
     for i in range(turns):
         result = await app.assistant.run_turn(user, f"please look up item {i}")
@@ -54,7 +58,8 @@ async def test_compaction_removes_messages_from_the_checkpoint(make_app, tmp_pat
     await long_chat(app, user, 25)
     values = await thread_values(app.assistant, user)
     messages = values["messages"]
-    assert len(messages) < 25 * 4 / 2  # removed from the checkpointed state, not just the prompt
+    # removed from the checkpointed state, not just the prompt
+    assert len(messages) < 25 * 4 * 3 / 4 and "please look up item 0" not in humans(messages)
     assert values["summary"] == SUMMARY["summary"]
     assert pairs_intact(messages) and isinstance(messages[0], HumanMessage)
     assert messages[-2].tool_call_id and messages[-1].text == "answered"
@@ -78,7 +83,8 @@ async def test_summary_failure_falls_back_to_truncation(make_app, tmp_path, monk
     user = await app.local_user()
     await long_chat(app, user, 20)
     values = await thread_values(app.assistant, user)
-    assert len(values["messages"]) < 40 and pairs_intact(values["messages"])
+    assert len(values["messages"]) < 20 * 4 and pairs_intact(values["messages"])
+    assert "please look up item 0" not in humans(values["messages"])
     assert "removed without a summary" in values["summary"]
     assert "- please look up item 0" in values["summary"]
 

@@ -6,7 +6,9 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 
 from panager.agent import tools as tools_pkg
-from panager.agent.effects.compact import Compact, digest_summary, parse_summary, split_point
+from panager.agent.effects.compact import Compact
+from panager.agent.effects.summary import digest_summary, parse_summary
+from panager.agent.history import keep_plan
 from panager.agent.effects.loop_detect import LoopDetect
 from panager.agent.effects.registry import (
     EffectServices,
@@ -101,13 +103,13 @@ async def test_loop_detect_ignores_different_arguments_and_earlier_turns():
 # -- compact (pure parts) ------------------------------------------------------------------------
 
 
-def test_split_point_cuts_at_user_messages_and_keeps_the_current_turn():
+def test_keep_plan_cuts_at_user_messages_and_keeps_the_current_turn():
     messages = conversation(10)
-    cut = split_point(messages, keep_tokens=1_200)
+    cut, _ = keep_plan(messages, keep_tokens=1_200)
     assert isinstance(messages[cut], HumanMessage) and 0 < cut < len(messages) - 4
     assert pairs_intact(messages[cut:])
-    assert split_point(messages, keep_tokens=0) == len(messages) - 4  # current turn always kept
-    assert split_point(messages[:4], keep_tokens=0) == 0  # nothing older to remove
+    assert keep_plan(messages, keep_tokens=0) == (len(messages) - 4, [])  # current turn kept
+    assert keep_plan(messages[:4], keep_tokens=0) == (0, [])  # nothing older to remove
 
 
 def test_parse_summary_accepts_json_fences_and_plain_text():

@@ -328,7 +328,7 @@ class Graph:
         ctx = runtime.context
         reply = state["messages"][-1]
         assert isinstance(reply, AIMessage)  # route_after_agent: an AI reply with tool calls
-        by_name = {t.name: t for t in ctx.tools}
+        by_name = {t.name: t for t in (*ctx.unlisted_tools, *ctx.tools)}
         unparsed = reply.additional_kwargs.get(UNPARSED_CALLS) or {}
         outcomes = await asyncio.gather(
             *(self._run_call(ctx, by_name, c, c["id"] in unparsed) for c in reply.tool_calls)

@@ -6,6 +6,12 @@ Two guarantees are added around it: the current user message (and this turn's
 tool exchange) is never dropped — an oversized tool result is truncated
 instead — and a tool call without a result (crash, cancel) gets a synthetic
 error result so the API accepts the history.
+
+Compaction's side lives here too: `keep_plan` chooses what stays after a
+compaction within a token budget (the current turn whole; older messages
+shortened — tool results first, then long texts, each with a marker — before
+they are kept whole), and `fit_newest` cuts the newest user message in the
+model input (never in the thread) only when it alone is larger than the window.
 """
 
 from __future__ import annotations
@@ -21,6 +27,15 @@ TokenCounter = Callable[[Sequence[BaseMessage]], int]
 
 INTERRUPTED = "Tool call interrupted before it returned a result (no result available)."
 TRUNCATED_MARK = "\n…[truncated {n} characters]"
+SHORTENED_MARK = "\n…[shortened when the conversation was compacted: {n:,} characters removed]"
+SHORTENED_KEY = "panager_shortened"  # additional_kwargs: original length in characters
+SHORT_RESULT_CHARS = 200  # an older tool result kept after a compaction
+SHORT_TEXT_CHARS = 400  # an older long message kept after a compaction
+NEWEST_CUT_MARK = (
+    "\n…[Panager: this message is {total:,} characters, more than the model's context "
+    "window holds; only the first {kept:,} are shown. Answer from this part and tell the "
+    "user the rest was cut.]"
+)
 
 
 def memo_counter() -> TokenCounter:
@@ -161,3 +176,85 @@ def _shrink_current_turn(
             return shrunk
         limit //= 2
     return cap_tool_results(turn, 200)
+
+
+# -- what a compaction keeps -------------------------------------------------------------------
+
+
+def shorten(msg: AnyMessage, *, texts: bool) -> AnyMessage:
+    """A copy of `msg` (same id) cut for keeping: a tool result always, a long text if `texts`."""
+    if isinstance(msg, ToolMessage):
+        limit = SHORT_RESULT_CHARS
+    elif texts and isinstance(msg, AIMessage | HumanMessage) and not msg.name:
+        limit = SHORT_TEXT_CHARS  # named user-role notes (relays, triggers) stay whole
+    else:
+        return msg
+    content = msg.content
+    if not isinstance(content, str) or len(content) <= limit + len(SHORTENED_MARK):
+        return msg
+    kwargs = {**msg.additional_kwargs, SHORTENED_KEY: len(content)}
+    cut = content[:limit] + SHORTENED_MARK.format(n=len(content) - limit)
+    return msg.model_copy(update={"content": cut, "additional_kwargs": kwargs})
+
+
+def keep_plan(
+    messages: Sequence[AnyMessage], keep_tokens: int, counter: TokenCounter | None = None
+) -> tuple[int, list[AnyMessage]]:
+    """(index of the first message kept, shortened copies to store) for a budget in tokens.
+
+    The current turn (from the last user message: the newest message and the tool
+    pairs it needs) is always kept whole. Older turns are added newest first while
+    they fit in their most shortened form; the cut is always at a user message, so a
+    tool call never loses its result. The kept older messages are then shortened only
+    as far as needed: whole if they fit, else tool results shortened, else long texts too.
+    """
+    count = counter or memo_counter()
+    humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
+    if not humans:
+        return 0, []
+    current = humans[-1]
+    room = keep_tokens - count(messages[current:])
+    smallest = [shorten(shorten(m, texts=False), texts=True) for m in messages[:current]]
+    cut, used = current, 0
+    for start in reversed(humans[:-1]):
+        used += count(smallest[start:cut])
+        if used > room:
+            break
+        cut = start
+    older = list(messages[cut:current])
+    for texts in (None, False, True):
+        kept = older if texts is None else [shorten(m, texts=texts) for m in older]
+        if texts is True or count(kept) <= room:
+            break
+    return cut, [new for new, old in zip(kept, older, strict=True) if new is not old]
+
+
+def fit_newest(
+    messages: Sequence[AnyMessage], max_tokens: int, counter: TokenCounter | None = None
+) -> tuple[list[AnyMessage], bool]:
+    """(`messages` fitted into `max_tokens`, whether the newest user message was cut).
+
+    Only for a turn that cannot fit otherwise: this turn's tool results are capped
+    first; the newest user message is cut (with a note saying so) only when it alone
+    is larger than the room. What is stored in the thread is not changed.
+    """
+    count = counter or memo_counter()
+    if count(messages) <= max_tokens:
+        return list(messages), False
+    last = _last_human_index(messages)
+    if last is None:
+        return list(messages), False
+    head, turn = list(messages[:last]), _shrink_current_turn(
+        list(messages[last:]), max(max_tokens - count(messages[:last]), 0), count
+    )
+    if count(head + turn) <= max_tokens:
+        return head + turn, False
+    newest = turn[0]
+    text = newest.content if isinstance(newest.content, str) else newest.text
+    overhead = count([*head, newest.model_copy(update={"content": ""}), *turn[1:]])
+    keep = max((max_tokens - overhead) * 4 - len(NEWEST_CUT_MARK) - 20, 200)
+    if keep >= len(text):
+        return head + turn, False
+    note = NEWEST_CUT_MARK.format(total=len(text), kept=keep)
+    cut = newest.model_copy(update={"content": text[:keep] + note})
+    return [*head, cut, *turn[1:]], True

@@ -36,7 +36,7 @@ from panager.agent.history import dangling_tool_calls, interrupted_result
 from panager.agent.interrupted import ShownText, keep_interrupted
 from panager.agent.state import SCHEDULED_RUN, TurnContext
 from panager.agent.threads import Threads
-from panager.agent.tools import build_tools
+from panager.agent.tools import tools_for_turn
 from panager.errors import ModelUnavailable
 from panager.llm import NO_MODEL_MESSAGE
 from panager.services.users import User
@@ -194,9 +194,11 @@ class Assistant:
         message_key: str | None = None,
     ) -> TurnResult:
         emitter = emitter or self.emitter
+        offered, unlisted = await tools_for_turn(self.deps, user)
         ctx = TurnContext(
             user=user,
-            tools=build_tools(self.deps, user),
+            tools=offered,
+            unlisted_tools=unlisted,
             emitter=emitter,
             model=model,
             is_system_trigger=is_system_trigger,

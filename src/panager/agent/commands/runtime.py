@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
+from typing import Any
 
 from langchain_core.messages import RemoveMessage
 from langchain_core.messages.utils import count_tokens_approximately
@@ -89,6 +91,19 @@ def _window_line(ctx: CommandContext, configured: int | None) -> str:
     return f"context window: {window.tokens:,} tokens ({window.source})"
 
 
+def _compactions_line(values: dict, zone: Any) -> str:
+    """How many summarising calls this conversation made, and when the latest ran."""
+    count = int(values.get("compactions") or 0)
+    if not count:
+        return "compactions: none"
+    line = f"compactions: {count} (summarising model calls, counted in usage)"
+    try:
+        last = datetime.fromisoformat(str(values.get("last_compaction")))
+    except ValueError:
+        return line
+    return line + f"; last {last.astimezone(zone):%Y-%m-%d %H:%M:%S}"
+
+
 @command("debug", "/debug", "snapshot of the conversation state")
 async def debug_command(ctx: CommandContext, args: str) -> str:
     """Message count, token estimate, summary, loaded skills, usage and recent actions."""
@@ -100,6 +115,7 @@ async def debug_command(ctx: CommandContext, args: str) -> str:
         f"model: {_current_model(ctx)}",
         f"messages: {len(messages)} (≈ {count_tokens_approximately(messages):,} tokens)",
         "summary: " + (f"{len(summary):,} chars — {summary[:300]}" if summary else "none"),
+        _compactions_line(values, ctx.user.zone),
         "loaded skills: " + (", ".join(values.get("loaded_skills") or []) or "none"),
     ]
     lines.append(_window_line(ctx, runtime.context_window))
@@ -130,7 +146,8 @@ async def compact_command(ctx: CommandContext, args: str) -> CommandReply | str:
     if result is None:
         return "Nothing to compact yet: the conversation is short."
     removals = [RemoveMessage(id=m.id) for m in result.removed if m.id]  # stored: all have ids
-    await update_thread(assistant, ctx.user, {"messages": removals, "summary": result.summary})
+    update = {"messages": [*removals, *result.shortened], **compactor.stats_patch(values, result)}
+    await update_thread(assistant, ctx.user, update)
     kept = len(messages) - len(result.removed)
     how = "deterministic digest (the summariser failed)" if result.fallback else "summary"
     saved = f"; saved {len(result.memories)} memories" if result.memories else ""

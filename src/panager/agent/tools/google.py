@@ -6,6 +6,12 @@ synchronous operation from `services.google_api` to `GoogleService.call`,
 which runs it with this user's tokens only. When the user has not linked
 Google, the service raises `GoogleAuthRequired` and the graph answers with a
 link instead; when the instance has no Google client, the tools say so.
+
+Eight schemas are a large part of a small context window, so they are offered
+only where they can work (`offered_google_tools`): not at all without a Google
+client, and as the one argument-free `google_connect` to a person who has not
+linked Google. The eight still run if the model calls one anyway (unlisted),
+which ends in the same link or reason.
 """
 
 from __future__ import annotations
@@ -20,7 +26,12 @@ from panager.agent.deps import AgentDeps
 from panager.agent.tools.base import tool
 from panager.errors import ToolError
 from panager.services.google import api
-from panager.services.google.service import CALENDAR_SCOPE, NOT_CONFIGURED, TASKS_SCOPE
+from panager.services.google.service import (
+    CALENDAR_SCOPE,
+    NOT_CONFIGURED,
+    TASKS_SCOPE,
+    GoogleAuthRequired,
+)
 from panager.services.users import User
 
 GOOGLE_TOOL_NAMES = frozenset(
@@ -35,6 +46,7 @@ GOOGLE_TOOL_NAMES = frozenset(
         "calendar_delete_event",
     }
 )
+GOOGLE_CONNECT = "google_connect"  # offered instead of the eight until Google is linked
 DEFAULT_WINDOW = timedelta(days=7)
 MAX_TITLE = 1_000
 MAX_TEXT = 8_000
@@ -290,3 +302,41 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         calendar_update_event,
         calendar_delete_event,
     ]
+
+
+def google_connect_tool(deps: AgentDeps, user: User) -> BaseTool:
+    """`google_connect`: the link to connect Google, for a person who has not linked it."""
+
+    @tool
+    async def google_connect() -> dict:
+        """Connect the user's Google account, needed for their Google Calendar and Tasks.
+        The user gets a link; once linked, their request is finished."""
+        if deps.google is None:
+            raise ToolError(NOT_CONFIGURED)
+        raise GoogleAuthRequired()
+
+    return google_connect
+
+
+async def google_linked(deps: AgentDeps, user: User) -> bool:
+    """True when `user` has a connected Google account (a failed check counts as linked)."""
+    if deps.google is None:
+        return False
+    try:
+        account = await deps.google.account(user.id)
+    except Exception:
+        return True  # offer the tools; a call reports what is wrong
+    return account is not None and account.connected
+
+
+async def offered_google_tools(
+    deps: AgentDeps, user: User, tools: list[BaseTool]
+) -> tuple[list[BaseTool], list[BaseTool]]:
+    """(offered, unlisted): `tools` with Google's eight offered only once Google is linked."""
+    if deps.google is not None and await google_linked(deps, user):
+        return tools, []
+    offered = [t for t in tools if t.name not in GOOGLE_TOOL_NAMES]
+    unlisted = [t for t in tools if t.name in GOOGLE_TOOL_NAMES]
+    if deps.google is not None:
+        offered.append(google_connect_tool(deps, user))
+    return offered, unlisted
