@@ -16,12 +16,15 @@ model input (never in the thread) only when it alone is larger than the window.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import cast
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
 from langchain_core.messages.utils import count_tokens_approximately, trim_messages
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 TokenCounter = Callable[[Sequence[BaseMessage]], int]
 
@@ -36,6 +39,20 @@ NEWEST_CUT_MARK = (
     "window holds; only the first {kept:,} are shown. Answer from this part and tell the "
     "user the rest was cut.]"
 )
+
+_SCHEMA_TOKENS: dict[tuple[str, str], int] = {}
+
+
+def schema_tokens(tools: Sequence[BaseTool]) -> int:
+    """Approximate tokens of the tool schemas sent with a call (4 characters a token)."""
+    total = 0
+    for tool in tools:
+        key = (tool.name, tool.description)
+        if key not in _SCHEMA_TOKENS:
+            text = json.dumps(convert_to_openai_tool(tool), ensure_ascii=False)
+            _SCHEMA_TOKENS[key] = len(text) // 4
+        total += _SCHEMA_TOKENS[key]
+    return total
 
 
 def memo_counter() -> TokenCounter:
@@ -203,30 +220,39 @@ def keep_plan(
     """(index of the first message kept, shortened copies to store) for a budget in tokens.
 
     The current turn (from the last user message: the newest message and the tool
-    pairs it needs) is always kept whole. Older turns are added newest first while
-    they fit in their most shortened form; the cut is always at a user message, so a
-    tool call never loses its result. The kept older messages are then shortened only
-    as far as needed: whole if they fit, else tool results shortened, else long texts too.
+    pairs it needs) is always kept whole. Older turns are added newest first, each in
+    the least shortened form that still fits: whole, else with its tool results
+    shortened, else with its long texts shortened too; the first turn that fits in no
+    form ends the kept part. The cut is always at a user message, so a tool call never
+    loses its result.
     """
     count = counter or memo_counter()
     humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
     if not humans:
         return 0, []
-    current = humans[-1]
-    room = keep_tokens - count(messages[current:])
-    smallest = [shorten(shorten(m, texts=False), texts=True) for m in messages[:current]]
-    cut, used = current, 0
+    cut = humans[-1]
+    room = keep_tokens - count(messages[cut:])
+    replaced: list[AnyMessage] = []
     for start in reversed(humans[:-1]):
-        used += count(smallest[start:cut])
-        if used > room:
+        turn = list(messages[start:cut])
+        form = _fitting_form(turn, room, count)
+        if form is None:
             break
+        room -= count(form)
+        replaced += [new for new, old in zip(form, turn, strict=True) if new is not old]
         cut = start
-    older = list(messages[cut:current])
-    for texts in (None, False, True):
-        kept = older if texts is None else [shorten(m, texts=texts) for m in older]
-        if texts is True or count(kept) <= room:
-            break
-    return cut, [new for new, old in zip(kept, older, strict=True) if new is not old]
+    return cut, replaced
+
+
+def _fitting_form(
+    turn: list[AnyMessage], room: int, count: TokenCounter
+) -> list[AnyMessage] | None:
+    """`turn` whole, else results shortened, else texts shortened too; None if none fits."""
+    results = [shorten(m, texts=False) for m in turn]
+    for form in (turn, results, [shorten(m, texts=True) for m in results]):
+        if count(form) <= room:
+            return form
+    return None
 
 
 def fit_newest(
@@ -234,27 +260,26 @@ def fit_newest(
 ) -> tuple[list[AnyMessage], bool]:
     """(`messages` fitted into `max_tokens`, whether the newest user message was cut).
 
-    Only for a turn that cannot fit otherwise: this turn's tool results are capped
-    first; the newest user message is cut (with a note saying so) only when it alone
-    is larger than the room. What is stored in the thread is not changed.
+    For a prompt that cannot fit otherwise: tool results are capped, then older long
+    texts shortened; the newest user message is cut (with a note saying so) only when
+    it alone is larger than the room left. What is stored in the thread is not changed.
     """
     count = counter or memo_counter()
-    if count(messages) <= max_tokens:
-        return list(messages), False
     last = _last_human_index(messages)
-    if last is None:
+    if count(messages) <= max_tokens or last is None:
         return list(messages), False
-    head, turn = list(messages[:last]), _shrink_current_turn(
-        list(messages[last:]), max(max_tokens - count(messages[:last]), 0), count
-    )
-    if count(head + turn) <= max_tokens:
-        return head + turn, False
-    newest = turn[0]
+    fitted = _shrink_current_turn(list(messages), max_tokens, count)  # every result capped
+    if count(fitted) <= max_tokens:
+        return fitted, False
+    fitted = [shorten(m, texts=True) if i < last else m for i, m in enumerate(fitted)]
+    if count(fitted) <= max_tokens:
+        return fitted, False
+    newest = fitted[last]
     text = newest.content if isinstance(newest.content, str) else newest.text
-    overhead = count([*head, newest.model_copy(update={"content": ""}), *turn[1:]])
-    keep = max((max_tokens - overhead) * 4 - len(NEWEST_CUT_MARK) - 20, 200)
+    others = [*fitted[:last], newest.model_copy(update={"content": ""}), *fitted[last + 1 :]]
+    keep = max((max_tokens - count(others)) * 4 - len(NEWEST_CUT_MARK) - 20, 200)
     if keep >= len(text):
-        return head + turn, False
+        return fitted, False
     note = NEWEST_CUT_MARK.format(total=len(text), kept=keep)
-    cut = newest.model_copy(update={"content": text[:keep] + note})
-    return [*head, cut, *turn[1:]], True
+    fitted[last] = newest.model_copy(update={"content": text[:keep] + note})
+    return fitted, True

@@ -194,7 +194,8 @@ class Assistant:
         message_key: str | None = None,
     ) -> TurnResult:
         emitter = emitter or self.emitter
-        offered, unlisted = await tools_for_turn(self.deps, user)
+        window = self.deps.runtime.compactor.usable_window(user.model or self.deps.settings.model)
+        offered, unlisted = await tools_for_turn(self.deps, user, window)
         ctx = TurnContext(
             user=user,
             tools=offered,

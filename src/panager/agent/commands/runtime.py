@@ -143,7 +143,7 @@ async def compact_command(ctx: CommandContext, args: str) -> CommandReply | str:
         ctx.user, model, name, messages, values.get("summary"),
         keep_tokens=compactor.on_demand_keep(name), budget=compactor.usable_window(name),
     )
-    if result is None:
+    if result is None or not result.removed:
         return "Nothing to compact yet: the conversation is short."
     removals = [RemoveMessage(id=m.id) for m in result.removed if m.id]  # stored: all have ids
     update = {"messages": [*removals, *result.shortened], **compactor.stats_patch(values, result)}

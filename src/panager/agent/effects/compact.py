@@ -32,15 +32,12 @@ and remembers that the model's real window is smaller than estimated.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
-from langchain_core.tools import BaseTool
-from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from panager.agent.effects import ModelCall
 from panager.agent.effects.summary import (
@@ -52,7 +49,7 @@ from panager.agent.effects.summary import (
 )
 from panager.agent.effects.trim import trim_old_tool_results
 from panager.agent.effects.windows import DEFAULT_WINDOW, context_window_for, known_window
-from panager.agent.history import cap_tool_results, fit_newest, keep_plan
+from panager.agent.history import cap_tool_results, fit_newest, keep_plan, schema_tokens
 from panager.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
@@ -64,19 +61,6 @@ log = logging.getLogger(__name__)
 SYSTEM_RESERVE_TOKENS = 500  # persona, time, recalled memories: the system prompt's own text
 DEFAULT_BUDGET = 12_000  # usable tokens when neither the window nor a history budget is known
 SUMMARY_SHARE = 0.1  # a summary is at most this share of the usable window (and summary_max_chars)
-_SCHEMA_TOKENS: dict[tuple[str, str], int] = {}
-
-
-def schema_tokens(tools: Sequence[BaseTool]) -> int:
-    """Approximate tokens of the tool schemas sent with a call (4 characters a token)."""
-    total = 0
-    for tool in tools:
-        key = (tool.name, tool.description)
-        if key not in _SCHEMA_TOKENS:
-            text = json.dumps(convert_to_openai_tool(tool), ensure_ascii=False)
-            _SCHEMA_TOKENS[key] = len(text) // 4
-        total += _SCHEMA_TOKENS[key]
-    return total
 
 
 @dataclass
@@ -209,7 +193,9 @@ class Compact:
         )
         if self.estimate(call, reported=False) <= limit:
             return
-        keep = int(self.target * budget) - self.fixed_tokens(call)
+        # Room for the new summary at its cap, so the prompt after is at most the target.
+        summary_room = self.summary_cap(budget) // 4 - len(call.summary or "") // 4
+        keep = int(self.target * budget) - self.fixed_tokens(call) - summary_room
         await self.compact_call(call, keep_tokens=max(keep, 0))
         self.fit(call, limit)
 
@@ -250,8 +236,9 @@ class Compact:
             budget=self.budget(call),
         )
         if result is not None:
-            call.remove(m.id for m in result.removed)
             call.replace(result.shortened)
+        if result is not None and result.removed:
+            call.remove(m.id for m in result.removed)
             call.state_patch.update(self.stats_patch(call.state, result))
         return result
 
@@ -274,11 +261,14 @@ class Compact:
         keep_tokens: int,
         budget: int | None = None,
     ) -> Compaction | None:
-        """Summarise the messages before the kept part; None when there is nothing older."""
+        """Summarise the messages before the kept part; None when there is nothing to do.
+
+        When everything older fits once shortened, nothing is removed and no summary is
+        made: the result carries only the shortened copies."""
         cut, shortened = keep_plan(messages, keep_tokens)
         removed = list(messages[:cut])
         if not removed:
-            return None
+            return Compaction([], summary or "", [], False, shortened) if shortened else None
         cap = self.summary_cap(budget)
         try:
             new_summary, memories = await self._summarise(

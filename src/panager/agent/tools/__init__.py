@@ -41,7 +41,9 @@ def build_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     return tools
 
 
-async def tools_for_turn(deps: AgentDeps, user: User) -> tuple[list[BaseTool], list[BaseTool]]:
-    """(offered, unlisted) for one turn: only tools that can work are offered to the model;
-    the unlisted ones still run when called (they answer with a link or the reason)."""
-    return await offered_google_tools(deps, user, build_tools(deps, user))
+async def tools_for_turn(
+    deps: AgentDeps, user: User, window: int | None = None
+) -> tuple[list[BaseTool], list[BaseTool]]:
+    """(offered, unlisted) for one turn in a context `window` (tokens): only tools that can
+    work are offered; the unlisted ones still run when called (link, reason or result)."""
+    return await offered_google_tools(deps, user, build_tools(deps, user), window)

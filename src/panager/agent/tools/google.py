@@ -10,12 +10,15 @@ link instead; when the instance has no Google client, the tools say so.
 Eight schemas are a large part of a small context window, so they are offered
 only where they can work (`offered_google_tools`): not at all without a Google
 client, and as the one argument-free `google_connect` to a person who has not
-linked Google. The eight still run if the model calls one anyway (unlisted),
-which ends in the same link or reason.
+linked Google. Where the window is so small that all schemas would take more
+than a quarter of it, a linked person's model gets `google_load` instead, which
+adds the eight for the rest of the turn. The eight still run if the model calls
+one anyway (unlisted), which ends in the same link, reason or result.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -23,6 +26,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
+from panager.agent.history import schema_tokens
 from panager.agent.tools.base import tool
 from panager.errors import ToolError
 from panager.services.google import api
@@ -47,6 +51,9 @@ GOOGLE_TOOL_NAMES = frozenset(
     }
 )
 GOOGLE_CONNECT = "google_connect"  # offered instead of the eight until Google is linked
+GOOGLE_LOAD = "google_load"  # offered instead of the eight where the window is small
+FIXED_SHARE = 0.25  # of a small window: the most the system prompt and tool schemas may take
+PROMPT_TOKENS = 250  # the system prompt's own text (persona, time), for that share
 DEFAULT_WINDOW = timedelta(days=7)
 MAX_TITLE = 1_000
 MAX_TEXT = 8_000
@@ -194,10 +201,8 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool
     async def calendar_list_events(start: str | None = None, end: str | None = None) -> dict:
-        """List events across all of the user's Google calendars, recurring events expanded.
-
-        start/end are ISO 8601 (no offset = the user's zone; a bare date covers that whole
-        day); the default is the next 7 days. Results carry event ids and calendar_id."""
+        """List the user's Google Calendar events (all calendars) with ids; start/end ISO
+        8601, a bare date is the whole day; default the next 7 days."""
         lo, hi = list_window(start, end, zone, deps.clock.now())
         return await run(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
 
@@ -210,10 +215,8 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         location: str | None = None,
         calendar_id: str = "primary",
     ) -> dict:
-        """Create a Google Calendar event.
-
-        start/end are ISO 8601 date-times (no offset = the user's zone), or both dates for an
-        all-day event (end = last day, inclusive). Creating the same event twice is harmless."""
+        """Create a Google Calendar event; start/end ISO 8601, or two dates for an all-day
+        event (end inclusive)."""
         body = event_body(title, start, end, description, location, zone)
         cal = _calendar_id(calendar_id)
         event_id = api.event_id_for(user.id, cal, body["summary"], body["start"], body["end"])
@@ -236,9 +239,8 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         description: str | None = None,
         location: str | None = None,
     ) -> dict:
-        """Change an event: give its event_id (and calendar_id) plus only the fields to change.
-
-        Moving only the start keeps the event's duration. Times as in calendar_create_event."""
+        """Change an event by event_id, giving only the fields to change (a new start alone
+        keeps the duration)."""
         fields, times = event_patch(title, start, end, description, location, zone)
         return await run(
             CALENDAR_SCOPE,
@@ -252,7 +254,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool
     async def calendar_delete_event(event_id: str, calendar_id: str = "primary") -> dict:
-        """Delete an event by its event_id (and calendar_id, from calendar_list_events)."""
+        """Delete an event by its event_id."""
         return await run(
             CALENDAR_SCOPE,
             api.delete_event,
@@ -262,13 +264,12 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool
     async def task_list(show_completed: bool = False) -> dict:
-        """List the user's Google Tasks (default list) with their ids; open tasks only unless
-        show_completed is true."""
+        """List the user's Google Tasks with their ids (open ones unless show_completed)."""
         return await run(TASKS_SCOPE, api.list_tasks, show_completed=show_completed, zone=zone)
 
     @tool
     async def task_create(title: str, due: str | None = None, notes: str | None = None) -> dict:
-        """Add a Google Task. due is an ISO 8601 date (Google Tasks keeps only the date)."""
+        """Add a Google Task; due is an ISO 8601 date."""
         body = task_body(title, due, notes, zone)
         return await run(TASKS_SCOPE, api.create_task, body=body, zone=zone)
 
@@ -280,8 +281,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         due: str | None = None,
         completed: bool | None = None,
     ) -> dict:
-        """Change a Google Task by task_id: title, notes, due date (empty clears it), or
-        completed true/false."""
+        """Change a Google Task by task_id (due '' clears the date)."""
         body = task_patch(title, notes, due, completed, zone)
         return await run(
             TASKS_SCOPE, api.update_task, task_id=task_id.strip(), body=body, zone=zone
@@ -289,7 +289,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool
     async def task_delete(task_id: str) -> dict:
-        """Delete a Google Task by its task_id (from task_list)."""
+        """Delete a Google Task by its task_id."""
         return await run(TASKS_SCOPE, api.delete_task, task_id=task_id.strip())
 
     return [
@@ -309,8 +309,7 @@ def google_connect_tool(deps: AgentDeps, user: User) -> BaseTool:
 
     @tool
     async def google_connect() -> dict:
-        """Connect the user's Google account, needed for their Google Calendar and Tasks.
-        The user gets a link; once linked, their request is finished."""
+        """Connect the user's Google account (for Calendar and Tasks): they get a link."""
         if deps.google is None:
             raise ToolError(NOT_CONFIGURED)
         raise GoogleAuthRequired()
@@ -329,14 +328,32 @@ async def google_linked(deps: AgentDeps, user: User) -> bool:
     return account is not None and account.connected
 
 
+def google_load_tool(offered: list[BaseTool], google: Sequence[BaseTool]) -> BaseTool:
+    """`google_load`: adds the Google tools to `offered` (this turn's list) when called."""
+
+    @tool
+    async def google_load() -> dict:
+        """Load the Google Calendar and Tasks tools; call it first for any calendar or task
+        request."""
+        offered.extend(t for t in google if t not in offered)
+        return {"ok": True, "loaded": [t.name for t in google]}
+
+    return google_load
+
+
 async def offered_google_tools(
-    deps: AgentDeps, user: User, tools: list[BaseTool]
+    deps: AgentDeps, user: User, tools: list[BaseTool], window: int | None = None
 ) -> tuple[list[BaseTool], list[BaseTool]]:
-    """(offered, unlisted): `tools` with Google's eight offered only once Google is linked."""
-    if deps.google is not None and await google_linked(deps, user):
+    """(offered, unlisted): `tools` with Google's eight offered only where they can work and,
+    in a `window` too small for every schema, only once the model asks for them."""
+    linked = deps.google is not None and await google_linked(deps, user)
+    room = FIXED_SHARE * window - PROMPT_TOKENS if window else None
+    if linked and (room is None or schema_tokens(tools) <= room):
         return tools, []
     offered = [t for t in tools if t.name not in GOOGLE_TOOL_NAMES]
     unlisted = [t for t in tools if t.name in GOOGLE_TOOL_NAMES]
-    if deps.google is not None:
+    if linked:
+        offered.append(google_load_tool(offered, unlisted))
+    elif deps.google is not None:
         offered.append(google_connect_tool(deps, user))
     return offered, unlisted
