@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 
 from panager.agent.effects import ModelCall
 from panager.agent.effects.summary import (
@@ -61,6 +61,16 @@ log = logging.getLogger(__name__)
 SYSTEM_RESERVE_TOKENS = 500  # persona, time, recalled memories: the system prompt's own text
 DEFAULT_BUDGET = 12_000  # usable tokens when neither the window nor a history budget is known
 SUMMARY_SHARE = 0.1  # a summary is at most this share of the usable window (and summary_max_chars)
+
+
+def _results_in_turn(messages: Sequence[AnyMessage]) -> int:
+    """How many tool results follow the last user message (this turn's, kept whole)."""
+    count = 0
+    for msg in reversed(messages):
+        if isinstance(msg, HumanMessage):
+            break
+        count += isinstance(msg, ToolMessage)
+    return count
 
 
 @dataclass
@@ -184,15 +194,15 @@ class Compact:
         limit = int(self.threshold * budget)
         if self.estimate(call) <= limit:
             return
-        call.replace(
-            trim_old_tool_results(
-                call.messages,
-                max_length=self.max_result_length,
-                preserve_recent=self.preserve_recent,
+        # Older tool results first (no model call): the newest few, then all before this turn.
+        for preserve in (self.preserve_recent, _results_in_turn(call.messages)):
+            call.replace(
+                trim_old_tool_results(
+                    call.messages, max_length=self.max_result_length, preserve_recent=preserve
+                )
             )
-        )
-        if self.estimate(call, reported=False) <= limit:
-            return
+            if self.estimate(call, reported=False) <= limit:
+                return
         # Room for the new summary at its cap, so the prompt after is at most the target.
         summary_room = self.summary_cap(budget) // 4 - len(call.summary or "") // 4
         keep = int(self.target * budget) - self.fixed_tokens(call) - summary_room
