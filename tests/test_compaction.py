@@ -39,12 +39,15 @@ def policy(summary_reply):
 
 
 def humans(messages) -> list[str]:
-    return [m.text for m in messages if isinstance(m, HumanMessage)]
+    return [m.text.removesuffix(PADDING) for m in messages if isinstance(m, HumanMessage)]
+
+
+PADDING = " and tell me what it says about the budget, the schedule and the team" * 4
 
 
 async def long_chat(app, user, turns: int) -> None:
     for i in range(turns):
-        result = await app.assistant.run_turn(user, f"please look up item {i}")
+        result = await app.assistant.run_turn(user, f"please look up item {i}{PADDING}")
         assert result.ok and result.text == "answered", result.text
 
 
@@ -79,11 +82,13 @@ async def test_summary_failure_falls_back_to_truncation(make_app, tmp_path, monk
 
     monkeypatch.setattr(tools_pkg, "TOOL_FACTORIES", [lookup_tools(2_000)])
     model = ScriptedChatModel(script=[policy(broken)] * 200)
-    app = await make_app(model=model, home=write_config(tmp_path / "h", context_window=WINDOW))
+    app = await make_app(
+        model=model, home=write_config(tmp_path / "h", context_window=WINDOW, daily_token_budget=0)
+    )
     user = await app.local_user()
-    await long_chat(app, user, 20)
+    await long_chat(app, user, 30)
     values = await thread_values(app.assistant, user)
-    assert len(values["messages"]) < 20 * 4 and pairs_intact(values["messages"])
+    assert len(values["messages"]) < 30 * 4 and pairs_intact(values["messages"])
     assert "please look up item 0" not in humans(values["messages"])
     assert "removed without a summary" in values["summary"]
     assert "- please look up item 1" in values["summary"]  # the latest removed requests

@@ -138,8 +138,9 @@ async def test_compact_below_threshold_does_nothing_then_trims_then_removes():
     await effect.before_model(medium)
     assert medium.state_updates and all(isinstance(m, ToolMessage) for m in medium.state_updates)
     assert model.requests == []
-    # far over: summarise and remove (tool pairs intact, current turn kept)
-    big = model_call([*conversation(30), HumanMessage("now", id="now")], model=model)
+    # still over once every older result is shortened: summarise and remove (tool pairs
+    # intact, current turn kept)
+    big = model_call([*conversation(60), HumanMessage("now", id="now")], model=model)
     await effect.before_model(big)
     removed = {m.id for m in big.state_updates if isinstance(m, RemoveMessage)}
     assert removed and "now" not in removed

@@ -175,6 +175,8 @@ class Graph:
         ctx = runtime.context
         iteration = state.get("model_calls", 0) + 1
         call = self._model_call(state, ctx, iteration)
+        base = await self._system_prompt(state, ctx, call, with_summary=False)
+        call.system_tokens = call.count_tokens([SystemMessage(base)])  # for compaction's estimate
         for effect in self.config.effects:
             await effect.before_model(call)
             if call.stop_reply:
@@ -275,7 +277,9 @@ class Graph:
             **call.state_patch,
         }
 
-    async def _system_prompt(self, state: AgentState, ctx: TurnContext, call: ModelCall) -> str:
+    async def _system_prompt(
+        self, state: AgentState, ctx: TurnContext, call: ModelCall, *, with_summary: bool = True
+    ) -> str:
         latest = _latest_human_text(call.model_input)
         memories: Sequence[Any] = ctx.extra.get("recalled", ())
         if self.config.recall is not None and latest and "recalled" not in ctx.extra:
@@ -293,7 +297,7 @@ class Graph:
             latest_text=latest,
             memories=memories,
             skills=skills,
-            summary=call.summary,
+            summary=call.summary if with_summary else None,
             system_trigger=ctx.system_instruction,
             is_system_trigger=ctx.is_system_trigger,
             relays=any(getattr(m, "name", None) == "relay" for m in call.model_input),

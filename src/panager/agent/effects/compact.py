@@ -49,7 +49,13 @@ from panager.agent.effects.summary import (
 )
 from panager.agent.effects.trim import trim_old_tool_results
 from panager.agent.effects.windows import DEFAULT_WINDOW, context_window_for, known_window
-from panager.agent.history import cap_tool_results, fit_newest, keep_plan, schema_tokens
+from panager.agent.history import (
+    cap_tool_results,
+    fit_newest,
+    keep_plan,
+    schema_tokens,
+    shorten,
+)
 from panager.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
@@ -58,19 +64,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SYSTEM_RESERVE_TOKENS = 500  # persona, time, recalled memories: the system prompt's own text
+SYSTEM_RESERVE_TOKENS = 500  # the system prompt's own text when the graph did not measure it
+NOTES_TOKENS = 60  # notes effects may add to the system prompt after it was measured
 DEFAULT_BUDGET = 12_000  # usable tokens when neither the window nor a history budget is known
 SUMMARY_SHARE = 0.1  # a summary is at most this share of the usable window (and summary_max_chars)
 
 
-def _results_in_turn(messages: Sequence[AnyMessage]) -> int:
-    """How many tool results follow the last user message (this turn's, kept whole)."""
-    count = 0
-    for msg in reversed(messages):
-        if isinstance(msg, HumanMessage):
-            break
-        count += isinstance(msg, ToolMessage)
-    return count
+def _older_results_shortened(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
+    """Shortened copies (same ids) of the tool results before the last user message."""
+    last = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=0)
+    older = [m for m in messages[:last] if isinstance(m, ToolMessage)]
+    return [new for m in older if (new := shorten(m, texts=False)) is not m]
 
 
 @dataclass
@@ -177,7 +181,8 @@ class Compact:
     def fixed_tokens(self, call: ModelCall) -> int:
         """The prompt around the history: system text reserve, summary and tool schemas."""
         summary = len(call.summary) // 4 if call.summary else 0
-        return SYSTEM_RESERVE_TOKENS + summary + schema_tokens(call.turn.tools)
+        system = SYSTEM_RESERVE_TOKENS if call.system_tokens is None else call.system_tokens
+        return system + NOTES_TOKENS + summary + schema_tokens(call.turn.tools)
 
     def estimate(self, call: ModelCall, *, reported: bool = True) -> int:
         """Estimated prompt tokens of this call (the API's last count when larger)."""
@@ -194,15 +199,20 @@ class Compact:
         limit = int(self.threshold * budget)
         if self.estimate(call) <= limit:
             return
-        # Older tool results first (no model call): the newest few, then all before this turn.
-        for preserve in (self.preserve_recent, _results_in_turn(call.messages)):
-            call.replace(
-                trim_old_tool_results(
-                    call.messages, max_length=self.max_result_length, preserve_recent=preserve
-                )
+        # Older tool results first (no model call): those before the newest few are trimmed,
+        # then every one before this turn is shortened as a compaction keeps them.
+        call.replace(
+            trim_old_tool_results(
+                call.messages,
+                max_length=self.max_result_length,
+                preserve_recent=self.preserve_recent,
             )
-            if self.estimate(call, reported=False) <= limit:
-                return
+        )
+        if self.estimate(call, reported=False) <= limit:
+            return
+        call.replace(_older_results_shortened(call.messages))
+        if self.estimate(call, reported=False) <= limit:
+            return
         # Room for the new summary at its cap, so the prompt after is at most the target.
         summary_room = self.summary_cap(budget) // 4 - len(call.summary or "") // 4
         keep = int(self.target * budget) - self.fixed_tokens(call) - summary_room
