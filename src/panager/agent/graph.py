@@ -186,6 +186,8 @@ class Graph:
         ctx = runtime.context
         iteration = state.get("model_calls", 0) + 1
         call = self._model_call(state, ctx, iteration)
+        base = await self._system_prompt(state, ctx, call, with_summary=False)
+        call.system_tokens = call.count_tokens([SystemMessage(base)])  # for compaction's estimate
         for effect in self.config.effects:
             await effect.before_model(call)
             if call.stop_reply:
@@ -291,7 +293,9 @@ class Graph:
             **call.state_patch,
         }
 
-    async def _system_prompt(self, state: AgentState, ctx: TurnContext, call: ModelCall) -> str:
+    async def _system_prompt(
+        self, state: AgentState, ctx: TurnContext, call: ModelCall, *, with_summary: bool = True
+    ) -> str:
         latest = _latest_human_text(call.model_input)
         memories: Sequence[Any] = ctx.extra.get("recalled", ())
         if self.config.recall is not None and latest and "recalled" not in ctx.extra:
@@ -309,7 +313,7 @@ class Graph:
             latest_text=latest,
             memories=memories,
             skills=skills,
-            summary=call.summary,
+            summary=call.summary if with_summary else None,
             summary_tainted=bool(
                 call.state_patch.get("summary_tainted", state.get("summary_tainted"))
             ),
@@ -348,7 +352,7 @@ class Graph:
         ctx = runtime.context
         reply, open_calls = unanswered_calls(state["messages"])
         assert reply is not None  # route_after_agent/confirm: an AI reply with open calls
-        by_name = {t.name: t for t in ctx.tools}
+        by_name = {t.name: t for t in (*ctx.unlisted_tools, *ctx.tools)}
         unparsed = reply.additional_kwargs.get(UNPARSED_CALLS) or {}
         tainted = CALL_TAINTED.set(marked(reply))  # copied into every gathered call
         try:

@@ -47,7 +47,7 @@ from panager.agent.interrupted import ShownText, keep_interrupted
 from panager.agent.state import SCHEDULED_RUN, TurnContext
 from panager.agent.taint import marked
 from panager.agent.threads import OPEN_QUESTION, Threads
-from panager.agent.tools import build_tools
+from panager.agent.tools import tools_for_turn
 from panager.errors import ModelUnavailable, UserBusy
 from panager.framing import frame
 from panager.llm import NO_MODEL_MESSAGE
@@ -192,7 +192,7 @@ class Assistant:
                 if isinstance(found, TurnResult):
                     return found
                 replay, message_key = found
-            ctx = self._context(user, model, emitter, is_system_trigger, text, tainted)
+            ctx = await self._context(user, model, emitter, is_system_trigger, text, tainted)
             ctx.unattended = is_system_trigger if unattended is None else unattended
             return await self._run_locked(ctx, text, replay, message_key)
 
@@ -232,7 +232,7 @@ class Assistant:
         snapshot = await self.graph.aget_state(self.config_for(user))
         return pending_question(snapshot.interrupts)
 
-    def _context(
+    async def _context(
         self,
         user: User,
         model: BaseChatModel,
@@ -244,9 +244,12 @@ class Assistant:
         instruction = text if is_system_trigger else None
         if instruction is not None and tainted:
             instruction = frame(OUTSIDE_TASK, instruction)
+        window = self.deps.runtime.compactor.usable_window(user.model or self.deps.settings.model)
+        offered, unlisted = await tools_for_turn(self.deps, user, window)
         return TurnContext(
             user=user,
-            tools=build_tools(self.deps, user),
+            tools=offered,
+            unlisted_tools=unlisted,
             emitter=emitter or self.emitter,
             model=model,
             is_system_trigger=is_system_trigger,
@@ -278,7 +281,7 @@ class Assistant:
             value = check_answer(question, key, decisions, self.deps.clock.now())
             if isinstance(value, str):
                 return TurnResult(value, ok=False, question=question)
-            ctx = self._context(user, model, emitter, False, None)
+            ctx = await self._context(user, model, emitter, False, None)
             return await self._invoke(ctx, Command(resume=value), None)
 
     async def approve_proposal(self, user: User, proposal_id: str) -> TurnResult:

@@ -23,6 +23,8 @@ class AgentState(TypedDict):
 
     messages: Annotated[list[AnyMessage], add_messages]
     summary: NotRequired[str]  # running summary of compacted (removed) history
+    compactions: NotRequired[int]  # summaries made for this thread (shown by /debug)
+    last_compaction: NotRequired[str]  # ISO time of the latest one
     loaded_skills: NotRequired[list[str]]
     model_calls: NotRequired[int]  # model calls in the current turn (reset by each input)
     summary_tainted: NotRequired[bool]  # the summary was written from outside content
@@ -46,7 +48,10 @@ class TurnContext:
     """
 
     user: User
-    tools: Sequence[BaseTool] = ()
+    tools: Sequence[BaseTool] = ()  # offered to the model (their schemas are sent)
+    # Not offered, but run if the model calls one anyway: Google's tools where they cannot
+    # work yet (not linked, not configured), so a stray call still gets the link or the reason.
+    unlisted_tools: Sequence[BaseTool] = ()
     emitter: EventEmitter | None = None
     model: BaseChatModel | None = None  # per-user override; None means the graph's default
     is_system_trigger: bool = False

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
+from typing import Any
 
 from langchain_core.messages import RemoveMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.commands import CommandContext, CommandReply, command
 from panager.agent.effects.budget import TokenBudget
-from panager.agent.effects.compact import summary_tainted
+from panager.agent.effects.summary import summary_tainted
 from panager.agent.effects.windows import window_for
 from panager.agent.threads import thread_values, update_thread
 from panager.services.usage import ModelUsage, UsageReport
@@ -93,6 +95,19 @@ def _window_line(ctx: CommandContext, configured: int | None) -> str:
     return f"context window: {window.tokens:,} tokens ({window.source})"
 
 
+def _compactions_line(values: dict, zone: Any) -> str:
+    """How many summarising calls this conversation made, and when the latest ran."""
+    count = int(values.get("compactions") or 0)
+    if not count:
+        return "compactions: none"
+    line = f"compactions: {count} (summarising model calls, counted in usage)"
+    try:
+        last = datetime.fromisoformat(str(values.get("last_compaction")))
+    except ValueError:
+        return line
+    return line + f"; last {last.astimezone(zone):%Y-%m-%d %H:%M:%S}"
+
+
 @command("debug", "/debug", "snapshot of the conversation state")
 async def debug_command(ctx: CommandContext, args: str) -> str:
     """Message count, token estimate, summary, loaded skills, usage and recent actions."""
@@ -104,6 +119,7 @@ async def debug_command(ctx: CommandContext, args: str) -> str:
         f"model: {_current_model(ctx)}",
         f"messages: {len(messages)} (≈ {count_tokens_approximately(messages):,} tokens)",
         "summary: " + (f"{len(summary):,} chars — {summary[:300]}" if summary else "none"),
+        _compactions_line(values, ctx.user.zone),
         "loaded skills: " + (", ".join(values.get("loaded_skills") or []) or "none"),
     ]
     lines.append(_window_line(ctx, runtime.context_window))
@@ -144,12 +160,12 @@ async def compact_command(ctx: CommandContext, args: str) -> CommandReply | str:
         ctx.user, model, name, messages, values.get("summary"),
         keep_tokens=compactor.on_demand_keep(name), budget=compactor.usable_window(name),
     )
-    if result is None:
+    if result is None or not result.removed:
         return "Nothing to compact yet: the conversation is short."
     removals = [RemoveMessage(id=m.id) for m in result.removed if m.id]  # stored: all have ids
     update = {
-        "messages": removals,
-        "summary": result.summary,
+        "messages": [*removals, *result.shortened],
+        **compactor.stats_patch(values, result),
         "summary_tainted": summary_tainted(values, result.removed),
     }
     if not await update_thread(assistant, ctx.user, update, unless_asking=True):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.google import google_tools
+from panager.agent.tools.google import google_tools, offered_google_tools
 from panager.agent.tools.memory import memory_tools
 from panager.agent.tools.messaging import messaging_tools
 from panager.agent.tools.profile import profile_tools
@@ -36,4 +36,14 @@ def build_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     tools: list[BaseTool] = []
     for factory in TOOL_FACTORIES:
         tools.extend(factory(deps, user))
+    for made in tools:  # docstring indentation and line breaks are tokens the model pays for
+        made.description = " ".join(made.description.split())
     return tools
+
+
+async def tools_for_turn(
+    deps: AgentDeps, user: User, window: int | None = None
+) -> tuple[list[BaseTool], list[BaseTool]]:
+    """(offered, unlisted) for one turn in a context `window` (tokens): only tools that can
+    work are offered; the unlisted ones still run when called (link, reason or result)."""
+    return await offered_google_tools(deps, user, build_tools(deps, user), window)

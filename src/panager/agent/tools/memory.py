@@ -65,12 +65,9 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool(classify=ORDINARY)
     async def memory_save(content: str, category: str = "general") -> dict:
-        """Save a lasting fact about the user (preference, person, date, plan) to long-term memory.
-
-        Write one self-contained sentence, e.g. "My sister Mina's birthday is March 3".
-        category: a short label such as general, people, preferences, health, work.
-        Only an exact repeat merges. If the result lists `related` memories and the user was
-        correcting one of them, memory_update or memory_forget that one now."""
+        """Save a lasting fact about the user as one self-contained sentence; category e.g.
+        general, people, preferences. If `related` come back and the user corrected one,
+        update or forget that one."""
         with _as_tool_errors():
             result = await service.save(user.id, content, category, tainted=CALL_TAINTED.get())
         status = "already saved" if result.merged else "saved"
@@ -85,9 +82,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool(classify=ORDINARY)
     async def memory_search(query: str, limit: int = 5) -> dict:
-        """Search the user's long-term memories by meaning and by keywords; best match first.
-
-        limit: how many results (1 to 50)."""
+        """Search the user's memories by meaning and keywords (limit 1-50)."""
         if limit < 1:
             raise ToolError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}; got {limit}.")
         with _as_tool_errors():
@@ -99,8 +94,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool(classify=ORDINARY)
     async def memory_update(memory_id: str, content: str) -> dict:
-        """Replace the text of one long-term memory (by its id) when a fact changed or was
-        corrected; the previous text is kept and shown as `was`."""
+        """Replace a memory's text by its id when the fact changed."""
         with _as_tool_errors():
             result = await service.update(
                 user.id, memory_id, content, tainted=CALL_TAINTED.get()
@@ -114,7 +108,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool(classify=CONSEQUENTIAL, describe=describe_forget)
     async def memory_forget(memory_id: str) -> dict:
-        """Delete one long-term memory by its id (from memory_search)."""
+        """Delete a memory by its id."""
         with _as_tool_errors():
             gone = await service.forget(user.id, memory_id)
         if gone is None:

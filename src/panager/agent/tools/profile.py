@@ -17,9 +17,8 @@ def profile_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool(classify=ORDINARY)
     async def set_timezone(timezone: str) -> dict:
-        """Set the user's time zone (an IANA name such as 'Europe/Berlin' or 'Asia/Seoul').
-
-        Use when the user says where they live or that times are off."""
+        """Set the user's time zone (IANA name, e.g. 'Europe/Berlin') when they say where
+        they live or that times are off."""
         zone = validate_zone_name(timezone)
         await deps.users.set_timezone(user.id, zone)
         now = deps.clock.now().astimezone(ZoneInfo(zone))
