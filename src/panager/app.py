@@ -55,6 +55,9 @@ from panager.services.schedules.service import ScheduleLimits, ScheduleService
 from panager.services.schedules.worker import SchedulerWorker, WorkerOptions
 from panager.services.usage import UsageService
 from panager.services.users import LOCAL_USER_ID, User, UserService
+from panager.services.web.fetch import WebFetcher
+from panager.services.web.guard import AddressGuard, AllowList
+from panager.services.web.search import SearchProvider, make_search
 from panager.services.web_sessions import WebSessionService
 
 log = logging.getLogger(__name__)
@@ -141,6 +144,7 @@ class App:
             limits=ScheduleLimits.from_config(config),
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
+        web, search = _web_services(config)
         messenger = FanoutMessenger()
         # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity —
         #    after asking a local model server which context window it really serves.
@@ -187,6 +191,8 @@ class App:
             memory=memory,
             google=google,
             relay=relay,
+            web=web,
+            search=search,
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():
@@ -284,6 +290,14 @@ async def ensure_schema(url: str, auto_migrate: bool) -> None:
         await migrate.upgrade(url, pool)
     finally:
         await pool.close()
+
+
+def _web_services(config: RuntimeConfig) -> tuple[WebFetcher | None, SearchProvider | None]:
+    """web_fetch behind the address guard (unless turned off) and the search provider."""
+    web = None
+    if config.web_fetch:
+        web = WebFetcher(AddressGuard(allow=AllowList.parse(config.web_fetch_allow)))
+    return web, make_search(config.web_search)
 
 
 def _recall(memory: MemoryService, limit: int) -> Recall:
