@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import io
+import ssl
 from collections.abc import Sequence
 
 from aiohttp import web
@@ -85,9 +86,11 @@ def gzip_bomb(decoded_bytes: int) -> bytes:
 class FakeSite:
     """aiohttp pages on 127.0.0.1; `requests` lists (path, Host header) of everything served."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self.requests: list[tuple[str, str]] = []
         self.port = 0
+        self.tls_port = 0  # serving the same pages over TLS when `tls` is given
+        self.tls = tls
         self.bomb = b""
         self._runner: web.AppRunner | None = None
 
@@ -117,6 +120,10 @@ class FakeSite:
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        if self.tls is not None:
+            secure = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls)
+            await secure.start()
+            self.tls_port = secure._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -165,6 +172,54 @@ class FakeSite:
 
     async def _secret(self, request: web.Request) -> web.Response:
         return web.Response(text="the router's admin password", content_type="text/plain")
+
+
+def tls_pair(name: str) -> tuple[ssl.SSLContext, ssl.SSLContext, list[str]]:
+    """A server context with a certificate for `name` (signed by a test CA), a client context
+    trusting only that CA, and a list that collects the SNI names the server is sent."""
+    import datetime
+    import tempfile
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Panager test CA")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+        .public_key(ca_key.public_key()).serial_number(1)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    pem = serialization.Encoding.PEM
+    folder = tempfile.mkdtemp(prefix="panager-tls-")
+    cert_path, key_path = f"{folder}/leaf.pem", f"{folder}/leaf.key"
+    with open(cert_path, "wb") as out:
+        out.write(leaf.public_bytes(pem))
+    with open(key_path, "wb") as out:
+        out.write(
+            key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        )
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert_path, key_path)
+    names: list[str] = []
+    server.sni_callback = lambda sock, sni, ctx: names.append(sni) and None
+    client = ssl.create_default_context(cadata=ca.public_bytes(pem).decode())
+    return server, client, names
 
 
 class FakeDNS:

@@ -135,9 +135,8 @@ def fetch_class(args: Mapping[str, Any], view: CallView) -> ToolClass:
     """Consequential in a tainted call unless the person wrote the URL themselves."""
     if not view.tainted:
         return ORDINARY
-    return ORDINARY if written_by_person(str(args.get("url", "")), view.person_text) else (
-        CONSEQUENTIAL
-    )
+    mine = written_by_person(str(args.get("url", "")), view.person_text)
+    return ORDINARY if mine else CONSEQUENTIAL
 
 
 def search_class(args: Mapping[str, Any], view: CallView) -> ToolClass:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 import zlib
 from collections.abc import AsyncIterator
@@ -199,10 +200,13 @@ class WebFetcher:
 
     async def _fetch(self, url: str) -> Page:
         backend = PinnedBackend(self.dial)
-        context = self.ssl_context or httpx.create_ssl_context(trust_env=False)
+        context = self.ssl_context or _default_tls()
         transport = PinnedTransport(backend, context)
         async with httpx.AsyncClient(
-            transport=transport, trust_env=False, follow_redirects=False, headers=HEADERS,
+            transport=transport,
+            trust_env=False,
+            follow_redirects=False,
+            headers=HEADERS,
             timeout=self.deadline,
         ) as client:
             current = url
@@ -250,6 +254,12 @@ class WebFetcher:
         except ExtractionError as exc:
             raise WebError(f"{where}: {exc}") from None
         return Page(where, kind, extracted.text, extracted.title, truncated, len(body))
+
+
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """Certificate verification against certifi's roots, none from the environment."""
+    return httpx.create_ssl_context(trust_env=False)
 
 
 def _redirect_target(target: CheckedTarget, location: str) -> str:

@@ -126,7 +126,9 @@ def _split_port(authority: str, default: int) -> tuple[str, int]:
 def _canonical_host(text: str) -> tuple[str, Address | None]:
     if text.startswith("["):
         try:
-            ip6 = ipaddress.IPv6Address(text[1:-1])  # a zone id ("%eth0") fails here
+            if "%" in text:  # a zone id ("%25eth0") names this machine's interface
+                raise ValueError(text)
+            ip6 = ipaddress.IPv6Address(text[1:-1])
         except ValueError:
             raise Refused(f"Invalid IPv6 address {text[:60]!r} in the URL.") from None
         return str(ip6), ip6
@@ -187,7 +189,7 @@ def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     found: list[ipaddress.IPv4Address] = []
     if ip.ipv4_mapped is not None:
         found.append(ip.ipv4_mapped)
-    if ip in IPV4_COMPATIBLE or ip in NAT64:
+    if (ip in IPV4_COMPATIBLE and int(ip) > 1) or ip in NAT64:  # :: and ::1 are themselves
         found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
     if ip.sixtofour is not None:
         found.append(ip.sixtofour)
