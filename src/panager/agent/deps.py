@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from panager.services.memory.service import MemoryService
     from panager.services.relays import RelayService
     from panager.services.schedules.service import ScheduleService
+    from panager.services.schedules.system import SystemJobService
     from panager.services.usage import UsageService
     from panager.services.users import UserService
     from panager.services.web.fetch import WebFetcher
@@ -50,3 +51,4 @@ class AgentDeps:
     relay: UserMessageRelay | None = None  # send_user_message; None unless enabled
     web: WebFetcher | None = None  # web_fetch; None when turned off (or in a bare test graph)
     search: SearchProvider | None = None  # web_search; None unless a provider is configured
+    system_jobs: SystemJobService | None = None  # heartbeat, briefing, webhooks

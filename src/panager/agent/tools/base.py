@@ -24,12 +24,11 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, overload
 
 from langchain_core.tools import BaseTool, StructuredTool
 
 _SCHEMAS: dict[Any, Any] = {}
-_Tool = TypeVar("_Tool", bound=BaseTool)
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
@@ -85,14 +84,16 @@ def tool(
 
     def wrap(fn: Callable[..., Any]) -> StructuredTool:
         made = _make(fn)
-        return declare(made, classify, describe) if classify is not None else made
+        if classify is not None:
+            declare(made, classify, describe)
+        return made
 
     return wrap(function) if function is not None else wrap
 
 
 def declare(
-    made: _Tool, classify: ToolClass | Classifier, describe: Describer | None = None
-) -> _Tool:
+    made: BaseTool, classify: ToolClass | Classifier, describe: Describer | None = None
+) -> BaseTool:
     """Attach a class (or rule) and a describer to a tool built elsewhere (e.g. MCP tools)."""
     made.metadata = {**(made.metadata or {}), CLASSIFY_KEY: classify, DESCRIBE_KEY: describe}
     return made
@@ -106,8 +107,10 @@ def declared(made: BaseTool) -> bool:
 def classify_call(made: BaseTool, args: Mapping[str, Any], view: CallView) -> ToolClass:
     """The class of one call; undeclared tools and failing rules count as consequential."""
     rule = (made.metadata or {}).get(CLASSIFY_KEY)
-    if rule in (ORDINARY, CONSEQUENTIAL):
-        return rule
+    if rule == ORDINARY:
+        return ORDINARY
+    if rule == CONSEQUENTIAL:
+        return CONSEQUENTIAL
     if not callable(rule):
         return CONSEQUENTIAL
     try:
