@@ -200,3 +200,39 @@ async def test_doctor_checks_the_search_provider(tmp_path, search_server, monkey
     monkeypatch.delenv("BRAVE_API_KEY", raising=False)
     ok, detail = await check_search(brave, {})
     assert ok is False and "BRAVE_API_KEY is not set" in detail
+
+
+async def test_through_the_graph_a_refusal_is_an_error_result_and_a_page_is_framed(
+    make_app, monkeypatch
+):
+    from panager import app as app_module
+    from panager.agent.taint import TAINT_KEY
+    from tests.fakes.scripted_model import ScriptedChatModel, call, calls
+
+    async with FakeSite() as site:
+        dns = FakeDNS({"public.test": [PUBLIC_IP], "evil.test": ["127.0.0.1"]})
+        dial = RecordingDialer({PUBLIC_IP: site.port})
+        fetcher = WebFetcher(AddressGuard(dns), dial=dial)
+        monkeypatch.setattr(app_module, "_web_services", lambda config: (fetcher, None))
+        model = ScriptedChatModel(
+            script=[
+                calls(
+                    call("web_fetch", {"url": f"http://evil.test:{site.port}/secret"}),
+                    call("web_fetch", {"url": f"http://public.test:{site.port}/article"}),
+                ),
+                "Otters hold hands while they sleep.",
+            ]
+        )
+        app = await make_app(model=model)
+        user = await app.local_user()
+        result = await app.assistant.run_turn(user, "what do otters do at night?")
+        assert result.ok and "hold hands" in result.text
+        snap = await app.assistant.graph.aget_state(app.assistant.config_for(user))
+        messages = snap.values["messages"]
+        refused, page = [m for m in messages if isinstance(m, ToolMessage)]
+        assert refused.status == "error" and "evil.test resolves to 127.0.0.1" in refused.content
+        assert "loopback" in refused.content and not holds_outside(refused.content)
+        assert page.status != "error" and holds_outside(page.content)
+        assert "Sea otters hold hands" in page.content
+        assert messages[-1].additional_kwargs.get(TAINT_KEY)  # the answer read the page
+        assert site.paths() == ["/article"] and dial.attempts == [(PUBLIC_IP, site.port)]
