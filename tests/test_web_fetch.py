@@ -219,3 +219,14 @@ async def test_tls_verifies_the_name_and_sends_it_as_sni_while_dialing_the_check
         with pytest.raises(WebError, match="TLS certificate could not be verified"):
             await wrong.fetch(f"https://other.test:{tls_site.tls_port}/article")
         assert tls_site.paths() == ["/article"]
+
+
+async def test_ipv6_literals_and_aaaa_answers_dial_the_checked_address(site):
+    public6 = "2606:4700::1111"
+    dns = FakeDNS({"v6.test": [public6]})
+    dial = RecordingDialer({public6: site.port})
+    fetcher = WebFetcher(AddressGuard(dns), dial=dial)
+    for url in (f"http://[{public6}]:{site.port}/plain", f"http://v6.test:{site.port}/plain"):
+        assert (await fetcher.fetch(url)).text == "just words, no markup"
+    assert dial.attempts == [(public6, site.port)] * 2
+    assert [host for _, host in site.requests] == [f"[{public6}]:{site.port}", f"v6.test:{site.port}"]
