@@ -57,6 +57,9 @@ from panager.services.schedules.system import SystemJobService
 from panager.services.schedules.worker import SchedulerWorker, WorkerOptions
 from panager.services.usage import UsageService
 from panager.services.users import LOCAL_USER_ID, User, UserService
+from panager.services.web.fetch import WebFetcher
+from panager.services.web.guard import AddressGuard, AllowList
+from panager.services.web.search import SearchProvider, make_search
 from panager.services.web_sessions import WebSessionService
 
 log = logging.getLogger(__name__)
@@ -144,6 +147,7 @@ class App:
             limits=ScheduleLimits.from_config(config),
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
+        web, search = _web_services(config)
         messenger = FanoutMessenger()
         # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity —
         #    after asking a local model server which context window it really serves.
@@ -193,6 +197,8 @@ class App:
             memory=memory,
             google=google,
             relay=relay,
+            web=web,
+            search=search,
             system_jobs=SystemJobService(pool, clock),
             proposals=proposals,
         )
@@ -293,6 +299,14 @@ async def ensure_schema(url: str, auto_migrate: bool) -> None:
         await migrate.upgrade(url, pool)
     finally:
         await pool.close()
+
+
+def _web_services(config: RuntimeConfig) -> tuple[WebFetcher | None, SearchProvider | None]:
+    """web_fetch behind the address guard (unless turned off) and the search provider."""
+    web = None
+    if config.web_fetch:
+        web = WebFetcher(AddressGuard(allow=AllowList.parse(config.web_fetch_allow)))
+    return web, make_search(config.web_search)
 
 
 def _recall(memory: MemoryService, limit: int) -> Recall:

@@ -9,14 +9,24 @@ context window, limits) lives in the YAML file named by `PANAGER_CONFIG`
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -177,6 +187,30 @@ class EffectSpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+BRAVE_SEARCH_URL = "https://api.search.brave.com/res/v1/web/search"
+_HOST_ENTRY = re.compile(r"^[\w.-]{1,253}$")
+
+
+class WebSearchConfig(BaseModel):
+    """`web_search: {provider: searxng|brave, url, api_key_env}` — where web_search asks."""
+
+    model_config = ConfigDict(extra="forbid")
+    provider: Literal["searxng", "brave"]
+    url: str | None = None  # SearXNG: the instance (required); Brave: its API by default
+    api_key_env: str | None = None  # the environment variable holding the key (Brave)
+
+    @model_validator(mode="after")
+    def _complete(self) -> WebSearchConfig:
+        if self.provider == "searxng" and not self.url:
+            raise ValueError("searxng needs url: the instance's address, e.g. http://127.0.0.1:8888")
+        if self.provider == "brave":
+            self.url = self.url or BRAVE_SEARCH_URL
+            self.api_key_env = self.api_key_env or "BRAVE_API_KEY"
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https:// (got {self.url[:80]!r})")
+        return self
+
+
 class RuntimeConfig(BaseModel):
     """YAML runtime configuration (`PANAGER_CONFIG`); every key optional."""
 
@@ -219,6 +253,25 @@ class RuntimeConfig(BaseModel):
     model_retries: int = Field(default=3, ge=0, le=10)
     model_timeout_seconds: float = Field(default=120.0, gt=0)
     stream: bool = True  # stream answers as they are written (false: one piece at the end)
+    # web_fetch (on by default) reaches public addresses only; these hosts, addresses or
+    # CIDR networks are reachable too (e.g. a home server). web_search needs a provider.
+    web_fetch: bool = True
+    web_fetch_allow: list[str] = Field(default_factory=list)
+    web_search: WebSearchConfig | None = None
+
+    @field_validator("web_fetch_allow")
+    @classmethod
+    def _allow_entries(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            text = str(entry).strip().strip("[]")
+            try:
+                ipaddress.ip_network(text, strict=False)
+            except ValueError:
+                if not _HOST_ENTRY.match(text):
+                    raise ValueError(
+                        f"{entry!r} is not a host name, IP address or CIDR network"
+                    ) from None
+        return entries
 
 
 def load_runtime_config(settings: Settings) -> RuntimeConfig:

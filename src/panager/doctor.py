@@ -1,4 +1,4 @@
-"""The `doctor` checks: config, database, pgvector, schema, model, Discord, Google.
+"""The `doctor` checks: config, database, pgvector, schema, model, Discord, Google, search.
 
 Each check returns (ok, detail) — ok is True, False or None (skipped) — and
 the detail says how to fix a failure. `panager doctor` prints them
@@ -45,9 +45,11 @@ async def check_pgvector(settings: Settings, found: dict) -> tuple[bool | None, 
     async with pool.connection() as conn:
         facts = found["facts"] = await server_facts(conn)
     if facts.installed is not None:
-        scans = "iterative index scans available" if supports_iterative_scan(
-            facts.installed
-        ) else "no iterative index scans before 0.8"
+        scans = (
+            "iterative index scans available"
+            if supports_iterative_scan(facts.installed)
+            else "no iterative index scans before 0.8"
+        )
         return True, f"installed (version {facts.installed}; {scans})"
     if facts.available is None:
         return False, "pgvector is not installed on the server; use the pgvector/pgvector image"
@@ -162,6 +164,27 @@ async def check_google(settings: Settings, found: dict) -> tuple[bool | None, st
     return True, f"configured; the OAuth client must allow redirect {redirect}"
 
 
+async def check_search(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """The web_search provider answers a query (web_search in the YAML config)."""
+    from panager.config import ConfigError
+    from panager.services.web.guard import WebError
+    from panager.services.web.search import make_search
+
+    config = settings.runtime.web_search
+    if config is None:
+        return None, "no provider (web_search off); add web_search: {provider: searxng, url: …}"
+    try:
+        provider = make_search(config)
+    except ConfigError as exc:
+        return False, str(exc)
+    assert provider is not None
+    try:
+        results = await provider.search("panager", 1)
+    except WebError as exc:
+        return False, f"{exc} ({config.url})"
+    return True, f"{provider.name} answers ({len(results)} result(s) for a test query)"
+
+
 MIN_SECRET_CHARS = 32
 MIN_SECRET_DISTINCT = 12
 
@@ -195,6 +218,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("tool call", check_tool_call),
     ("discord", check_discord),
     ("google", check_google),
+    ("search", check_search),
     ("secret", check_secret),
 ]
 

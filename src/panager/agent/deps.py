@@ -2,7 +2,7 @@
 
 Every field is created in exactly one place (`App.start`); nothing here builds a
 service on demand. `memory` and `google` are None where the feature is off (a
-bare graph in a test; Google not configured).
+bare graph in a test; Google not configured); so are `web` and `search`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from panager.services.schedules.system import SystemJobService
     from panager.services.usage import UsageService
     from panager.services.users import UserService
+    from panager.services.web.fetch import WebFetcher
+    from panager.services.web.search import SearchProvider
     from panager.services.web_sessions import WebSessionService
 
 
@@ -48,5 +50,7 @@ class AgentDeps:
     memory: MemoryService | None = None
     google: GoogleService | None = None  # None when Google is not configured
     relay: UserMessageRelay | None = None  # send_user_message; None unless enabled
+    web: WebFetcher | None = None  # web_fetch; None when turned off (or in a bare test graph)
+    search: SearchProvider | None = None  # web_search; None unless a provider is configured
     system_jobs: SystemJobService | None = None  # heartbeat, briefing, webhooks
     proposals: ProposalService | None = None  # calls unattended runs held for approval

@@ -18,6 +18,7 @@ from panager.agent.tools.memory import memory_tools
 from panager.agent.tools.messaging import messaging_tools
 from panager.agent.tools.profile import profile_tools
 from panager.agent.tools.schedule import schedule_tools
+from panager.agent.tools.web import web_tools
 from panager.services.users import User
 
 ToolFactory = Callable[[AgentDeps, User], list[BaseTool]]
@@ -28,6 +29,7 @@ TOOL_FACTORIES: list[ToolFactory] = [
     memory_tools,
     google_tools,
     messaging_tools,
+    web_tools,
 ]
 
 
