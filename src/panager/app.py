@@ -49,6 +49,8 @@ from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_with_retries
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
+from panager.services.mcp.hub import McpHub
+from panager.services.mcp.pins import PinStore
 from panager.services.memory.service import MemoryHit, MemoryService
 from panager.services.relays import RelayService
 from panager.services.schedules.service import ScheduleLimits, ScheduleService
@@ -171,6 +173,7 @@ class App:
         relay = None
         if config.allow_user_messages:
             relay = UserMessageRelay(users, relays, messenger, clock, _thread_injector(threads))
+        mcp = await _start_mcp(settings, config, pool)
         deps = AgentDeps(
             settings=settings,
             config=config,
@@ -187,6 +190,7 @@ class App:
             memory=memory,
             google=google,
             relay=relay,
+            mcp=mcp,
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():
@@ -202,6 +206,8 @@ class App:
             closers.append(runtime.pruner.drain)
         if relay is not None:
             closers.append(relay.drain)
+        if mcp is not None:
+            closers.append(mcp.stop)
         return cls(
             settings, clock, url, pool, checkpointer, model, deps, graph_config, assistant,
             emitter, google_link, closers,
@@ -284,6 +290,15 @@ async def ensure_schema(url: str, auto_migrate: bool) -> None:
         await migrate.upgrade(url, pool)
     finally:
         await pool.close()
+
+
+async def _start_mcp(settings: Settings, config: RuntimeConfig, pool: Pool) -> McpHub | None:
+    """The configured MCP servers, started (None when there are none)."""
+    if not config.mcp_servers:
+        return None
+    hub = McpHub(config.mcp_servers, PinStore(pool), home=settings.home)
+    await hub.start()
+    return hub
 
 
 def _recall(memory: MemoryService, limit: int) -> Recall:

@@ -19,6 +19,8 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from panager.mcp_config import McpServerConfig, MissingVariable, load_servers
+
 
 class ConfigError(Exception):
     """A configuration problem, phrased as one line the user can act on."""
@@ -219,6 +221,13 @@ class RuntimeConfig(BaseModel):
     model_retries: int = Field(default=3, ge=0, le=10)
     model_timeout_seconds: float = Field(default=120.0, gt=0)
     stream: bool = True  # stream answers as they are written (false: one piece at the end)
+    # MCP servers the operator trusts (panager.mcp_config; docs/tools.md, "MCP servers").
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _expand_mcp(cls, value: Any) -> Any:
+        return load_servers(value)
 
 
 def load_runtime_config(settings: Settings) -> RuntimeConfig:
@@ -242,5 +251,8 @@ def load_runtime_config(settings: Settings) -> RuntimeConfig:
         ) from None
     except ValidationError as exc:
         err = exc.errors()[0]
+        missing = (err.get("ctx") or {}).get("error")
+        if isinstance(missing, MissingVariable):
+            raise ConfigError(f"{path}: {missing}.") from None
         where = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"{path}: '{where}' is invalid: {err['msg']}.") from None

@@ -194,6 +194,8 @@ class Assistant:
         message_key: str | None = None,
     ) -> TurnResult:
         emitter = emitter or self.emitter
+        if self.deps.mcp is not None:
+            await self.deps.mcp.refresh()  # approvals made elsewhere count from this turn on
         ctx = TurnContext(
             user=user,
             tools=build_tools(self.deps, user),

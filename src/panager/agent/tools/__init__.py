@@ -14,6 +14,7 @@ from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.tools.google import google_tools
+from panager.agent.tools.mcp import SOURCE_KEY, mcp_tools
 from panager.agent.tools.memory import memory_tools
 from panager.agent.tools.messaging import messaging_tools
 from panager.agent.tools.profile import profile_tools
@@ -28,6 +29,7 @@ TOOL_FACTORIES: list[ToolFactory] = [
     memory_tools,
     google_tools,
     messaging_tools,
+    mcp_tools,
 ]
 
 
@@ -37,3 +39,14 @@ def build_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     for factory in TOOL_FACTORIES:
         tools.extend(factory(deps, user))
     return tools
+
+
+def tools_by_source(deps: AgentDeps, user: User) -> list[tuple[str, list[str]]]:
+    """`user`'s tool names grouped by where they come from (built-in domains, MCP servers)."""
+    groups: dict[str, list[str]] = {}
+    for factory in TOOL_FACTORIES:
+        for made in factory(deps, user):
+            domain = factory.__module__.rsplit(".", 1)[-1]
+            source = (made.metadata or {}).get(SOURCE_KEY) or f"built-in: {domain}"
+            groups.setdefault(str(source), []).append(made.name)
+    return list(groups.items())
