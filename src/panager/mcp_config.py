@@ -33,6 +33,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 LOCAL = "local"
+# Panager's own secrets: never handed to an MCP server, by name or through ${VAR}.
+PANAGER_SECRETS = frozenset({
+    "OPENAI_API_KEY", "DISCORD_TOKEN", "PANAGER_SECRET_KEY", "DATABASE_URL",
+    "GOOGLE_CLIENT_SECRET", "TELEGRAM_BOT_TOKEN", "PANAGER_METRICS_TOKEN",
+})  # fmt: skip
 
 
 class MissingVariable(ValueError):
@@ -52,6 +57,9 @@ def expand(value: str, where: str, environ: Mapping[str, str] | None = None) -> 
 
     def one(match: re.Match[str]) -> str:
         name = match.group(1)
+        if name in PANAGER_SECRETS:
+            raise ValueError(f"{where} uses ${{{name}}}: Panager's own secrets are never "
+                             "passed to MCP servers")
         if name not in environ:
             raise MissingVariable(name, where)
         return environ[name]
@@ -147,6 +155,10 @@ def load_servers(raw: Any, environ: Mapping[str, str] | None = None) -> dict[str
         if not isinstance(spec, dict):
             raise ValueError(f"mcp_servers.{name} must be a mapping")
         spec = dict(spec)
+        refused = PANAGER_SECRETS & set(spec.get("env") or {})
+        if refused:
+            raise ValueError(f"mcp_servers.{name}.env sets {min(refused)}: Panager's own "
+                             "secrets are never passed to MCP servers")
         for key in ("env", "headers"):
             if isinstance(spec.get(key), dict):
                 spec[key] = {

@@ -159,6 +159,12 @@ class ServerConnection:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._tried.wait(), seconds)
 
+    async def wait_ready(self, seconds: float) -> bool:
+        """Wait until the server takes calls (or `seconds` passed); whether it does."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), seconds)
+        return self.state == "ready"
+
     async def stop(self) -> None:
         """Stop the server and the supervisor."""
         self._stop.set()
