@@ -24,7 +24,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, overload
 
 from langchain_core.tools import BaseTool, StructuredTool
 
@@ -49,7 +49,6 @@ class CallView:
 
 
 Classifier = Callable[[Mapping[str, Any], CallView], ToolClass]
-ToolT = TypeVar("ToolT", bound=BaseTool)
 Describer = Callable[[Mapping[str, Any]], str]
 
 
@@ -91,8 +90,8 @@ def tool(
 
 
 def declare(
-    made: ToolT, classify: ToolClass | Classifier, describe: Describer | None = None
-) -> ToolT:
+    made: BaseTool, classify: ToolClass | Classifier, describe: Describer | None = None
+) -> BaseTool:
     """Attach a class (or rule) and a describer to a tool built elsewhere (e.g. MCP tools)."""
     made.metadata = {**(made.metadata or {}), CLASSIFY_KEY: classify, DESCRIBE_KEY: describe}
     return made
@@ -107,7 +106,7 @@ def classify_call(made: BaseTool, args: Mapping[str, Any], view: CallView) -> To
     """The class of one call; undeclared tools and failing rules count as consequential."""
     rule = (made.metadata or {}).get(CLASSIFY_KEY)
     if rule in (ORDINARY, CONSEQUENTIAL):
-        return rule
+        return rule  # type: ignore[no-any-return]
     if not callable(rule):
         return CONSEQUENTIAL
     try:
