@@ -54,6 +54,7 @@ from panager.services.mcp.pins import PinStore
 from panager.services.memory.service import MemoryHit, MemoryService
 from panager.services.relays import RelayService
 from panager.services.schedules.service import ScheduleLimits, ScheduleService
+from panager.services.schedules.system import SystemJobService
 from panager.services.schedules.worker import SchedulerWorker, WorkerOptions
 from panager.services.usage import UsageService
 from panager.services.users import LOCAL_USER_ID, User, UserService
@@ -191,6 +192,7 @@ class App:
             google=google,
             relay=relay,
             mcp=mcp,
+            system_jobs=SystemJobService(pool, clock),
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():

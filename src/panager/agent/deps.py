@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from panager.services.memory.service import MemoryService
     from panager.services.relays import RelayService
     from panager.services.schedules.service import ScheduleService
+    from panager.services.schedules.system import SystemJobService
     from panager.services.usage import UsageService
     from panager.services.users import UserService
     from panager.services.web_sessions import WebSessionService
@@ -48,3 +49,4 @@ class AgentDeps:
     google: GoogleService | None = None  # None when Google is not configured
     relay: UserMessageRelay | None = None  # send_user_message; None unless enabled
     mcp: McpHub | None = None  # MCP servers (mcp_servers in the config); None when none
+    system_jobs: SystemJobService | None = None  # heartbeat, briefing, webhooks

@@ -84,7 +84,9 @@ def tool(
 
     def wrap(fn: Callable[..., Any]) -> StructuredTool:
         made = _make(fn)
-        return declare(made, classify, describe) if classify is not None else made
+        if classify is not None:
+            declare(made, classify, describe)
+        return made
 
     return wrap(function) if function is not None else wrap
 
@@ -105,8 +107,10 @@ def declared(made: BaseTool) -> bool:
 def classify_call(made: BaseTool, args: Mapping[str, Any], view: CallView) -> ToolClass:
     """The class of one call; undeclared tools and failing rules count as consequential."""
     rule = (made.metadata or {}).get(CLASSIFY_KEY)
-    if rule in (ORDINARY, CONSEQUENTIAL):
-        return rule  # type: ignore[no-any-return]
+    if rule == ORDINARY:
+        return ORDINARY
+    if rule == CONSEQUENTIAL:
+        return CONSEQUENTIAL
     if not callable(rule):
         return CONSEQUENTIAL
     try:
