@@ -43,8 +43,8 @@ def stdio_server(**extra) -> dict:
     return {"command": sys.executable, "args": [FAKE, "stdio"], **extra}
 
 
-async def mcp_app(make_app, tmp_path, servers: dict, model=None, **settings):
-    write_config(tmp_path / "home", mcp_servers=servers)
+async def mcp_app(make_app, tmp_path, servers: dict, model=None, config=None, **settings):
+    write_config(tmp_path / "home", mcp_servers=servers, **(config or {}))
     model = model or ScriptedChatModel(default="done")
     app = await make_app(model, admin_ids=[ADMIN], **settings)
     assert app.deps.mcp is not None
@@ -283,3 +283,29 @@ async def test_ref_anyof_and_untyped_schemas_are_repaired_or_left_out(make_app, 
     lookup_r, pick_r, loose_r = await results_of(app, admin)
     assert "Seoul, KR" in lookup_r.content and "picked b" in pick_r.content
     assert "tags ['x']" in loose_r.content
+
+
+# -- on demand ---------------------------------------------------------------------------------
+
+
+async def test_above_the_threshold_tool_search_loads_matches_for_the_next_call(make_app, tmp_path):
+    model = ScriptedChatModel(script=[
+        calls(call("tool_search", {"query": "echo the text"})),
+        calls(call("mcp__t__echo", {"text": "on demand"})),
+        "done",
+    ])
+    app, model = await mcp_app(make_app, tmp_path, {"t": stdio_server()}, model,
+                               config={"mcp_tool_search_above": 3})
+    admin = await app.deps.users.ensure(ADMIN, "admin")
+    offered = names(build_tools(app.deps, admin))
+    assert "tool_search" in offered and not any(n.startswith("mcp__") for n in offered)
+
+    await app.assistant.run_turn(admin, "echo something")
+    search, echo = await results_of(app, admin)
+    assert json.loads(search.content)["loaded"][0] == "mcp__t__echo"
+    assert not holds_outside(search.content)  # names only: the search itself taints nothing
+    bound = {convert_to_openai_tool(t)["function"]["name"] for t in model.bound_tools}
+    assert "mcp__t__echo" in bound  # bound for the next call
+    assert echo.status != "error" and "echo: on demand" in echo.content
+    assert holds_outside(echo.content)
+    assert "mcp__t__echo" not in names(build_tools(app.deps, admin))  # a new turn starts lean

@@ -223,6 +223,8 @@ class RuntimeConfig(BaseModel):
     stream: bool = True  # stream answers as they are written (false: one piece at the end)
     # MCP servers the operator trusts (panager.mcp_config; docs/tools.md, "MCP servers").
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    # More MCP tools than this for one person: offer `tool_search` instead (null: never).
+    mcp_tool_search_above: int | None = Field(default=20, ge=0)
 
     @field_validator("mcp_servers", mode="before")
     @classmethod

@@ -19,6 +19,7 @@ from panager.agent.tools.memory import memory_tools
 from panager.agent.tools.messaging import messaging_tools
 from panager.agent.tools.profile import profile_tools
 from panager.agent.tools.schedule import schedule_tools
+from panager.agent.tools.search import DEFERRED_KEY, TURN_TOOLS_KEY
 from panager.services.users import User
 
 ToolFactory = Callable[[AgentDeps, User], list[BaseTool]]
@@ -38,6 +39,10 @@ def build_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     tools: list[BaseTool] = []
     for factory in TOOL_FACTORIES:
         tools.extend(factory(deps, user))
+    for made in list(tools):  # tool_search loads MCP tools into this turn's list
+        attach = (made.metadata or {}).get(TURN_TOOLS_KEY)
+        if callable(attach):
+            attach(tools)
     return tools
 
 
@@ -48,5 +53,7 @@ def tools_by_source(deps: AgentDeps, user: User) -> list[tuple[str, list[str]]]:
         for made in factory(deps, user):
             domain = factory.__module__.rsplit(".", 1)[-1]
             source = (made.metadata or {}).get(SOURCE_KEY) or f"built-in: {domain}"
-            groups.setdefault(str(source), []).append(made.name)
+            deferred = (made.metadata or {}).get(DEFERRED_KEY) or []
+            shown = [made.name, *(t.name for t in deferred)]
+            groups.setdefault(str(source), []).extend(shown)
     return list(groups.items())

@@ -27,6 +27,7 @@ from panager.agent.tools.base import (
     declare,
     shown_text,
 )
+from panager.agent.tools.search import search_tool
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.mcp_config import LOCAL
@@ -53,7 +54,13 @@ def mcp_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     hub = deps.mcp
     if hub is None:
         return []
-    return [mcp_tool(hub, o) for o in hub.offered(identities_of(user), is_admin(deps, user))]
+    made = [mcp_tool(hub, o) for o in hub.offered(identities_of(user), is_admin(deps, user))]
+    above = deps.config.mcp_tool_search_above
+    if above is not None and len(made) > above:
+        search = search_tool(made)  # on demand: the schemas would dominate every prompt
+        search.metadata = {**(search.metadata or {}), SOURCE_KEY: "MCP servers, on demand"}
+        return [search]
+    return list(made)
 
 
 def _classifier(read_only: bool) -> Callable[[Mapping[str, Any], CallView], ToolClass]:
