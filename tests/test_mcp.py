@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from panager.agent.taint import marked
 from panager.agent.threads import thread_values
 from panager.agent.tools import build_tools
 from panager.agent.tools.base import CallView, classify_call
@@ -205,9 +206,12 @@ async def test_tainted_calls_are_consequential_unless_the_server_is_read_only(
                  "headers": {"Authorization": "Bearer ${WIKI_TOKEN}"}},
     }  # fmt: skip
     model = ScriptedChatModel(script=[
-        calls(call("mcp__wiki__echo", {"text": "from http"})), "done",
+        calls(call("mcp__wiki__echo", {"text": "from http"})),
+        calls(call("mcp__files__echo", {"text": "what the page said"})),
+        "done",
     ])
-    app, model = await mcp_app(make_app, tmp_path, servers, model)
+    app, model = await mcp_app(make_app, tmp_path, servers, model,
+                               config={"mcp_tool_search_above": None})  # 22 tools, all eager
     admin = await app.deps.users.ensure(ADMIN, "admin")
     tools = {t.name: t for t in build_tools(app.deps, admin)}
     tainted, clean = CallView(tainted=True), CallView(tainted=False)
@@ -217,9 +221,17 @@ async def test_tainted_calls_are_consequential_unless_the_server_is_read_only(
     assert classify_call(tools["mcp__wiki__echo"], args, tainted) == "ordinary"
 
     await app.assistant.run_turn(admin, "ask the wiki")
-    (result,) = await results_of(app, admin)
+    result, _ = await results_of(app, admin)
     assert 'source="MCP server wiki tool echo"' in result.content
     assert "echo: from http" in result.content
+    # the reply written after the framed result is tainted: its call to a server without
+    # read_only is consequential (the confirm step asks before running such calls)
+    replies = [m for m in (await thread_values(app.assistant, admin))["messages"]
+               if isinstance(m, AIMessage) and m.tool_calls]
+    assert not marked(replies[0]) and marked(replies[1])
+    view = CallView(tainted=marked(replies[1]))
+    (late_call,) = replies[1].tool_calls
+    assert classify_call(tools[late_call["name"]], late_call["args"], view) == "consequential"
     statuses = {s.name: s for s in await app.deps.mcp.status()}
     assert statuses["wiki"].state == "ready" and statuses["wiki"].offered > 5
     assert "wiki-secret-token-77" not in repr(statuses) + repr(app.deps.config)

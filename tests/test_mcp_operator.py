@@ -90,3 +90,7 @@ async def test_admin_page_tools_command_and_doctor_redact_secrets(make_app, tmp_
     ok, detail = checks["mcp"]
     assert ok is False and "t: ready, 11/12 tools" in detail and "down: " in detail
     assert "srv-secret-value-31337" not in detail
+    # `panager doctor` (no running app): starts each server itself, then stops it
+    checks = dict((n, (ok, d)) for n, ok, d in await run_checks(h.app.settings, limit=60))
+    ok, detail = checks["mcp"]
+    assert "t: ready, 11/12 tools" in detail and "command not found" in detail
