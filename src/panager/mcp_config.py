@@ -135,9 +135,10 @@ class McpServerConfig(BaseModel):
 
     def secrets(self) -> list[str]:
         """Values of `env` and `headers` (to redact wherever server output is logged)."""
-        values = [*self.env.values(), *self.headers.values()]
-        parts = [p for v in values for p in (v, *v.split()) if len(p) >= 4]
-        return sorted(set(parts), key=len, reverse=True)
+        values = [v for v in (*self.env.values(), *self.headers.values()) if len(v) >= 4]
+        # "Bearer <token>": the token alone too (a server may echo it without the scheme)
+        parts = [p for v in values for p in v.split() if len(p) >= 12]
+        return sorted({*values, *parts}, key=len, reverse=True)
 
 
 def load_servers(raw: Any, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
