@@ -74,6 +74,7 @@ KNOWN = [
         "long_conversation", "Long conversation", [], ["--turns", "200"], "long_conversation.py"
     ),
     Benchmark("web", "Web page", [], ["--requests", "30", "--chat", "15"], "web.py"),
+    Benchmark("tools", "MCP tools", ["--on-demand"], ["--calls", "50"], "tools.py"),
     Benchmark(
         "first_token",
         "First token",

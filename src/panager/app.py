@@ -49,6 +49,8 @@ from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_with_retries
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
+from panager.services.mcp.hub import McpHub
+from panager.services.mcp.pins import PinStore
 from panager.services.memory.service import MemoryHit, MemoryService
 from panager.services.proposals import ProposalService
 from panager.services.relays import RelayService
@@ -181,6 +183,7 @@ class App:
             relay = UserMessageRelay(
                 users, relays, messenger, clock, _thread_injector(threads), _asking(threads)
             )
+        mcp = await _start_mcp(settings, config, pool)
         deps = AgentDeps(
             settings=settings,
             config=config,
@@ -199,6 +202,7 @@ class App:
             relay=relay,
             web=web,
             search=search,
+            mcp=mcp,
             system_jobs=SystemJobService(pool, clock),
             proposals=proposals,
         )
@@ -217,6 +221,8 @@ class App:
             closers.append(runtime.pruner.drain)
         if relay is not None:
             closers.append(relay.drain)
+        if mcp is not None:
+            closers.append(mcp.stop)
         return cls(
             settings, clock, url, pool, checkpointer, model, deps, graph_config, assistant,
             emitter, google_link, closers,
@@ -307,6 +313,15 @@ def _web_services(config: RuntimeConfig) -> tuple[WebFetcher | None, SearchProvi
     if config.web_fetch:
         web = WebFetcher(AddressGuard(allow=AllowList.parse(config.web_fetch_allow)))
     return web, make_search(config.web_search)
+
+
+async def _start_mcp(settings: Settings, config: RuntimeConfig, pool: Pool) -> McpHub | None:
+    """The configured MCP servers, started (None when there are none)."""
+    if not config.mcp_servers:
+        return None
+    hub = McpHub(config.mcp_servers, PinStore(pool), home=settings.home)
+    await hub.start()
+    return hub
 
 
 def _recall(memory: MemoryService, limit: int) -> Recall:

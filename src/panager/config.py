@@ -29,6 +29,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from panager.mcp_config import McpServerConfig, MissingVariable, load_servers
+
 
 class ConfigError(Exception):
     """A configuration problem, phrased as one line the user can act on."""
@@ -273,6 +275,16 @@ class RuntimeConfig(BaseModel):
                     ) from None
         return entries
 
+    # MCP servers the operator trusts (panager.mcp_config; docs/tools.md, "MCP servers").
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    # More MCP tools than this for one person: offer `tool_search` instead (null: never).
+    mcp_tool_search_above: int | None = Field(default=20, ge=0)
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _expand_mcp(cls, value: Any) -> Any:
+        return load_servers(value)
+
 
 def load_runtime_config(settings: Settings) -> RuntimeConfig:
     """Load the YAML runtime config; a missing default file means all defaults."""
@@ -295,5 +307,8 @@ def load_runtime_config(settings: Settings) -> RuntimeConfig:
         ) from None
     except ValidationError as exc:
         err = exc.errors()[0]
+        missing = (err.get("ctx") or {}).get("error")
+        if isinstance(missing, MissingVariable):
+            raise ConfigError(f"{path}: {missing}.") from None
         where = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"{path}: '{where}' is invalid: {err['msg']}.") from None

@@ -1,4 +1,4 @@
-"""The `doctor` checks: config, database, pgvector, schema, model, Discord, Google, search.
+"""The `doctor` checks: config, database, pgvector, schema, model, Discord, Google, search, MCP.
 
 Each check returns (ok, detail) — ok is True, False or None (skipped) — and
 the detail says how to fix a failure. `panager doctor` prints them
@@ -185,6 +185,43 @@ async def check_search(settings: Settings, found: dict) -> tuple[bool | None, st
     return True, f"{provider.name} answers ({len(results)} result(s) for a test query)"
 
 
+async def check_mcp(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """Each MCP server starts and lists its tools (the running app's own, on the admin page)."""
+    from panager.services.mcp.hub import McpHub
+    from panager.services.mcp.pins import PinStore
+
+    servers = settings.runtime.mcp_servers
+    if not servers:
+        return None, "no mcp_servers configured"
+    hub = found.get("mcp_hub")
+    if hub is not None:
+        return mcp_summary(await hub.status())
+    if found.get("pool") is None:
+        return None, "needs the database"
+    hub = McpHub(servers, PinStore(found["pool"]), home=settings.home)
+    try:
+        await hub.start(wait=20)
+        return mcp_summary(await hub.status())
+    finally:
+        await hub.stop()
+
+
+def mcp_summary(statuses: list) -> tuple[bool, str]:
+    """One line for every server: state, tools offered, what waits for approval, the error."""
+    parts = []
+    for s in statuses:
+        text = f"{s.name}: {s.state}, {s.offered}/{s.tools} tools"
+        if s.awaiting_approval:
+            text += (
+                f", {len(s.awaiting_approval)} changed since approved "
+                f"(panager mcp approve {s.name})"
+            )
+        if s.error:
+            text += f" — {s.error}"
+        parts.append(text)
+    return all(s.state == "ready" for s in statuses), "; ".join(parts)
+
+
 MIN_SECRET_CHARS = 32
 MIN_SECRET_DISTINCT = 12
 
@@ -220,12 +257,16 @@ CHECKS: list[tuple[str, Check]] = [
     ("google", check_google),
     ("search", check_search),
     ("secret", check_secret),
+    ("mcp", check_mcp),
 ]
 
 
-async def run_checks(settings: Settings, limit: float = 30) -> list[tuple[str, bool | None, str]]:
-    """Run every check in order; a crashed or slow check counts as failed."""
-    found: dict = {}
+async def run_checks(
+    settings: Settings, limit: float = 30, *, mcp_hub: object | None = None
+) -> list[tuple[str, bool | None, str]]:
+    """Run every check in order; a crashed or slow check counts as failed. With `mcp_hub`
+    (a running app's), MCP servers are reported as that app sees them, not started anew."""
+    found: dict = {"mcp_hub": mcp_hub}
     results = []
     try:
         for name, check in CHECKS:

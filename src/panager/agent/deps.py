@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from panager.db.pool import Pool
     from panager.services.access import AccessService
     from panager.services.google.service import GoogleService
+    from panager.services.mcp.hub import McpHub
     from panager.services.memory.service import MemoryService
     from panager.services.proposals import ProposalService
     from panager.services.relays import RelayService
@@ -52,5 +53,6 @@ class AgentDeps:
     relay: UserMessageRelay | None = None  # send_user_message; None unless enabled
     web: WebFetcher | None = None  # web_fetch; None when turned off (or in a bare test graph)
     search: SearchProvider | None = None  # web_search; None unless a provider is configured
+    mcp: McpHub | None = None  # MCP servers (mcp_servers in the config); None when none
     system_jobs: SystemJobService | None = None  # heartbeat, briefing, webhooks
     proposals: ProposalService | None = None  # calls unattended runs held for approval

@@ -309,6 +309,8 @@ class Assistant:
     async def _run_locked(
         self, ctx: TurnContext, text: str, replay: bool, message_key: str | None = None
     ) -> TurnResult:
+        if self.deps.mcp is not None:
+            await self.deps.mcp.refresh()  # approvals made elsewhere count from this turn on
         if ctx.user.id not in self._clean_threads:
             await self.repair_thread(ctx.user)
         inputs = self._inputs(ctx, text, replay, message_key)

@@ -162,6 +162,7 @@ EXTENSION_MODULES: list[str] = [
     "panager.cli.run",
     "panager.cli.access",
     "panager.cli.memory",
+    "panager.cli.mcp",
 ]
 
 

@@ -160,5 +160,6 @@ COMMAND_MODULES: list[str] = [
     "panager.agent.commands.skills",
     "panager.agent.commands.relays",
     "panager.agent.commands.web",
+    "panager.agent.commands.tools",
     "panager.agent.commands.jobs",
 ]
