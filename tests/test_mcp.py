@@ -135,6 +135,7 @@ async def test_killed_mid_call_timeout_cap_and_pictures(make_app, tmp_path, capl
     servers = {"t": stdio_server(
         users="all", timeout_seconds=10, max_result_chars=5_000,
         env={"FAKE_TOKEN": "tok-stderr-secret-99"},
+        read_only=True,  # later turns read earlier results: no question stops the calls here
     )}  # fmt: skip
     model = ScriptedChatModel(script=[
         calls(call("mcp__t__counter"), call("mcp__t__big", {"chars": 5_000_000}),
@@ -220,12 +221,14 @@ async def test_tainted_calls_are_consequential_unless_the_server_is_read_only(
     assert classify_call(tools["mcp__files__echo"], args, clean) == "ordinary"
     assert classify_call(tools["mcp__wiki__echo"], args, tainted) == "ordinary"
 
-    await app.assistant.run_turn(admin, "ask the wiki")
-    result, _ = await results_of(app, admin)
+    asked = await app.assistant.run_turn(admin, "ask the wiki")
+    # the reply written after the framed result is tainted: its call to the server without
+    # read_only waits for the person's Approve (one question naming it), nothing ran yet
+    assert asked.question is not None
+    assert [c.tool for c in asked.question.calls] == ["mcp__files__echo"]
+    (result,) = await results_of(app, admin)
     assert 'source="MCP server wiki tool echo"' in result.content
     assert "echo: from http" in result.content
-    # the reply written after the framed result is tainted: its call to a server without
-    # read_only is consequential (the confirm step asks before running such calls)
     replies = [m for m in (await thread_values(app.assistant, admin))["messages"]
                if isinstance(m, AIMessage) and m.tool_calls]
     assert not marked(replies[0]) and marked(replies[1])

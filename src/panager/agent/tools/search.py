@@ -12,7 +12,7 @@ carry outside content it would not carry otherwise.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from langchain_core.tools import BaseTool
 
@@ -59,7 +59,10 @@ def search_tool(deferred: Sequence[BaseTool]) -> BaseTool:
             "note": "no tool matched; try other words" if not matches else "callable now",
         }
 
-    attach: Callable[[list[BaseTool]], None] = turn.append
+    def attach(offered: list[BaseTool]) -> None:
+        """The list this turn offers (the last one attached wins)."""
+        turn[:] = [offered]
+
     tool_search.metadata = {
         **(tool_search.metadata or {}), TURN_TOOLS_KEY: attach, DEFERRED_KEY: list(deferred)
     }
