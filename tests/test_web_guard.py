@@ -70,6 +70,7 @@ def test_parsed_url_is_canonical():
         ("http://example.com:8o/", "Invalid port"),
         ("http:///path", "no valid host"),
         ("http://-bad-.example/", "Invalid host name"),
+        ("http://example.com/" + "a" * 8_000, "too long"),
     ],
 )
 def test_malformed_urls_are_refused_with_the_reason(raw, says):

@@ -51,6 +51,7 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
 IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+MAX_URL_CHARS = 8_000
 ALLOW_HINT = "an operator can allow it with web_fetch_allow in the config"
 
 
@@ -88,6 +89,8 @@ class ParsedURL:
 def parse_url(raw: str) -> ParsedURL:
     """Parse `raw` strictly, or raise `Refused` saying what is wrong with it."""
     text = raw.strip() if isinstance(raw, str) else ""
+    if len(text) > MAX_URL_CHARS:
+        raise Refused(f"The URL is too long ({len(text):,} characters; at most {MAX_URL_CHARS:,}).")
     if _FORBIDDEN_CHARS.search(text):
         raise Refused("The URL holds spaces, control characters or backslashes; give a plain URL.")
     match = _URL.match(text)
