@@ -52,6 +52,7 @@ from panager.services.google.service import GoogleService
 from panager.services.memory.service import MemoryHit, MemoryService
 from panager.services.relays import RelayService
 from panager.services.schedules.service import ScheduleLimits, ScheduleService
+from panager.services.schedules.system import SystemJobService
 from panager.services.schedules.worker import SchedulerWorker, WorkerOptions
 from panager.services.usage import UsageService
 from panager.services.users import LOCAL_USER_ID, User, UserService
@@ -187,6 +188,7 @@ class App:
             memory=memory,
             google=google,
             relay=relay,
+            system_jobs=SystemJobService(pool, clock),
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():

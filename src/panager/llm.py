@@ -171,6 +171,19 @@ async def invoke_with_retries(
     return await _with_retries(lambda: bound.ainvoke(messages), retries=retries, sleep=sleep)
 
 
+async def decide_with_retries(
+    model: BaseChatModel,
+    schema: type,
+    messages: list[AnyMessage],
+    *,
+    retries: int = 3,
+    sleep=asyncio.sleep,
+) -> AIMessage:
+    """One structured decision: the model must call the `schema` tool (tool_choice forced)."""
+    bound = model.bind_tools([schema], tool_choice=schema.__name__)
+    return await _with_retries(lambda: bound.ainvoke(messages), retries=retries, sleep=sleep)
+
+
 class TextSink(Protocol):
     """Where a streamed reply's text goes while it arrives."""
 

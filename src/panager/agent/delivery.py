@@ -2,7 +2,8 @@
 
 A `reminder` goes to the messenger as written (no model call); an `agent`
 schedule runs `Assistant.run_turn(..., is_system_trigger=True)` in the user's
-thread and the answer goes to the messenger. The worker itself lives in
+thread and the answer goes to the messenger; system jobs (heartbeat, briefing,
+webhook calls) go to `agent/jobs.py`. The worker itself lives in
 `services/schedules/worker.py`; `App.make_worker` joins the two.
 """
 
@@ -10,11 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from panager.agent.jobs import SystemJobs
 from panager.services.schedules.worker import AgentAnswer
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from panager.agent.messaging import Messenger
     from panager.agent.runner import Assistant
+    from panager.services.schedules.types import Schedule
     from panager.services.users import User
 
 
@@ -24,6 +29,7 @@ class AssistantDelivery:
     def __init__(self, messenger: Messenger, assistant: Assistant) -> None:
         self.messenger = messenger
         self.assistant = assistant
+        self.jobs = SystemJobs(assistant)
 
     async def send(self, user: User, text: str, key: str | None = None) -> bool:
         """Deliver through the messengers (terminal, Discord)."""
@@ -38,3 +44,7 @@ class AssistantDelivery:
             user, instruction, is_system_trigger=True, wait_for_lock=False
         )
         return AgentAnswer(result.text, ok=result.ok)
+
+    async def run_system(self, user: User, schedule: Schedule, due: datetime) -> AgentAnswer:
+        """A system job: heartbeat, briefing or webhook call (agent/jobs.py)."""
+        return await self.jobs.run(user, schedule, due)

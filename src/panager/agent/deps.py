@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from panager.services.memory.service import MemoryService
     from panager.services.relays import RelayService
     from panager.services.schedules.service import ScheduleService
+    from panager.services.schedules.system import SystemJobService
     from panager.services.usage import UsageService
     from panager.services.users import UserService
     from panager.services.web_sessions import WebSessionService
@@ -46,3 +47,4 @@ class AgentDeps:
     memory: MemoryService | None = None
     google: GoogleService | None = None  # None when Google is not configured
     relay: UserMessageRelay | None = None  # send_user_message; None unless enabled
+    system_jobs: SystemJobService | None = None  # heartbeat, briefing, webhooks

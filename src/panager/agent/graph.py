@@ -29,9 +29,10 @@ from pydantic import ValidationError
 from panager.agent.effects import Effect, ModelCall
 from panager.agent.events import EventType
 from panager.agent.history import memo_counter, trim_history, truncate_text
-from panager.agent.prompts import build_system_prompt
+from panager.agent.prompts import OUTSIDE_SECTION, build_system_prompt
 from panager.agent.recorders import redact
 from panager.agent.state import AgentState, Recall, TurnContext
+from panager.agent.taint import CALL_TAINTED, call_tainted, mark, marked
 from panager.agent.tools.base import clean_args
 from panager.clock import Clock, SystemClock
 from panager.errors import AuthRequired, ContextOverflow, ModelUnavailable, ToolError
@@ -199,6 +200,7 @@ class Graph:
         attempt = 0
         while True:
             messages = await self._model_messages(state, ctx, call, last_round)
+            tainted = call_tainted(str(messages[0].content), messages[1:])
             try:
                 response = await self._invoke(ctx, call, [] if last_round else ctx.tools, messages)
             except ContextOverflow:
@@ -213,7 +215,7 @@ class Graph:
                 response = AIMessage(
                     content=response.text or "I stopped here: too many steps for one message."
                 )
-            return response
+            return mark(response, tainted)
 
     async def _invoke(
         self, ctx: TurnContext, call: ModelCall, tools: Sequence[BaseTool], messages: list
@@ -232,13 +234,15 @@ class Graph:
         """System prompt (with effects' notes) + the trimmed history."""
         system = await self._system_prompt(state, ctx, call)
         notes = [*call.system_notes, *([FINAL_ANSWER_NOTE] if last_round else [])]
-        system = "\n\n".join([system, *notes])
         history = trim_history(
             call.model_input,
             self.config.limits.history_max_tokens,
             max_tool_chars=self.config.limits.max_tool_result_chars,
             token_counter=call.count_tokens,
         )
+        if call_tainted(system, history):
+            notes.append(OUTSIDE_SECTION)
+        system = "\n\n".join([system, *notes])
         return [SystemMessage(system), *history]
 
     def _model_call(self, state: AgentState, ctx: TurnContext, iteration: int) -> ModelCall:
@@ -334,9 +338,13 @@ class Graph:
         assert isinstance(reply, AIMessage)  # route_after_agent: an AI reply with tool calls
         by_name = {t.name: t for t in (*ctx.unlisted_tools, *ctx.tools)}
         unparsed = reply.additional_kwargs.get(UNPARSED_CALLS) or {}
-        outcomes = await asyncio.gather(
-            *(self._run_call(ctx, by_name, c, c["id"] in unparsed) for c in reply.tool_calls)
-        )
+        tainted = CALL_TAINTED.set(marked(reply))  # copied into every gathered call
+        try:
+            outcomes = await asyncio.gather(
+                *(self._run_call(ctx, by_name, c, c["id"] in unparsed) for c in reply.tool_calls)
+            )
+        finally:
+            CALL_TAINTED.reset(tainted)
         messages: list[AnyMessage] = [msg for msg, _ in outcomes]
         auth = next((a for _, a in outcomes if a is not None), None)
         if auth is not None:

@@ -30,6 +30,7 @@ from panager.services.google.service import (
     STATE_TTL,
     LinkOutcome,
 )
+from panager.web.hooks import WebhookEndpoint, log_path
 
 if TYPE_CHECKING:
     from panager.app import App
@@ -148,7 +149,8 @@ class PathOnlyAccessLogger(AbstractAccessLogger):
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         """One line: method, path, status, duration."""
-        self.logger.info("%s %s %s %.3fs", request.method, request.path, response.status, time)
+        path = log_path(request.path)
+        self.logger.info("%s %s %s %.3fs", request.method, path, response.status, time)
 
 
 @dataclass
@@ -234,6 +236,7 @@ def build_web_app(app: App, server: WebServer) -> web.Application:
     )
     from panager.web.routes import add_pages
 
+    web_app.add_routes(WebhookEndpoint(app).routes())
     add_pages(web_app, app, server.spawn)
     return web_app
 

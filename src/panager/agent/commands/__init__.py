@@ -152,4 +152,5 @@ COMMAND_MODULES: list[str] = [
     "panager.agent.commands.skills",
     "panager.agent.commands.relays",
     "panager.agent.commands.web",
+    "panager.agent.commands.jobs",
 ]

@@ -6,23 +6,53 @@ fifteen model classes per turn, which was most of a turn's CPU time under load
 (about 70 ms of it). The schema depends only on the function's signature, so
 this decorator builds it on the first definition of each tool and reuses it
 for every later closure of the same function.
+
+Every tool also declares how its calls are classed (SPEC §2, "Outside content and
+confirmation"): `ordinary` (reads; writes the person sees and can undo) or
+`consequential` (sends anything to another person or out of the instance, deletes
+or overwrites what cannot simply be restored, creates or changes an agent
+schedule). The class sits beside the schema — `@tool(classify=ORDINARY)` or a rule
+`(args, view) -> class` when the arguments decide — and a tool that declares
+nothing is consequential. `describe` turns a call into the plain words a
+confirmation question shows (default: the tool name and its arguments).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, overload
 
-from langchain_core.tools import StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool
 
 _SCHEMAS: dict[Any, Any] = {}
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
-def tool(function: Callable[..., Any]) -> StructuredTool:
-    """Same as langchain's bare `@tool` (name, docstring description, inferred args)."""
+ToolClass = Literal["ordinary", "consequential"]
+ORDINARY: ToolClass = "ordinary"
+CONSEQUENTIAL: ToolClass = "consequential"
+CLASSIFY_KEY = "panager_classify"
+DESCRIBE_KEY = "panager_describe"
+
+
+@dataclass(frozen=True)
+class CallView:
+    """What a classification rule may look at besides the call's arguments."""
+
+    person_text: str = ""  # everything the person typed themselves in the model's input
+    tainted: bool = False  # the reply holding the call was written with outside content
+    unattended: bool = False  # nobody is present (scheduled run, heartbeat, webhook)
+
+
+Classifier = Callable[[Mapping[str, Any], CallView], ToolClass]
+Describer = Callable[[Mapping[str, Any]], str]
+
+
+def _make(function: Callable[..., Any]) -> StructuredTool:
     key = function.__code__  # one per `def`, shared by all its closures
     is_async = inspect.iscoroutinefunction(function)
     made = StructuredTool.from_function(
@@ -32,6 +62,73 @@ def tool(function: Callable[..., Any]) -> StructuredTool:
     )
     _SCHEMAS.setdefault(key, made.args_schema)
     return made
+
+
+@overload
+def tool(function: Callable[..., Any], /) -> StructuredTool: ...
+@overload
+def tool(
+    *, classify: ToolClass | Classifier, describe: Describer | None = None
+) -> Callable[[Callable[..., Any]], StructuredTool]: ...
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    classify: ToolClass | Classifier | None = None,
+    describe: Describer | None = None,
+) -> StructuredTool | Callable[[Callable[..., Any]], StructuredTool]:
+    """langchain's `@tool` (name, docstring description, inferred args) plus the call class.
+
+    `@tool(classify=ORDINARY)`, `@tool(classify=rule, describe=words)`; a bare `@tool`
+    declares nothing and is treated as consequential."""
+
+    def wrap(fn: Callable[..., Any]) -> StructuredTool:
+        made = _make(fn)
+        if classify is not None:
+            declare(made, classify, describe)
+        return made
+
+    return wrap(function) if function is not None else wrap
+
+
+def declare(
+    made: BaseTool, classify: ToolClass | Classifier, describe: Describer | None = None
+) -> BaseTool:
+    """Attach a class (or rule) and a describer to a tool built elsewhere (e.g. MCP tools)."""
+    made.metadata = {**(made.metadata or {}), CLASSIFY_KEY: classify, DESCRIBE_KEY: describe}
+    return made
+
+
+def declared(made: BaseTool) -> bool:
+    """Whether the tool says how its calls are classed."""
+    return CLASSIFY_KEY in (made.metadata or {})
+
+
+def classify_call(made: BaseTool, args: Mapping[str, Any], view: CallView) -> ToolClass:
+    """The class of one call; undeclared tools and failing rules count as consequential."""
+    rule = (made.metadata or {}).get(CLASSIFY_KEY)
+    if rule == ORDINARY:
+        return ORDINARY
+    if rule == CONSEQUENTIAL:
+        return CONSEQUENTIAL
+    if not callable(rule):
+        return CONSEQUENTIAL
+    try:
+        return ORDINARY if rule(args, view) == ORDINARY else CONSEQUENTIAL
+    except Exception:
+        return CONSEQUENTIAL
+
+
+def describe_call(made: BaseTool | None, name: str, args: Mapping[str, Any]) -> str:
+    """Plain words for a confirmation question: the tool's own describer, else name + args."""
+    describer = (made.metadata or {}).get(DESCRIBE_KEY) if made is not None else None
+    if callable(describer):
+        try:
+            return str(describer(args))
+        except Exception:
+            pass
+    shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    return f"{name}({shown})"
 
 
 def clean_args(value: Any) -> Any:
@@ -47,3 +144,19 @@ def clean_args(value: Any) -> Any:
     if isinstance(value, list):
         return [clean_args(v) for v in value]
     return value
+
+
+# Characters that change how text looks without being seen: bidi controls, zero-width.
+_INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\u00ad]")
+_MENTION = re.compile(r"@(everyone|here)\b|<[@#][!&]?\d+>", re.IGNORECASE)
+
+
+def shown_text(text: str, limit: int = 4_000) -> str:
+    """Text as a confirmation question shows it: quoted, invisible characters made visible
+    (`<U+202E>`), mentions defused, nothing cut silently."""
+    visible = _INVISIBLE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+    visible = _MENTION.sub(lambda m: m.group().replace("@", "@\u200b"), visible)
+    quoted = json.dumps(visible, ensure_ascii=False)
+    if len(quoted) > limit:
+        return f"{quoted[:limit]}… ({len(quoted) - limit} more characters)"
+    return quoted

@@ -27,7 +27,7 @@ from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.history import schema_tokens
-from panager.agent.tools.base import tool
+from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, tool
 from panager.errors import ToolError
 from panager.services.google import api
 from panager.services.google.service import (
@@ -199,14 +199,14 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             raise ToolError(NOT_CONFIGURED)
         return await deps.google.call(user.id, scope, partial(operation, *args, **kwargs))
 
-    @tool
+    @tool(classify=ORDINARY)
     async def calendar_list_events(start: str | None = None, end: str | None = None) -> dict:
         """List the user's Google Calendar events (all calendars) with ids; start/end ISO
         8601, a bare date is the whole day; default the next 7 days."""
         lo, hi = list_window(start, end, zone, deps.clock.now())
         return await run(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
 
-    @tool
+    @tool(classify=ORDINARY)
     async def calendar_create_event(
         title: str,
         start: str,
@@ -229,7 +229,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             zone=zone,
         )
 
-    @tool
+    @tool(classify=CONSEQUENTIAL)
     async def calendar_update_event(
         event_id: str,
         calendar_id: str = "primary",
@@ -252,7 +252,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             zone=zone,
         )
 
-    @tool
+    @tool(classify=CONSEQUENTIAL)
     async def calendar_delete_event(event_id: str, calendar_id: str = "primary") -> dict:
         """Delete an event by its event_id."""
         return await run(
@@ -262,18 +262,18 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             event_id=event_id.strip(),
         )
 
-    @tool
+    @tool(classify=ORDINARY)
     async def task_list(show_completed: bool = False) -> dict:
         """List the user's Google Tasks with their ids (open ones unless show_completed)."""
         return await run(TASKS_SCOPE, api.list_tasks, show_completed=show_completed, zone=zone)
 
-    @tool
+    @tool(classify=ORDINARY)
     async def task_create(title: str, due: str | None = None, notes: str | None = None) -> dict:
         """Add a Google Task; due is an ISO 8601 date."""
         body = task_body(title, due, notes, zone)
         return await run(TASKS_SCOPE, api.create_task, body=body, zone=zone)
 
-    @tool
+    @tool(classify=CONSEQUENTIAL)
     async def task_update(
         task_id: str,
         title: str | None = None,
@@ -287,7 +287,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             TASKS_SCOPE, api.update_task, task_id=task_id.strip(), body=body, zone=zone
         )
 
-    @tool
+    @tool(classify=CONSEQUENTIAL)
     async def task_delete(task_id: str) -> dict:
         """Delete a Google Task by its task_id."""
         return await run(TASKS_SCOPE, api.delete_task, task_id=task_id.strip())
@@ -307,7 +307,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 def google_connect_tool(deps: AgentDeps, user: User) -> BaseTool:
     """`google_connect`: the link to connect Google, for a person who has not linked it."""
 
-    @tool
+    @tool(classify=ORDINARY)
     async def google_connect() -> dict:
         """Connect the user's Google account (for Calendar and Tasks): they get a link."""
         if deps.google is None:
@@ -331,7 +331,7 @@ async def google_linked(deps: AgentDeps, user: User) -> bool:
 def google_load_tool(offered: list[BaseTool], google: Sequence[BaseTool]) -> BaseTool:
     """`google_load`: adds the Google tools to `offered` (this turn's list) when called."""
 
-    @tool
+    @tool(classify=ORDINARY)
     async def google_load() -> dict:
         """Load the Google Calendar and Tasks tools; call it first for any calendar or task
         request."""

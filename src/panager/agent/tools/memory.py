@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import tool
+from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, tool
 from panager.errors import ToolError
 from panager.services.memory.service import (
     MAX_SEARCH_LIMIT,
@@ -55,7 +55,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     if service is None:
         return []
 
-    @tool
+    @tool(classify=ORDINARY)
     async def memory_save(content: str, category: str = "general") -> dict:
         """Save a lasting fact about the user as one self-contained sentence; category e.g.
         general, people, preferences. If `related` come back and the user corrected one,
@@ -72,7 +72,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         return reply
 
-    @tool
+    @tool(classify=ORDINARY)
     async def memory_search(query: str, limit: int = 5) -> dict:
         """Search the user's memories by meaning and keywords (limit 1-50)."""
         if limit < 1:
@@ -84,7 +84,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             reply["note"] = f"limit is at most {MAX_SEARCH_LIMIT}; asked for {limit}."
         return reply
 
-    @tool
+    @tool(classify=ORDINARY)
     async def memory_update(memory_id: str, content: str) -> dict:
         """Replace a memory's text by its id when the fact changed."""
         with _as_tool_errors():
@@ -96,7 +96,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         return {"ok": True, "status": "updated", "memory": _brief(result.memory)}
 
-    @tool
+    @tool(classify=CONSEQUENTIAL)
     async def memory_forget(memory_id: str) -> dict:
         """Delete a memory by its id."""
         with _as_tool_errors():

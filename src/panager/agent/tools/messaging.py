@@ -23,14 +23,14 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import BaseTool
 
-from panager.agent.tools.base import tool
+from panager.agent.tools.base import CONSEQUENTIAL, shown_text, tool
 from panager.errors import ToolError
 from panager.services.relays import RelayLimited, RelayService
 
@@ -165,7 +165,7 @@ def messaging_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     if not deps.config.allow_user_messages or relay is None:
         return []
 
-    @tool
+    @tool(classify=CONSEQUENTIAL, describe=describe_relay)
     async def send_user_message(recipient: str, text: str) -> dict:
         """Send a direct message to another registered user of this assistant, by username.
 
@@ -175,3 +175,9 @@ def messaging_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         return await relay.send(user, recipient, text)
 
     return [send_user_message]
+
+
+def describe_relay(args: Mapping[str, Any]) -> str:
+    """The relay a confirmation question shows: recipient and the full text, made visible."""
+    recipient = str(args.get("recipient", "")).strip().lstrip("@")
+    return f"Send a message to @{shown_text(recipient)}: {shown_text(str(args.get('text', '')))}"

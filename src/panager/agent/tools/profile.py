@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo, available_timezones
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import tool
+from panager.agent.tools.base import ORDINARY, tool
 from panager.errors import ToolError
 from panager.services.users import User
 
@@ -15,7 +15,7 @@ from panager.services.users import User
 def profile_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     """Tools that change the user's own settings."""
 
-    @tool
+    @tool(classify=ORDINARY)
     async def set_timezone(timezone: str) -> dict:
         """Set the user's time zone (IANA name, e.g. 'Europe/Berlin') when they say where
         they live or that times are off."""

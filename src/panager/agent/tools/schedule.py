@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.state import SCHEDULED_RUN
-from panager.agent.tools.base import tool
+from panager.agent.tools.base import (
+    CONSEQUENTIAL,
+    ORDINARY,
+    CallView,
+    ToolClass,
+    shown_text,
+    tool,
+)
 from panager.errors import ToolError
 from panager.services.schedules.recurrence import ScheduleInputError
 from panager.services.schedules.service import Schedule
@@ -22,7 +30,7 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     if service is None:
         return []
 
-    @tool
+    @tool(classify=schedule_class, describe=describe_schedule)
     async def schedule_create(
         message: str,
         at: str,
@@ -53,14 +61,14 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             "next_run_at": created.next_run_at.isoformat(),
         }
 
-    @tool
+    @tool(classify=ORDINARY)
     async def schedule_list() -> dict:
         """List the user's reminders and scheduled tasks with their ids, soonest first."""
         now = deps.clock.now()
         items = [schedule_summary(s, now) for s in await service.list(user.id)]
         return {"schedules": items, "count": len(items)}
 
-    @tool
+    @tool(classify=CONSEQUENTIAL)
     async def schedule_cancel(schedule_id: str) -> dict:
         """Cancel a schedule by its id."""
         cancelled = await service.cancel(user.id, schedule_id)
@@ -98,3 +106,16 @@ def schedule_summary(schedule: Schedule, now: datetime) -> dict:
 def _short(text: str, limit: int = 80) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def schedule_class(args: Mapping[str, Any], view: CallView) -> ToolClass:
+    """A reminder to the person is ordinary; an agent schedule acts later on its own."""
+    return CONSEQUENTIAL if args.get("kind") == "agent" else ORDINARY
+
+
+def describe_schedule(args: Mapping[str, Any]) -> str:
+    """The schedule a confirmation question shows."""
+    agent = args.get("kind") == "agent"
+    kind = "a scheduled task (the assistant acts on its own then)" if agent else "a reminder"
+    repeat = f", repeating {args.get('repeat')}" if args.get("repeat") else ""
+    return f"Create {kind} at {args.get('at')}{repeat}: {shown_text(str(args.get('message', '')))}"

@@ -146,6 +146,8 @@ CLAIM_UNREPORTED = f"""
 WITH todo AS (
     SELECT id FROM schedule_runs
      WHERE status = 'missed' AND reported_at IS NULL {_USER_FILTER}
+       AND NOT EXISTS (SELECT 1 FROM schedules h  -- a missed heartbeat is not news
+                        WHERE h.id = schedule_runs.schedule_id AND h.kind = 'heartbeat')
      ORDER BY user_id, scheduled_for
      LIMIT %(limit)s
      FOR UPDATE SKIP LOCKED

@@ -108,18 +108,27 @@ SELECT created.*,
        pg_notify('{NOTIFY_CHANNEL}', extract(epoch FROM created.next_run_at)::text) AS notified
   FROM created
 """
-COUNT_ACTIVE = "SELECT count(*) AS n FROM schedules WHERE user_id = %s AND status = 'active'"
-GET_SCHEDULE = "SELECT * FROM schedules WHERE id = %(id)s AND user_id = %(user_id)s"
+COUNT_ACTIVE = (
+    "SELECT count(*) AS n FROM schedules WHERE user_id = %s AND status = 'active' "
+    "AND kind IN ('reminder', 'agent')"
+)
+# A person's own schedules; system jobs (heartbeat, briefing, webhook runs) are not theirs
+# to edit here and are never listed with them.
+GET_SCHEDULE = (
+    "SELECT * FROM schedules WHERE id = %(id)s AND user_id = %(user_id)s "
+    "AND kind IN ('reminder', 'agent')"
+)
 LIST_SCHEDULES = """
 SELECT * FROM schedules
- WHERE user_id = %(user_id)s
+ WHERE user_id = %(user_id)s AND kind IN ('reminder', 'agent')
    AND (status = 'active' OR (status IN ('failed', 'missed') AND updated_at > %(since)s))
  ORDER BY status <> 'active', next_run_at NULLS LAST, created_at
 """
 CANCEL_SCHEDULE = """
 UPDATE schedules
    SET status = 'cancelled', claimed_by = NULL, lease_until = NULL, updated_at = %(now)s
- WHERE id = %(id)s AND user_id = %(user_id)s AND status IN ('active', 'paused', 'failed', 'missed')
+ WHERE id = %(id)s AND user_id = %(user_id)s AND kind IN ('reminder', 'agent')
+   AND status IN ('active', 'paused', 'failed', 'missed')
 RETURNING *
 """
 
@@ -139,21 +148,23 @@ WITH changed AS (
            status = CASE WHEN status = 'paused' THEN 'paused' ELSE 'active' END,
            attempts = 0, last_error = NULL, claimed_by = NULL, lease_until = NULL,
            updated_at = %(now)s
-     WHERE id = %(id)s AND user_id = %(user_id)s
+     WHERE id = %(id)s AND user_id = %(user_id)s AND kind IN ('reminder', 'agent')
        AND status IN ('active', 'paused', 'failed', 'missed') AND {_NOT_SENDING}
     RETURNING *
 ){_NOTIFY_CHANGED}"""
 PAUSE_SCHEDULE = f"""
 UPDATE schedules SET status = 'paused', claimed_by = NULL, lease_until = NULL,
                      updated_at = %(now)s
- WHERE id = %(id)s AND user_id = %(user_id)s AND status = 'active' AND {_NOT_SENDING}
+ WHERE id = %(id)s AND user_id = %(user_id)s AND kind IN ('reminder', 'agent')
+   AND status = 'active' AND {_NOT_SENDING}
 RETURNING *
 """
 RESUME_SCHEDULE = f"""
 WITH changed AS (
     UPDATE schedules SET status = 'active', next_run_at = %(next_run_at)s, attempts = 0,
                          updated_at = %(now)s
-     WHERE id = %(id)s AND user_id = %(user_id)s AND status = 'paused'
+     WHERE id = %(id)s AND user_id = %(user_id)s AND kind IN ('reminder', 'agent')
+       AND status = 'paused'
     RETURNING *
 ){_NOTIFY_CHANGED}"""
 LIST_WITH_PAUSED = LIST_SCHEDULES.replace(

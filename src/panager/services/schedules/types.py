@@ -37,6 +37,7 @@ class Schedule:
     lease_until: datetime | None
     created_at: datetime
     updated_at: datetime
+    params: dict | None = None  # a system job's settings (services/schedules/system.py)
 
     @property
     def zone(self) -> ZoneInfo:
@@ -125,7 +126,7 @@ def schedule_from_row(row: dict | None) -> Schedule | None: ...
 def schedule_from_row(row: dict | None) -> Schedule | None:
     if row is None:
         return None
-    return Schedule(**{f.name: row[f.name] for f in fields(Schedule)})
+    return Schedule(**{f.name: row[f.name] for f in fields(Schedule) if f.name in row})
 
 
 def user_from_row(row: dict) -> User:

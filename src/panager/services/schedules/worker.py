@@ -65,6 +65,7 @@ from panager.services.users import User
 
 log = logging.getLogger(__name__)
 
+SYSTEM_KINDS = frozenset({"heartbeat", "briefing", "webhook", "tidy"})  # system jobs
 RETRY_DELAYS = (30, 120, 600, 1800)  # seconds before attempts 2..5; then the run is failed
 NO_ROUTE_DELAY = timedelta(seconds=60)  # nobody can reach the user now: look again later
 # The user's turn is running: the agent run is handed back (claimable at once) and this
@@ -86,6 +87,10 @@ class Delivery(Protocol):
 
     async def run_agent(self, user: User, instruction: str) -> AgentAnswer:
         """Run the graph as a system trigger in the user's thread; return the answer."""
+        ...
+
+    async def run_system(self, user: User, schedule: Schedule, due: datetime) -> AgentAnswer:
+        """Run a system job (heartbeat, briefing, webhook call); empty text: nothing to say."""
         ...
 
 
@@ -397,16 +402,20 @@ class SchedulerWorker:
             raise PermanentFailure("the user is blocked or no longer exists")
         due = _due(occ)
         output = None
-        if schedule.kind == "agent":
+        if schedule.kind != "reminder":
             output = await self.claims.stored_output(schedule, due)
             if output is None:
-                output = await self._run_agent(schedule, user)
+                output = await self._run_agent(schedule, user, due)
         request = RunRequest(schedule, due, occ.late, output)
         ticket = await self._begin.submit(request)
         if ticket is None:
             ticket = await self.claims.take_over(request, worker=self.id, now=self.clock.now())
         if ticket is None:
             return await self._not_ours(schedule, due)
+        if schedule.kind in SYSTEM_KINDS and not (ticket.output or output):
+            # a system job with nothing to say (a quiet heartbeat): done, nothing sent
+            await self._complete.submit((schedule, ticket, self._after(schedule, due)))
+            return "quiet"
         text = ticket.output or output or schedule.message
         text = compose(schedule, text, due, late=occ.late, resent=ticket.interrupted)
         timeout = self.lease.total_seconds() / 2  # a send never outlives the lease
@@ -425,9 +434,12 @@ class SchedulerWorker:
         await self.claims.complete_runs(items, worker=self.id, now=self.clock.now())
         return [None] * len(items)
 
-    async def _run_agent(self, schedule: Schedule, user: User) -> str:
+    async def _run_agent(self, schedule: Schedule, user: User, due: datetime) -> str:
         async with self._keep_lease(schedule):
-            answer = await self.delivery.run_agent(user, schedule.message)
+            if schedule.kind in SYSTEM_KINDS:
+                answer = await self.delivery.run_system(user, schedule, due)
+            else:
+                answer = await self.delivery.run_agent(user, schedule.message)
         if not answer.ok:
             raise DeliveryFailed(f"the scheduled run failed: {short(answer.text, 200)}")
         return answer.text

@@ -26,6 +26,12 @@ NOTICES = {
     "blocked": "User blocked: their web sessions ended and their messages are refused.",
     "revoked": "Invite revoked.",
     "invited": "Invite created.",
+    "heartbeat-on": "Heartbeat on: it writes only when something needs you.",
+    "heartbeat-off": "Heartbeat off.",
+    "heartbeat-invalid": (
+        "Heartbeat not changed: every 15 minutes at the most often (and at least once a day), "
+        "hours as HH:MM with a different start and end."
+    ),
 }
 
 

@@ -13,6 +13,7 @@ from datetime import date, timedelta
 
 from aiohttp import web
 
+from panager.agent.commands.jobs import parse_clock
 from panager.services.schedules.calendar import grid, preview
 from panager.services.schedules.recurrence import ScheduleInputError, parse_zone
 from panager.services.schedules.types import Schedule
@@ -44,6 +45,7 @@ class SchedulesPage:
             web.get("/schedules", gate.page(self.index)),
             web.get("/schedules/new", gate.page(self.new)),
             web.post("/schedules/new", gate.page(self.create)),
+            web.post("/schedules/heartbeat", gate.page(self.heartbeat)),
             web.get("/schedules/{id}", gate.page(self.edit)),
             web.post("/schedules/{id}", gate.page(self.save)),
             web.post("/schedules/{id}/{action:pause|resume|cancel}", gate.page(self.act)),
@@ -57,12 +59,14 @@ class SchedulesPage:
         view = view if view in VIEWS else "week"
         anchor = _parse_day(request.query.get("start")) or now.astimezone(zone).date()
         schedules = await self.service.list_all(user.id)
+        jobs = self.app.deps.system_jobs
+        heartbeat = await jobs.heartbeat(user.id) if jobs is not None else None
         first, days, prev_day, next_day = _window(view, anchor)
         slots = grid(schedules, first, days, zone)
         return render("schedules.html", **page(
             session, "schedules", "Schedules", request, schedules=schedules, view=view,
             weeks=_weeks(first, days, slots), anchor=anchor, today=now.astimezone(zone).date(),
-            prev_day=prev_day, next_day=next_day, zone=zone, now=now,
+            prev_day=prev_day, next_day=next_day, zone=zone, now=now, heartbeat=heartbeat,
             title_range=_range_title(view, first, days)))
 
     async def new(self, request: web.Request, session: WebSession) -> web.Response:
@@ -84,6 +88,24 @@ class SchedulesPage:
         except ScheduleInputError as exc:
             return self._form(request, session, None, form, error=str(exc), status=400)
         raise see_other("/schedules", "created")
+
+    async def heartbeat(self, request: web.Request, session: WebSession) -> web.Response:
+        """Turn the heartbeat on (interval, active hours) or off — the /heartbeat command."""
+        jobs = self.app.deps.system_jobs
+        if jobs is None:
+            return not_found(session, "heartbeat")
+        form = await form_of(request)
+        if form.get("action") == "off":
+            await jobs.end(session.user.id, "heartbeat")
+            raise see_other("/schedules", "heartbeat-off")
+        try:
+            every = timedelta(minutes=int(form.get("every", "30") or 30))
+            start = parse_clock(form.get("start", "08:00"))
+            end = parse_clock(form.get("end", "22:00"))
+            await jobs.set_heartbeat(session.user, every, start, end)
+        except (ValueError, ScheduleInputError):
+            raise see_other("/schedules", "heartbeat-invalid") from None
+        raise see_other("/schedules", "heartbeat-on")
 
     async def edit(self, request: web.Request, session: WebSession) -> web.Response:
         """The form for one of the user's schedules (others' ids: 404)."""

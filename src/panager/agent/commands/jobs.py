@@ -1,0 +1,137 @@
+"""/heartbeat, /briefing and /webhook: the system jobs a person turns on (agent/jobs.py)."""
+
+from __future__ import annotations
+
+import re
+from datetime import time, timedelta
+
+from panager.agent.commands import CommandContext, CommandReply, command
+from panager.services.schedules.recurrence import ScheduleInputError
+from panager.services.schedules.system import SystemJobService
+
+HEARTBEAT_USAGE = "/heartbeat [30m 08:00-22:00 | off]"
+BRIEFING_USAGE = "/briefing [HH:MM | off]"
+WEBHOOK_USAGE = "/webhook [new NAME INSTRUCTION… | revoke NAME]"
+HOOKS_PATH = "/hooks/"
+_EVERY = re.compile(r"^(\d{1,4})\s*(m|min|h)$", re.IGNORECASE)
+_HOURS = re.compile(r"^(\d{1,2}:\d{2})-(\d{1,2}:\d{2})$")
+UNAVAILABLE = CommandReply("System jobs are not available in this setup.", ok=False)
+
+
+def _service(ctx: CommandContext) -> SystemJobService | None:
+    return ctx.deps.system_jobs
+
+
+def parse_every(text: str) -> timedelta:
+    """'30m', '45min', '2h' as a timedelta."""
+    found = _EVERY.match(text.strip())
+    if not found:
+        raise ScheduleInputError(f"Could not read the interval {text!r}; write e.g. 30m or 2h.")
+    amount = int(found.group(1))
+    return timedelta(hours=amount) if found.group(2).lower() == "h" else timedelta(minutes=amount)
+
+
+def parse_clock(text: str) -> time:
+    """'07:30' as a time (00:00–23:59)."""
+    try:
+        hours, minutes = (int(p) for p in text.strip().split(":"))
+        return time(hours, minutes)
+    except ValueError:
+        raise ScheduleInputError(
+            f"Could not read the time {text!r}; write HH:MM, e.g. 07:30."
+        ) from None
+
+
+def parse_hours(text: str) -> tuple[time, time]:
+    """'08:00-22:00' as (start, end)."""
+    found = _HOURS.match(text.strip())
+    if not found:
+        raise ScheduleInputError(f"Could not read the hours {text!r}; write e.g. 08:00-22:00.")
+    return parse_clock(found.group(1)), parse_clock(found.group(2))
+
+
+@command("heartbeat", HEARTBEAT_USAGE, "a quiet check that speaks up only when something is near")
+async def heartbeat_command(ctx: CommandContext, args: str) -> CommandReply | str:
+    """Show, set or stop the heartbeat."""
+    service = _service(ctx)
+    if service is None:
+        return UNAVAILABLE
+    words = args.split()
+    if not words:
+        beat = await service.heartbeat(ctx.user.id)
+        if beat is None:
+            return "The heartbeat is off. Turn it on with /heartbeat 30m 08:00-22:00."
+        return f"Heartbeat: {beat.describe()} ({ctx.user.timezone}). /heartbeat off stops it."
+    if words[0].lower() == "off":
+        ended = await service.end(ctx.user.id, "heartbeat")
+        return "Heartbeat stopped." if ended else "The heartbeat was already off."
+    try:
+        every = parse_every(words[0])
+        start, end = parse_hours(words[1]) if len(words) > 1 else (time(8), time(22))
+        beat = await service.set_heartbeat(ctx.user, every, start, end)
+    except ScheduleInputError as exc:
+        return CommandReply(f"{exc}\nUsage: {HEARTBEAT_USAGE}", ok=False)
+    return (
+        f"Heartbeat on: {beat.describe()} ({ctx.user.timezone}). I check what is coming and "
+        "write only when something needs you; outside those hours only for an event that "
+        "starts before the next check."
+    )
+
+
+@command("briefing", BRIEFING_USAGE, "a daily morning overview of your day")
+async def briefing_command(ctx: CommandContext, args: str) -> CommandReply | str:
+    """Show, set or stop the daily briefing."""
+    service = _service(ctx)
+    if service is None:
+        return UNAVAILABLE
+    arg = args.strip().lower()
+    if not arg:
+        job = await service.job(ctx.user.id, "briefing")
+        if job is None:
+            return "The daily briefing is off. Turn it on with /briefing 07:30."
+        at = (job.params or {}).get("at", "?")
+        return f"Daily briefing at {at} ({ctx.user.timezone}). /briefing off stops it."
+    if arg == "off":
+        ended = await service.end(ctx.user.id, "briefing")
+        return "Daily briefing stopped." if ended else "The daily briefing was already off."
+    try:
+        job = await service.set_briefing(ctx.user, parse_clock(arg))
+    except ScheduleInputError as exc:
+        return CommandReply(f"{exc}\nUsage: {BRIEFING_USAGE}", ok=False)
+    first = job.describe(ctx.deps.clock.now())
+    return f"Daily briefing set: every day at {arg} ({ctx.user.timezone}), first {first}."
+
+
+@command("webhook", WEBHOOK_USAGE, "a secret address that makes me act when something calls it")
+async def webhook_command(ctx: CommandContext, args: str) -> CommandReply | str:
+    """List, create or revoke the person's webhooks."""
+    service = _service(ctx)
+    if service is None:
+        return UNAVAILABLE
+    verb, _, rest = args.strip().partition(" ")
+    verb = verb.lower()
+    try:
+        if verb == "new":
+            name, _, instruction = rest.strip().partition(" ")
+            hook, token = await service.create_webhook(ctx.user, name, instruction)
+            url = f"{ctx.deps.settings.public_url.rstrip('/')}{HOOKS_PATH}{token}"
+            return (
+                f"Webhook {hook.name!r} created. POST to this address (shown only now; keep "
+                f"it secret — anyone with it can wake me for you):\n{url}\n"
+                f"Each call: “{hook.instruction}”, with the request body as data."
+            )
+        if verb == "revoke" and rest.strip():
+            name = rest.strip()
+            done = await service.revoke_webhook(ctx.user.id, name)
+            return f"Webhook {name!r} revoked." if done else f"No webhook named {name!r}."
+    except ScheduleInputError as exc:
+        return CommandReply(f"{exc}\nUsage: {WEBHOOK_USAGE}", ok=False)
+    if verb:
+        return CommandReply(f"Usage: {WEBHOOK_USAGE}", ok=False)
+    hooks = await service.webhooks(ctx.user.id)
+    if not hooks:
+        return "You have no webhooks. Create one with /webhook new NAME INSTRUCTION…"
+    lines = ["Your webhooks (addresses are shown only when created):"]
+    lines += [f"  {h.name} — “{h.instruction}”" for h in hooks]
+    lines.append("Revoke one with /webhook revoke NAME.")
+    return "\n".join(lines)

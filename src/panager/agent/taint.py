@@ -1,0 +1,69 @@
+"""Taint: whether a model call was sent text that did not come from the person.
+
+A call is tainted when anything it was sent — the system prompt (summary,
+recalled memories, loaded skills), the trimmed history, this turn's tool
+results — holds framed outside content (`panager.framing`), or when a message
+in it was itself written in a tainted call (the mark rides on AIMessages and on
+notes such as relays, so a model's own words about an injected text do not
+launder it). The mark is stored on the reply (`TAINT_KEY` in
+`additional_kwargs`); tools read it for the call they are running through
+`CALL_TAINTED`, and anything they write from it (a memory, a schedule, a
+summary) keeps the mark.
+
+The person's own words are the human messages that carry neither mark: what a
+classification rule may treat as "written by the person" (`person_text`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+
+from panager.framing import holds_outside
+
+TAINT_KEY = "panager_tainted"
+# True while the tools of a tainted reply run (asyncio.gather copies it into each call).
+CALL_TAINTED: ContextVar[bool] = ContextVar("panager_call_tainted", default=False)
+
+
+def marked(message: AnyMessage) -> bool:
+    """Whether the message carries the taint mark itself."""
+    return bool((message.additional_kwargs or {}).get(TAINT_KEY))
+
+
+def is_outside(message: AnyMessage) -> bool:
+    """Outside content in this message: framed text, or the taint mark."""
+    return marked(message) or holds_outside(message.content)
+
+
+def call_tainted(system_prompt: str, messages: Sequence[AnyMessage]) -> bool:
+    """Whether a model call sending `system_prompt` + `messages` is tainted."""
+    return holds_outside(system_prompt) or any(is_outside(m) for m in messages)
+
+
+def mark(reply: AIMessage, tainted: bool) -> AIMessage:
+    """The reply with the taint mark set (a no-op for an untainted call)."""
+    if not tainted:
+        return reply
+    reply.additional_kwargs = {**(reply.additional_kwargs or {}), TAINT_KEY: True}
+    return reply
+
+
+def person_text(messages: Sequence[AnyMessage]) -> str:
+    """Everything the person typed themselves: human messages without any outside mark."""
+    parts: list[str] = []
+    for message in messages:
+        if isinstance(message, HumanMessage) and not message.name and not is_outside(message):
+            parts.append(_text(message.content))
+    return "\n".join(parts)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
