@@ -49,6 +49,10 @@ from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_with_retries
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
+from panager.services.media.intake import MediaIntake, MediaLimits
+from panager.services.media.sandbox import Limits
+from panager.services.media.store import MediaStore
+from panager.services.media.transcribe import Transcriber, TranscriptionConfig
 from panager.services.memory.service import MemoryHit, MemoryService
 from panager.services.relays import RelayService
 from panager.services.schedules.service import ScheduleLimits, ScheduleService
@@ -142,6 +146,7 @@ class App:
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
         messenger = FanoutMessenger()
+        media = make_media_intake(pool, settings, clock)
         # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity —
         #    after asking a local model server which context window it really serves.
         await learn_served_window(settings)
@@ -187,6 +192,7 @@ class App:
             memory=memory,
             google=google,
             relay=relay,
+            media=media,
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():
@@ -284,6 +290,26 @@ async def ensure_schema(url: str, auto_migrate: bool) -> None:
         await migrate.upgrade(url, pool)
     finally:
         await pool.close()
+
+
+def make_media_intake(pool: Pool, settings: Settings, clock: Clock) -> MediaIntake:
+    """The attachment intake with the configured limits and transcription endpoint."""
+    config = settings.runtime
+    transcriber = Transcriber(TranscriptionConfig(
+        base_url=settings.transcription_base_url or settings.openai_base_url,
+        api_key=settings.openai_api_key,
+        model=settings.transcription_model,
+        timeout=config.transcription_timeout_seconds,
+    ))
+    limits = MediaLimits(
+        max_bytes=config.attachment_max_bytes,
+        audio_max_seconds=config.audio_max_seconds,
+        image_max_pixels=config.image_max_pixels,
+        document_max_pages=config.document_max_pages,
+        decode=Limits(memory_bytes=config.decode_memory_mb * 1024 * 1024,
+                      timeout=config.decode_timeout_seconds),
+    )
+    return MediaIntake(MediaStore(pool, config.media_quota_bytes), transcriber, limits, clock)
 
 
 def _recall(memory: MemoryService, limit: int) -> Recall:

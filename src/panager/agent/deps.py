@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from panager.db.pool import Pool
     from panager.services.access import AccessService
     from panager.services.google.service import GoogleService
+    from panager.services.media.intake import MediaIntake
     from panager.services.memory.service import MemoryService
     from panager.services.relays import RelayService
     from panager.services.schedules.service import ScheduleService
@@ -46,3 +47,4 @@ class AgentDeps:
     memory: MemoryService | None = None
     google: GoogleService | None = None  # None when Google is not configured
     relay: UserMessageRelay | None = None  # send_user_message; None unless enabled
+    media: MediaIntake | None = None  # attachments (images, voice, documents)

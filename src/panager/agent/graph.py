@@ -26,6 +26,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
+from panager.agent.attachments import with_images
 from panager.agent.effects import Effect, ModelCall
 from panager.agent.events import EventType
 from panager.agent.history import memo_counter, trim_history, truncate_text
@@ -241,7 +242,7 @@ class Graph:
         if call_tainted(system, history):
             notes.append(OUTSIDE_SECTION)
         system = "\n\n".join([system, *notes])
-        return [SystemMessage(system), *history]
+        return [SystemMessage(system), *with_images(history, ctx.extra.get("images") or {})]
 
     def _model_call(self, state: AgentState, ctx: TurnContext, iteration: int) -> ModelCall:
         messages = list(state["messages"])

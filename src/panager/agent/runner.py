@@ -19,7 +19,7 @@ import json
 import logging
 import unicodedata
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TypedDict
@@ -30,6 +30,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Durability
 
+from panager.agent.attachments import Images, media_refs, notes_for, turn_messages
 from panager.agent.deps import AgentDeps
 from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
@@ -39,6 +40,8 @@ from panager.agent.threads import Threads
 from panager.agent.tools import build_tools
 from panager.errors import ModelUnavailable
 from panager.llm import NO_MODEL_MESSAGE
+from panager.services.media.intake import Attachment
+from panager.services.media.vision import sees_images
 from panager.services.users import User
 
 log = logging.getLogger(__name__)
@@ -119,9 +122,25 @@ class Assistant:
         `wait=False` raises UserBusy instead of waiting for a running turn."""
         return self.threads.user_lock(user_id, wait=wait)
 
-    def check_message(self, text: str) -> str | None:
+    def sees_images(self, user: User) -> bool:
+        """Whether the person's model takes images (the name table, then `vision` config)."""
+        return sees_images(self.model_name(user), self.deps.config.vision)
+
+    def model_name(self, user: User) -> str:
+        """The name of the model the person's turns use."""
+        model = self.model_for(user)
+        return str(getattr(model, "model_name", None) or user.model or self.deps.settings.model)
+
+    def attachment_notes(self, user: User, attachments: Sequence[Attachment]) -> list[str]:
+        """Lines to show before the answer: what was heard, what could not be used."""
+        return notes_for(attachments, sees_images=self.sees_images(user),
+                         model_name=self.model_name(user))
+
+    def check_message(self, text: str, attachments: Sequence[Attachment] = ()) -> str | None:
         """A user-facing refusal for unusable input, or None when it is fine."""
         limit = self.deps.config.max_message_chars
+        if not text and attachments:
+            return None
         if not text:
             return "Your message was empty — what can I do for you?"
         if len(text) > limit:
@@ -142,14 +161,17 @@ class Assistant:
         message_key: str | None = None,
         resume: bool = False,
         wait_for_lock: bool = True,
+        attachments: Sequence[Attachment] = (),
     ) -> TurnResult:
         """Answer `text` from `user` (or run a scheduled task when is_system_trigger).
 
         `message_key` ids the user's message in the thread; with `resume` a message
         already answered under that key gets the stored answer (see the module doc).
-        `wait_for_lock=False` (scheduled runs) raises UserBusy while another turn runs."""
+        `wait_for_lock=False` (scheduled runs) raises UserBusy while another turn runs.
+        `attachments` come from `MediaIntake.take` (agent/attachments.py says how they
+        enter the thread); the front end shows `attachment_notes` first."""
         text = clean_text(text)
-        refusal = self.check_message(text)
+        refusal = self.check_message(text, attachments)
         if refusal:
             return TurnResult(refusal, ok=False)
         model = self.model_for(user)
@@ -162,7 +184,7 @@ class Assistant:
                     return found
                 replay, message_key = found
             return await self._run_locked(
-                user, text, model, emitter, is_system_trigger, replay, message_key
+                user, text, model, emitter, is_system_trigger, replay, message_key, attachments
             )
 
     async def _resumed(self, user: User, key: str) -> TurnResult | tuple[bool, str | None]:
@@ -192,6 +214,7 @@ class Assistant:
         is_system_trigger: bool,
         replay: bool,
         message_key: str | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> TurnResult:
         emitter = emitter or self.emitter
         ctx = TurnContext(
@@ -206,8 +229,9 @@ class Assistant:
         config = self.config_for(user)
         if user.id not in self._clean_threads:
             await self.repair_thread(user)
-        inputs = self._inputs(text, is_system_trigger, replay, message_key)
-        new = inputs["messages"][0] if inputs["messages"] else None
+        inputs = self._inputs(text, is_system_trigger, replay, message_key, attachments, user)
+        ctx.extra["images"] = await self._images(user, inputs["messages"])
+        new = inputs["messages"][-1] if inputs["messages"] else None
         await emitter(
             "agent_start",
             user.id,
@@ -240,10 +264,21 @@ class Assistant:
             await emitter("agent_end", user.id)
 
     def _inputs(
-        self, text: str, is_system_trigger: bool, replay: bool, message_key: str | None = None
+        self,
+        text: str,
+        is_system_trigger: bool,
+        replay: bool,
+        message_key: str | None = None,
+        attachments: Sequence[Attachment] = (),
+        user: User | None = None,
     ) -> dict:
         if replay:  # the user's message is already in the thread (pending replay)
             return {"messages": [], "model_calls": 0}
+        if attachments and user is not None and not is_system_trigger:
+            key = message_key or str(uuid.uuid4())
+            seen = self.sees_images(user)
+            return {"messages": turn_messages(text, attachments, key, sees_images=seen),
+                    "model_calls": 0}
         if is_system_trigger:
             msg = HumanMessage(
                 SYSTEM_TRIGGER_PREFIX + json.dumps(text, ensure_ascii=False),
@@ -254,6 +289,19 @@ class Assistant:
         else:
             msg = HumanMessage(text, id=message_key or str(uuid.uuid4()))
         return {"messages": [msg], "model_calls": 0}
+
+    async def _images(self, user: User, messages: list) -> Images:
+        """This turn's images, read from the person's store, when their model sees images."""
+        media = self.deps.media
+        refs = [(m.id, r) for m in messages for r in media_refs(m)]
+        if not refs or media is None or not self.sees_images(user):
+            return {}
+        images: dict[str, list[tuple[str, bytes]]] = {}
+        for message_id, ref in refs:
+            found = await media.store.get(user.id, str(ref["id"]))
+            if found is not None:
+                images.setdefault(message_id, []).append((found.mime, found.data))
+        return images
 
     async def repair_thread(self, user: User) -> int:
         """Answer tool calls left without results (crash, cancel); returns how many."""
