@@ -103,10 +103,9 @@ class MediaIntake:
         if problem:
             return refused(base, problem)
         found = sniff(data, name)
-        mismatch = _contradicts(found, declared_type, name)
-        if found.kind == "unknown" or mismatch:
-            return refused(base, mismatch or "its type is not one I can read "
-                           "(images, audio, PDF, DOCX, text, CSV, HTML)")
+        problem = _type_problem(found, declared_type, name)
+        if problem:
+            return refused(base, problem)
         base = replace(base, mime=found.mime)
         try:
             if found.kind == "image":
@@ -175,17 +174,36 @@ def refused(base: Attachment, why: str) -> Attachment:
                    details={"why": why})
 
 
-def _contradicts(found: Sniffed, declared: str | None, name: str) -> str:
-    """A line when the declared type (or the name's extension) names a different kind."""
+_EXT_KIND = {
+    **dict.fromkeys(("png", "jpg", "jpeg", "gif", "webp"), "image"),
+    **dict.fromkeys(("ogg", "oga", "opus", "mp3", "m4a", "wav", "webm", "flac"), "audio"),
+    **dict.fromkeys(("pdf", "docx", "txt", "md", "csv", "html", "htm"), "document"),
+}
+_KIND_WORDS = {"image": "image", "audio": "audio file", "document": "document"}
+
+
+def _claimed_kind(declared: str | None, name: str) -> str | None:
+    """The kind the declared type (or else the name's extension) claims, if any."""
     claimed = (declared or "").split(";")[0].strip().lower()
-    major = claimed.split("/")[0] if "/" in claimed else ""
-    kind_of = {"image": "image", "audio": "audio", "video": "audio"}
-    if major in kind_of and found.kind != "unknown" and kind_of[major] != found.kind:
-        return f"it says it is {claimed} but its contents are {found.mime}"
+    major = claimed.split("/")[0]
+    if major in ("image", "audio", "video"):
+        return "audio" if major == "video" else major
+    if claimed == "application/pdf" or major == "text" or "wordprocessingml" in claimed:
+        return "document"
     ext = name.rsplit(".", 1)[-1].lower() if "." in name else ""
-    image_ext = {"png", "jpg", "jpeg", "gif", "webp"}
-    if ext in image_ext and found.kind != "image":
-        return f"it is named .{ext} but its contents are {found.mime}"
+    return _EXT_KIND.get(ext)
+
+
+def _type_problem(found: Sniffed, declared: str | None, name: str) -> str:
+    """Why the bytes cannot be used as what they claim to be ("" when they can)."""
+    claimed = _claimed_kind(declared, name)
+    if found.kind == "unknown":
+        if claimed:
+            return f"it is not a readable {_KIND_WORDS[claimed]}"
+        return "its type is not one I can read (images, audio, PDF, DOCX, text, CSV, HTML)"
+    if claimed and claimed != found.kind:
+        article = "a" if claimed == "document" else "an"
+        return f"it claims to be {article} {_KIND_WORDS[claimed]} but its contents are {found.mime}"
     return ""
 
 
