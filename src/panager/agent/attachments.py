@@ -24,6 +24,7 @@ from panager.framing import frame
 from panager.services.media.intake import Attachment
 
 MEDIA_KEY = "panager_media"  # additional_kwargs of the attachments message: [{id, mime, name}]
+FILES_KEY = "panager_files"  # additional_kwargs: the names of the message's attachments
 ATTACHMENTS_NAME = "attachments"
 DOCUMENT_CHARS = 12_000  # of a document's text put into the turn that brings it
 NO_WORDS = "(no words with this message: it is about the attachment above)"
@@ -77,9 +78,17 @@ def turn_messages(
     media = [{"id": a.media_id, "mime": a.mime, "name": a.name}
              for a in outside if a.kind == "image" and a.media_id]
     parts = "\n".join(_outside(a, sees_images) for a in outside)
-    kwargs = {MEDIA_KEY: media} if media else {}
+    kwargs: dict[str, Any] = {FILES_KEY: [a.name for a in outside]}
+    if media:
+        kwargs[MEDIA_KEY] = media
     return [HumanMessage(parts, name=ATTACHMENTS_NAME, id=f"{key}-attachments",
                          additional_kwargs=kwargs), person]
+
+
+def attached_text(message: AnyMessage) -> str:
+    """How a page shows an attachments message: the file names, not the framed data."""
+    names = (message.additional_kwargs or {}).get(FILES_KEY) or []
+    return "📎 " + ", ".join(str(n) for n in names) if names else "📎 (attachments)"
 
 
 def media_refs(message: AnyMessage) -> list[dict]:
