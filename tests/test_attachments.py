@@ -180,3 +180,24 @@ def test_types_come_from_the_bytes_and_names_are_cleaned():
     assert clean_name("<b>x</b>.png") == "b_.png"  # no path, no markup characters
     assert clean_name("<img onerror=x>.png") == "img onerror_x_.png"
     assert clean_name("\u202egnp.exe") == "gnp.exe"
+
+
+async def test_model_changes_whether_images_are_sent(start, openai):
+    from panager.agent.commands import CommandContext, dispatch
+
+    app, user = await start(vision={"my-local-llava": True},
+                            allowed_models=["gpt-4o-mini", "llama3.1:8b", "my-local-llava"])
+    assert app.assistant.sees_images(user)  # gpt-4o-mini, by name
+    ctx = CommandContext(user=user, assistant=app.assistant, front_end="terminal")
+    reply = await dispatch(ctx, "/model llama3.1:8b")
+    assert reply.ok, reply.text
+    user = await app.deps.users.get(ME)
+    assert not app.assistant.sees_images(user)
+    att = await app.deps.media.take(user.id, "r.png", png())
+    assert app.assistant.attachment_notes(user, [att])[0].startswith(
+        "The model in use (llama3.1:8b) can't see images")
+    openai.script("words answered")
+    assert (await app.assistant.run_turn(user, "hi", attachments=[att])).text == "words answered"
+    assert openai.image_parts() == [] and openai.requests[-1]["model"] == "llama3.1:8b"
+    await dispatch(ctx, "/model my-local-llava")
+    assert app.assistant.sees_images(await app.deps.users.get(ME))
