@@ -49,6 +49,7 @@ from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_with_retries
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
+from panager.services.media.documents import DocumentService
 from panager.services.media.intake import MediaIntake, MediaLimits
 from panager.services.media.sandbox import Limits
 from panager.services.media.store import MediaStore
@@ -146,7 +147,8 @@ class App:
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
         messenger = FanoutMessenger()
-        media = make_media_intake(pool, settings, clock)
+        documents = DocumentService(pool, memory, clock, config.document_quota_bytes)
+        media = make_media_intake(pool, settings, clock, documents)
         # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity —
         #    after asking a local model server which context window it really serves.
         await learn_served_window(settings)
@@ -292,7 +294,9 @@ async def ensure_schema(url: str, auto_migrate: bool) -> None:
         await pool.close()
 
 
-def make_media_intake(pool: Pool, settings: Settings, clock: Clock) -> MediaIntake:
+def make_media_intake(
+    pool: Pool, settings: Settings, clock: Clock, documents: DocumentService | None = None
+) -> MediaIntake:
     """The attachment intake with the configured limits and transcription endpoint."""
     config = settings.runtime
     transcriber = Transcriber(TranscriptionConfig(
@@ -309,7 +313,8 @@ def make_media_intake(pool: Pool, settings: Settings, clock: Clock) -> MediaInta
         decode=Limits(memory_bytes=config.decode_memory_mb * 1024 * 1024,
                       timeout=config.decode_timeout_seconds),
     )
-    return MediaIntake(MediaStore(pool, config.media_quota_bytes), transcriber, limits, clock)
+    store = MediaStore(pool, config.media_quota_bytes)
+    return MediaIntake(store, transcriber, limits, clock, documents)
 
 
 def _recall(memory: MemoryService, limit: int) -> Recall:

@@ -231,6 +231,7 @@ class RuntimeConfig(BaseModel):
     image_max_pixels: int = Field(default=40_000_000, ge=10_000)
     document_max_pages: int = Field(default=300, ge=1)
     media_quota_bytes: int = Field(default=200_000_000, ge=1_000_000)
+    document_quota_bytes: int = Field(default=200_000_000, ge=100_000)
     decode_memory_mb: int = Field(default=1024, ge=128)
     decode_timeout_seconds: float = Field(default=30.0, gt=0)
     transcription_timeout_seconds: float = Field(default=60.0, gt=0)

@@ -38,6 +38,7 @@ from datetime import datetime
 from typing import Literal
 
 from panager.clock import Clock
+from panager.services.media.documents import DocumentQuotaExceeded, DocumentService
 from panager.services.media.sandbox import DecodeFailed, Limits, run_job
 from panager.services.media.sniff import Sniffed, clean_name, sniff
 from panager.services.media.store import MediaStore, QuotaExceeded
@@ -79,12 +80,18 @@ class MediaIntake:
     """Checks, decodes, transcribes and stores attachments (see the module doc)."""
 
     def __init__(
-        self, store: MediaStore, transcriber: Transcriber, limits: MediaLimits, clock: Clock
+        self,
+        store: MediaStore,
+        transcriber: Transcriber,
+        limits: MediaLimits,
+        clock: Clock,
+        documents: DocumentService | None = None,
     ) -> None:
         self.store = store
         self.transcriber = transcriber
         self.limits = limits
         self.clock = clock
+        self.documents = documents  # None: documents are read for the turn but not kept
 
     async def take(
         self,
@@ -112,7 +119,7 @@ class MediaIntake:
                 return await self._image(person_id, base, data, found)
             if found.kind == "audio":
                 return await self._audio(base, data, found, voice=voice, forwarded=forwarded)
-            return await self._document(base, data, found)
+            return await self._document(person_id, base, data, found)
         except (DecodeFailed, TranscriptionFailed) as exc:
             return refused(base, str(exc))
 
@@ -153,7 +160,8 @@ class MediaIntake:
         return replace(base, kind=kind, own_words=own, text=text, notice=notice,
                        details={"seconds": seconds, "voice": voice})
 
-    async def _document(self, base: Attachment, data: bytes, found: Sniffed) -> Attachment:
+    async def _document(self, person_id: int, base: Attachment, data: bytes, found: Sniffed
+                        ) -> Attachment:
         job = {"job": "document", "mime": found.mime, "max_pages": self.limits.document_max_pages}
         info, _ = await run_job(job, data, self.limits.decode)
         text = str(info.get("text") or "")
@@ -164,7 +172,18 @@ class MediaIntake:
         if pages and read and read < pages:
             notice = (f"{base.name} has {pages:,} pages; I read the first {read:,} "
                       "(the page limit).")
-        details = {"pages": pages, "read_pages": read, "outline": info.get("outline") or []}
+        outline = [str(o) for o in info.get("outline") or []]
+        details: dict = {"pages": pages, "read_pages": read, "outline": outline}
+        if self.documents is not None:
+            try:
+                kept = await self.documents.add(
+                    person_id, base.name, found.mime, data, text, pages=pages, read_pages=read,
+                    outline=outline)
+                details["document_id"] = kept.id
+            except DocumentQuotaExceeded:
+                notice = " ".join(filter(None, [notice, (
+                    f"I read {base.name} but could not keep it: your documents fill your "
+                    "storage; delete some on the Files page or ask me to forget one.")]))
         return replace(base, kind="document", text=text, notice=notice, details=details)
 
 
