@@ -107,3 +107,23 @@ async def test_by_default_only_discords_own_cdn_hosts_are_trusted(start_bot, fak
     await fake.send_dm(ADMIN, "look", attachments=[photo])
     shown = await answered(fake, 2)
     assert shown[0] == "I couldn't use p.png: it is not on Discord's file servers."
+
+
+async def test_a_pdf_and_a_docx_from_discord_are_found_by_document_search(
+    start_bot, fake, openai, tmp_path
+):
+    from tests.test_documents import PHRASE, long_docx, long_pdf
+
+    allow_fake_cdn(tmp_path, fake)
+    bot = await start_bot()
+    openai.script("A lease and a letter.")
+    files = [{"filename": "lease.pdf", "data": long_pdf(), "content_type": "application/pdf"},
+             {"filename": "letter.docx", "data": long_docx(),
+              "content_type": "application/vnd.openxmlformats-officedocument."
+                              "wordprocessingml.document"}]
+    await fake.send_dm(ADMIN, "keep these", attachments=files)
+    assert await answered(fake, 1) == ["A lease and a letter."]
+    framed = [m for m in openai.requests[-1]["messages"] if m.get("name") == "attachments"][-1]
+    assert framed["content"].count(OUTSIDE) == 2 and PHRASE in framed["content"]
+    hits = await bot.app.deps.media.documents.search(ADMIN, "heron copper mill", limit=5)
+    assert {h.name for h in hits if PHRASE in h.content} == {"lease.pdf", "letter.docx"}

@@ -7,9 +7,10 @@ import sys
 import pexpect
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.openai_server import FakeOpenAI, tool_call
 from tests.media_files import png, wav
 from tests.test_cli import cli_env
+from tests.test_documents import PHRASE, long_docx, long_pdf
 from tests.test_terminal_pty import COLS, ROWS, Screen, expect, never_garbled
 
 pytestmark = pytest.mark.timeout(120)
@@ -21,6 +22,8 @@ async def test_attach_sends_an_image_an_audio_file_and_refuses_bad_files(db_url,
     (files / "my photo.png").write_bytes(png(6, 6))
     (files / "memo.wav").write_bytes(wav(1.0))
     (files / "empty.pdf").write_bytes(b"")
+    (files / "lease.pdf").write_bytes(long_pdf())
+    (files / "letter.docx").write_bytes(long_docx())
     async with FakeOpenAI() as openai:
         env = cli_env(db_url, tmp_path / "home", openai.base_url) | {"TERM": "xterm-256color"}
         screen = Screen()
@@ -65,6 +68,20 @@ async def test_attach_sends_an_image_an_audio_file_and_refuses_bad_files(db_url,
             assert openai.last_user_text() == "still answer me"
             child.sendline("/attach")
             await expect(child, "Usage: /attach PATH [message]")
+
+            # documents: kept, then found by document_search in a later turn
+            openai.script("Stored the lease.", "Stored the letter.")
+            child.sendline(f"/attach {files / 'lease.pdf'} keep this")
+            await expect(child, "Stored the lease.")
+            child.sendline(f"/attach {files / 'letter.docx'} and this")
+            await expect(child, "Stored the letter.")
+            openai.script(tool_call("document_search", {"query": "heron copper mill"}),
+                          "Found it.")
+            child.sendline("where is the heron?")
+            await expect(child, "Found it.")
+            result = next(m for m in openai.requests[-1]["messages"] if m["role"] == "tool")
+            assert result["content"].count(PHRASE) == 2
+            assert "lease.pdf" in result["content"] and "letter.docx" in result["content"]
 
             child.sendline("exit")
             await expect(child, pexpect.EOF)

@@ -109,6 +109,36 @@ async def test_upload_paste_and_drop_reach_the_model(make_app, browsers, openai)
     await answer_shown(page, "Here is my answer anyway.")
     assert "I couldn't use broken.png: it is not a readable image." in await page.inner_text("#log")
 
+    # 5. documents by the upload button: a PDF and a DOCX, found by document_search
+    from tests.test_documents import PHRASE, long_docx, long_pdf
+
+    openai.script("Both kept.")
+    docx_type = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    await page.set_input_files("#chat-files", files=[
+        {"name": "lease.pdf", "mimeType": "application/pdf", "buffer": long_pdf()},
+        {"name": "letter.docx", "mimeType": docx_type, "buffer": long_docx()}])
+    await page.fill("textarea[name=text]", "keep these")
+    await page.keyboard.press("Enter")
+    await answer_shown(page, "Both kept.")
+    hits = await h.app.deps.media.documents.search(ALICE, "heron copper mill")
+    assert {x.name for x in hits if PHRASE in x.content} == {"lease.pdf", "letter.docx"}
+
+    # 6. the Files page: an uploaded HTML page (with an SVG) is text there, never a page
+    evil = (b"<!DOCTYPE html><html><body><script>document.title='pwned'</script>"
+            b"<svg onload=\"document.title='svg'\"></svg><p>Harmless words</p></body></html>")
+    doc = await h.app.deps.media.take(ALICE, "evil.html", evil)
+    await page.goto(h.url + "/files")
+    assert "lease.pdf" in await page.inner_text("main")
+    await page.click(f"a[href='/files/{doc.details['document_id']}']")
+    await page.wait_for_selector("pre.extracted")
+    assert "Harmless words" in await page.inner_text("pre.extracted")
+    assert await page.title() not in ("pwned", "svg")
+    async with page.expect_download() as download:
+        await page.click("a.button >> text=Download")
+    assert (await download.value).suggested_filename == "evil.html"
+    assert await page.title() not in ("pwned", "svg")
+    await page.goto(h.url + "/chat")
+
     await page.reload()  # the thread shows file names, not framed data
     log = await page.inner_text("#log")
     assert "📎 receipt.png" in log and "outside_content" not in log
