@@ -18,6 +18,14 @@ Panager's own work. Rows, alternating turn by turn in one thread:
   before the turn can start.
 
 Prints p50/p95 in ms, and the checkpoint bytes an image turn adds.
+
+Documents (`--documents N`, default 1,000): ingest speed — a 100-page PDF
+taken in whole (extraction in the subprocess, passages embedded with the
+offline embedder, stored) in pages per second — then N documents of 10
+passages each stored for one person (bulk: embedded with the offline
+embedder, inserted through DocumentService) and `document_search` timed over
+them (p50/p95 of distinct queries, each embedded once: the offline
+embedder's query time is included).
 """
 
 from __future__ import annotations
@@ -118,11 +126,73 @@ async def measure(turns: int) -> None:
           f"(text turn included): p50 {percentile(grown, 50):,.0f}, max {max(grown):,}")
 
 
+TOPICS = ["rent", "school trip", "boiler service", "insurance claim", "tax return",
+          "car lease", "dentist", "warranty", "gym contract", "train season ticket"]
+
+
+def doc_text(n: int) -> str:
+    """Ten passages of a made-up document, number `n` (distinct words per document)."""
+    topic = TOPICS[n % len(TOPICS)]
+    return "\n\n".join(
+        f"Section {s} of {topic} letter {n}: reference code R{n:05d}-{s}, the amount is "
+        f"{(n * 37 + s * 11) % 900 + 100} euros, due on day {(n + s) % 28 + 1}, contact "
+        f"office {n % 97}. " * 4 for s in range(10))
+
+
+async def measure_documents(count: int, queries: int) -> None:
+    from panager.app import App
+    from panager.config import Settings
+    from panager.services.media.documents import DocumentService
+    from tests.media_files import pdf
+
+    pages = [f"Page {i}. " + "The tenant keeps the garden tidy and pays on time. " * 12
+             for i in range(100)]
+    big = pdf(pages)
+    async with bench_database() as url:
+        settings = Settings(_env_file=None, database_url=url, home=Path(tempfile.mkdtemp()),
+                            timezone="UTC", access="open", embedding_model="local")
+        app = await App.start(settings)
+        try:
+            user = await app.deps.users.ensure(9_002, "docs")
+            media = app.deps.media
+            started = time.perf_counter()
+            att = await media.take(user.id, "lease.pdf", big)
+            ingest = time.perf_counter() - started
+            assert att.details.get("document_id"), att.notice
+            docs: DocumentService = media.documents
+            started = time.perf_counter()
+            for n in range(count):
+                text = doc_text(n)
+                await docs.add(user.id, f"letter{n}.txt", "text/plain", text.encode(), text)
+            stored = time.perf_counter() - started
+            search_ms = []
+            for q in range(queries):
+                n = (q * 7919) % count
+                started = time.perf_counter()
+                hits = await docs.search(user.id, f"R{n:05d} {TOPICS[n % len(TOPICS)]} amount")
+                search_ms.append((time.perf_counter() - started) * 1000)
+                assert hits
+        finally:
+            await app.stop()
+    print(f"\ningest: 100-page PDF ({len(big):,} B) taken in {ingest:.2f} s = "
+          f"{100 / ingest:.0f} pages/s (extract + embed {att.details.get('read_pages')} pages "
+          "with the offline embedder + store)")
+    print(f"stored {count:,} documents × 10 passages in {stored:.1f} s "
+          f"({count * 10 / stored:.0f} passages/s)")
+    print("\n| search | n | p50 ms | p95 ms |\n|---|---|---|---|")
+    print(row(f"document_search at {count:,} documents ({count * 10:,} passages)", search_ms))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--documents", type=int, default=1000)
+    parser.add_argument("--queries", type=int, default=50)
     args = parser.parse_args()
-    asyncio.run(measure(args.turns))
+    if args.turns:
+        asyncio.run(measure(args.turns))
+    if args.documents:
+        asyncio.run(measure_documents(args.documents, args.queries))
 
 
 if __name__ == "__main__":

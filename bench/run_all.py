@@ -74,7 +74,10 @@ KNOWN = [
         "long_conversation", "Long conversation", [], ["--turns", "200"], "long_conversation.py"
     ),
     Benchmark("web", "Web page", [], ["--requests", "30", "--chat", "15"], "web.py"),
-    Benchmark("attachments", "Attachments", [], ["--turns", "5"], "attachments.py"),
+    Benchmark(
+        "attachments", "Attachments", [], ["--turns", "5", "--documents", "100"],
+        "attachments.py",
+    ),
     Benchmark(
         "first_token",
         "First token",
