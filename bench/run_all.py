@@ -76,6 +76,10 @@ KNOWN = [
     Benchmark("web", "Web page", [], ["--requests", "30", "--chat", "15"], "web.py"),
     Benchmark("tools", "MCP tools", ["--on-demand"], ["--calls", "50"], "tools.py"),
     Benchmark(
+        "attachments", "Attachments", [], ["--turns", "5", "--documents", "100"],
+        "attachments.py",
+    ),
+    Benchmark(
         "first_token",
         "First token",
         [],

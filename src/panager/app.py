@@ -51,6 +51,11 @@ from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
 from panager.services.mcp.hub import McpHub
 from panager.services.mcp.pins import PinStore
+from panager.services.media.documents import DocumentService
+from panager.services.media.intake import MediaIntake, MediaLimits
+from panager.services.media.sandbox import Limits
+from panager.services.media.store import MediaStore
+from panager.services.media.transcribe import Transcriber, TranscriptionConfig
 from panager.services.memory.service import MemoryHit, MemoryService
 from panager.services.proposals import ProposalService
 from panager.services.relays import RelayService
@@ -151,6 +156,8 @@ class App:
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
         web, search = _web_services(config)
         messenger = FanoutMessenger()
+        documents = DocumentService(pool, memory, clock, config.document_quota_bytes)
+        media = make_media_intake(pool, settings, clock, documents)
         # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity —
         #    after asking a local model server which context window it really serves.
         await learn_served_window(settings)
@@ -205,6 +212,7 @@ class App:
             mcp=mcp,
             system_jobs=SystemJobService(pool, clock),
             proposals=proposals,
+            media=media,
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():
@@ -322,6 +330,29 @@ async def _start_mcp(settings: Settings, config: RuntimeConfig, pool: Pool) -> M
     hub = McpHub(config.mcp_servers, PinStore(pool), home=settings.home)
     await hub.start()
     return hub
+
+
+def make_media_intake(
+    pool: Pool, settings: Settings, clock: Clock, documents: DocumentService | None = None
+) -> MediaIntake:
+    """The attachment intake with the configured limits and transcription endpoint."""
+    config = settings.runtime
+    transcriber = Transcriber(TranscriptionConfig(
+        base_url=settings.transcription_base_url or settings.openai_base_url,
+        api_key=settings.openai_api_key,
+        model=settings.transcription_model,
+        timeout=config.transcription_timeout_seconds,
+    ))
+    limits = MediaLimits(
+        max_bytes=config.attachment_max_bytes,
+        audio_max_seconds=config.audio_max_seconds,
+        image_max_pixels=config.image_max_pixels,
+        document_max_pages=config.document_max_pages,
+        decode=Limits(memory_bytes=config.decode_memory_mb * 1024 * 1024,
+                      timeout=config.decode_timeout_seconds),
+    )
+    store = MediaStore(pool, config.media_quota_bytes)
+    return MediaIntake(store, transcriber, limits, clock, documents)
 
 
 def _recall(memory: MemoryService, limit: int) -> Recall:

@@ -100,6 +100,8 @@ class Settings(BaseSettings):
     google_client_id: str | None = _env("GOOGLE_CLIENT_ID", default=None)
     google_client_secret: str | None = _env("GOOGLE_CLIENT_SECRET", default=None, repr=False)
     auto_migrate: bool = _env("PANAGER_AUTO_MIGRATE", default=True)
+    transcription_model: str = _env("PANAGER_TRANSCRIPTION_MODEL", default="whisper-1")
+    transcription_base_url: str | None = _env("PANAGER_TRANSCRIPTION_BASE_URL", default=None)
 
     @field_validator("admin_ids", mode="before")
     @classmethod
@@ -115,7 +117,10 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown time zone {value!r}")
         return value
 
-    @field_validator("openai_base_url", "database_url", "openai_api_key", mode="before")
+    @field_validator(
+        "openai_base_url", "database_url", "openai_api_key", "transcription_base_url",
+        mode="before",
+    )
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
@@ -284,6 +289,23 @@ class RuntimeConfig(BaseModel):
     @classmethod
     def _expand_mcp(cls, value: Any) -> Any:
         return load_servers(value)
+
+    # Attachments (docs/attachments.md): size, audio length, decoded pixels, document pages,
+    # the per-person store, the decoder's limits, transcription time, and which models see.
+    attachment_max_bytes: int = Field(default=10_000_000, ge=1_000)
+    audio_max_seconds: float = Field(default=600.0, gt=0)
+    image_max_pixels: int = Field(default=40_000_000, ge=10_000)
+    document_max_pages: int = Field(default=300, ge=1)
+    media_quota_bytes: int = Field(default=200_000_000, ge=1_000_000)
+    document_quota_bytes: int = Field(default=200_000_000, ge=100_000)
+    decode_memory_mb: int = Field(default=1024, ge=128)
+    decode_timeout_seconds: float = Field(default=30.0, gt=0)
+    transcription_timeout_seconds: float = Field(default=60.0, gt=0)
+    vision: dict[str, bool] = Field(default_factory=dict)  # model name -> sees images
+    # Discord attachments are downloaded only from these hosts (its CDN).
+    discord_cdn_hosts: list[str] = Field(
+        default_factory=lambda: ["cdn.discordapp.com", "media.discordapp.net"]
+    )
 
 
 def load_runtime_config(settings: Settings) -> RuntimeConfig:

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from panager.config import Settings
+from panager.services.media.vision import sees_images
 
 Check = Callable[[Settings, dict], Awaitable[tuple[bool | None, str]]]
 
@@ -222,6 +223,26 @@ def mcp_summary(statuses: list) -> tuple[bool, str]:
     return all(s.state == "ready" for s in statuses), "; ".join(parts)
 
 
+async def check_vision(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """Whether the configured model is treated as seeing images (table or `vision` config)."""
+    model = settings.model
+    overridden = model in settings.runtime.vision
+    how = "the `vision` setting" if overridden else "its name"
+    if sees_images(model, settings.runtime.vision):
+        return True, f"{model} gets images (by {how})"
+    return None, (f"{model} does not get images (by {how}); if it can see, set "
+                  f"`vision: {{{model}: true}}` in the YAML config")
+
+
+async def check_transcription(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """Where voice messages are transcribed."""
+    base = settings.transcription_base_url or settings.openai_base_url
+    if not (settings.openai_api_key or base):
+        return None, "no endpoint: set OPENAI_API_KEY or PANAGER_TRANSCRIPTION_BASE_URL"
+    where = base or "OpenAI"
+    return True, f"{settings.transcription_model} at {where} (/v1/audio/transcriptions)"
+
+
 MIN_SECRET_CHARS = 32
 MIN_SECRET_DISTINCT = 12
 
@@ -253,6 +274,8 @@ CHECKS: list[tuple[str, Check]] = [
     ("model", check_model),
     ("window", check_window),
     ("tool call", check_tool_call),
+    ("vision", check_vision),
+    ("transcription", check_transcription),
     ("discord", check_discord),
     ("google", check_google),
     ("search", check_search),

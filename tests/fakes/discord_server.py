@@ -445,15 +445,31 @@ class FakeDiscord:
         message_id: int | None = None,
         attachments: list[Any] | None = None,
         sticker: bool = False,
+        voice: bool = False,
+        forwarded: list[Any] | None = None,
+        forwarded_voice: bool = False,
     ) -> int:
         """Dispatch a MESSAGE_CREATE of a DM from ``user_id``; return the message id.
 
         ``attachments``: file names, or dicts with ``filename`` and optionally
-        ``data`` (bytes, served at the attachment's URL) and ``content_type``.
+        ``data`` (bytes, served at the attachment's URL), ``content_type`` and ``url``
+        (served elsewhere). ``voice``: the message is a voice message (flag 1 << 13).
+        ``forwarded``: attachments of a forwarded message (``message_snapshots``), a voice
+        message when ``forwarded_voice``.
         """
         data = self._incoming(user_id, dm_channel_id(user_id), content, message_id, username)
         data["channel_type"] = 1
         data["attachments"] = [self._attachment(a, data["channel_id"]) for a in attachments or []]
+        if voice:
+            data["flags"] = 1 << 13
+        if forwarded is not None:
+            data["message_reference"] = {"type": 1, "channel_id": data["channel_id"],
+                                         "message_id": str(self._ids.next())}
+            data["message_snapshots"] = [{"message": {
+                "type": 0, "content": "", "embeds": [], "timestamp": data["timestamp"],
+                "edited_timestamp": None, "flags": (1 << 13) if forwarded_voice else 0,
+                "attachments": [self._attachment(a, data["channel_id"]) for a in forwarded],
+            }}]
         if sticker:
             data["sticker_items"] = [
                 {"id": str(self._ids.next()), "name": "wave", "format_type": 1}
@@ -560,12 +576,13 @@ class FakeDiscord:
         data = spec.get("data", b"")
         path = f"/attachments/{channel_id}/{attachment_id}/{name}"
         self._files[path] = (data, content_type)
+        url = spec.get("url") or self.base_url + path
         return {
             "id": str(attachment_id),
             "filename": name,
             "size": len(data),
-            "url": self.base_url + path,
-            "proxy_url": self.base_url + path,
+            "url": url,
+            "proxy_url": url,
             "content_type": content_type,
         }
 

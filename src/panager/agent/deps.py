@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from panager.services.access import AccessService
     from panager.services.google.service import GoogleService
     from panager.services.mcp.hub import McpHub
+    from panager.services.media.intake import MediaIntake
     from panager.services.memory.service import MemoryService
     from panager.services.proposals import ProposalService
     from panager.services.relays import RelayService
@@ -56,3 +57,4 @@ class AgentDeps:
     mcp: McpHub | None = None  # MCP servers (mcp_servers in the config); None when none
     system_jobs: SystemJobService | None = None  # heartbeat, briefing, webhooks
     proposals: ProposalService | None = None  # calls unattended runs held for approval
+    media: MediaIntake | None = None  # attachments (images, voice, documents)

@@ -26,6 +26,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
+from panager.agent.attachments import with_images
 from panager.agent.confirm import unanswered_calls
 from panager.agent.confirm_node import (
     UNPARSED_CALLS,
@@ -255,7 +256,7 @@ class Graph:
         if self.config.taint_checks and call_tainted(system, history):
             notes.append(OUTSIDE_SECTION)
         system = "\n\n".join([system, *notes])
-        return [SystemMessage(system), *history]
+        return [SystemMessage(system), *with_images(history, ctx.extra.get("images") or {})]
 
     def _model_call(self, state: AgentState, ctx: TurnContext, iteration: int) -> ModelCall:
         messages = list(state["messages"])

@@ -19,7 +19,7 @@ import json
 import logging
 import unicodedata
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -31,6 +31,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Command, Durability
 
 from panager.agent import approvals
+from panager.agent.attachments import Images, media_refs, notes_for, turn_messages
 from panager.agent.confirm import (
     EXPIRED,
     NEW_MESSAGE,
@@ -51,6 +52,8 @@ from panager.agent.tools import tools_for_turn
 from panager.errors import ModelUnavailable, UserBusy
 from panager.framing import frame
 from panager.llm import NO_MODEL_MESSAGE
+from panager.services.media.intake import Attachment
+from panager.services.media.vision import sees_images
 from panager.services.users import User
 
 log = logging.getLogger(__name__)
@@ -139,9 +142,25 @@ class Assistant:
         `wait=False` raises UserBusy instead of waiting for a running turn."""
         return self.threads.user_lock(user_id, wait=wait)
 
-    def check_message(self, text: str) -> str | None:
+    def sees_images(self, user: User) -> bool:
+        """Whether the person's model takes images (the name table, then `vision` config)."""
+        return sees_images(self.model_name(user), self.deps.config.vision)
+
+    def model_name(self, user: User) -> str:
+        """The name of the model the person's turns use."""
+        model = self.model_for(user)
+        return str(getattr(model, "model_name", None) or user.model or self.deps.settings.model)
+
+    def attachment_notes(self, user: User, attachments: Sequence[Attachment]) -> list[str]:
+        """Lines to show before the answer: what was heard, what could not be used."""
+        return notes_for(attachments, sees_images=self.sees_images(user),
+                         model_name=self.model_name(user))
+
+    def check_message(self, text: str, attachments: Sequence[Attachment] = ()) -> str | None:
         """A user-facing refusal for unusable input, or None when it is fine."""
         limit = self.deps.config.max_message_chars
+        if not text and attachments:
+            return None
         if not text:
             return "Your message was empty — what can I do for you?"
         if len(text) > limit:
@@ -164,6 +183,7 @@ class Assistant:
         wait_for_lock: bool = True,
         unattended: bool | None = None,
         tainted: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> TurnResult:
         """Answer `text` from `user` (or run a scheduled task when is_system_trigger).
 
@@ -172,9 +192,11 @@ class Assistant:
         `wait_for_lock=False` (scheduled runs) raises UserBusy while another turn runs,
         or while a question to the person is open. `unattended` (default: a system
         trigger) runs no consequential call; `tainted` frames a system trigger's text
-        (a schedule written while reading outside content)."""
+        (a schedule written while reading outside content).
+        `attachments` come from `MediaIntake.take` (agent/attachments.py says how they
+        enter the thread); the front end shows `attachment_notes` first."""
         text = clean_text(text)
-        refusal = self.check_message(text)
+        refusal = self.check_message(text, attachments)
         if refusal:
             return TurnResult(refusal, ok=False)
         model = self.model_for(user)
@@ -194,7 +216,7 @@ class Assistant:
                 replay, message_key = found
             ctx = await self._context(user, model, emitter, is_system_trigger, text, tainted)
             ctx.unattended = is_system_trigger if unattended is None else unattended
-            return await self._run_locked(ctx, text, replay, message_key)
+            return await self._run_locked(ctx, text, replay, message_key, attachments)
 
     async def _open_question(
         self, user: User, is_system_trigger: bool, replay: bool, resumed_key: str | None
@@ -307,14 +329,20 @@ class Assistant:
         return False, None  # the thread moved on since: ask again as a new message
 
     async def _run_locked(
-        self, ctx: TurnContext, text: str, replay: bool, message_key: str | None = None
+        self,
+        ctx: TurnContext,
+        text: str,
+        replay: bool,
+        message_key: str | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> TurnResult:
         if self.deps.mcp is not None:
             await self.deps.mcp.refresh()  # approvals made elsewhere count from this turn on
         if ctx.user.id not in self._clean_threads:
             await self.repair_thread(ctx.user)
-        inputs = self._inputs(ctx, text, replay, message_key)
-        new = inputs["messages"][0] if inputs["messages"] else None
+        inputs = self._inputs(ctx, text, replay, message_key, attachments)
+        ctx.extra["images"] = await self._images(ctx.user, inputs["messages"])
+        new = inputs["messages"][-1] if inputs["messages"] else None
         return await self._invoke(ctx, inputs, new)
 
     async def _invoke(
@@ -357,10 +385,20 @@ class Assistant:
             await emitter("agent_end", user.id)
 
     def _inputs(
-        self, ctx: TurnContext, text: str, replay: bool, message_key: str | None = None
+        self,
+        ctx: TurnContext,
+        text: str,
+        replay: bool,
+        message_key: str | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> dict:
         if replay:  # the user's message is already in the thread (pending replay)
             return {"messages": [], "model_calls": 0, "unattended": ctx.unattended}
+        if attachments and not ctx.is_system_trigger:
+            key = message_key or str(uuid.uuid4())
+            seen = self.sees_images(ctx.user)
+            messages = turn_messages(text, attachments, key, sees_images=seen)
+            return {"messages": messages, "model_calls": 0, "unattended": ctx.unattended}
         if ctx.is_system_trigger:
             instruction = ctx.system_instruction or text
             framed = instruction != text  # written while reading outside content
@@ -374,6 +412,19 @@ class Assistant:
         else:
             msg = HumanMessage(text, id=message_key or str(uuid.uuid4()))
         return {"messages": [msg], "model_calls": 0, "unattended": ctx.unattended}
+
+    async def _images(self, user: User, messages: list) -> Images:
+        """This turn's images, read from the person's store, when their model sees images."""
+        media = self.deps.media
+        refs = [(m.id, r) for m in messages for r in media_refs(m)]
+        if not refs or media is None or not self.sees_images(user):
+            return {}
+        images: dict[str, list[tuple[str, bytes]]] = {}
+        for message_id, ref in refs:
+            found = await media.store.get(user.id, str(ref["id"]))
+            if found is not None:
+                images.setdefault(message_id, []).append((found.mime, found.data))
+        return images
 
     async def repair_thread(self, user: User) -> int:
         """Answer tool calls left without results (crash, cancel); returns how many.

@@ -22,7 +22,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from rich.console import Console as RichConsole
 from rich.text import Text
@@ -32,8 +32,10 @@ from panager.agent.confirm import APPROVE, DENY, Question
 from panager.agent.events import Event
 from panager.agent.messaging import tool_status_label
 from panager.app import App
+from panager.cli.attach import USAGE, is_attach, parse_attach, take_file
 from panager.cli.live import SPEAKER, AnswerView, LiveAnswer, PlainAnswer, no_echo
 from panager.config import Settings
+from panager.services.media.intake import Attachment
 from panager.services.users import LOCAL_USER_ID, User
 from panager.web.server import start_for_terminal
 
@@ -180,7 +182,9 @@ class Repl:
             return True
         if stripped.lower() in EXIT_WORDS:
             return False
-        if is_command(stripped):
+        if is_attach(stripped):
+            await self._attach(stripped)
+        elif is_command(stripped):
             await self._command(stripped)
         else:
             await self._turn(text)
@@ -193,6 +197,20 @@ class Repl:
         if reply.link:
             self.console.say(f"  {reply.link.get('label', 'Link')}: {reply.link['url']}")
         self.user = await self.app.deps.users.get(self.user.id) or self.user
+
+    async def _attach(self, text: str) -> None:
+        """`/attach PATH [message]`: read the file, show what was heard or refused, answer."""
+        parsed = parse_attach(text)
+        media = self.app.deps.media
+        if parsed is None or media is None:
+            self.console.say(USAGE)
+            return
+        path, message = parsed
+        attachment = await take_file(media, self.user.id, path)
+        for line in self.app.assistant.attachment_notes(self.user, [attachment]):
+            self.console.say(line)
+        if message or attachment.kind != "rejected":
+            await self._turn(message, [attachment])
 
     async def _decide(self, approve: bool) -> None:
         """One y/N answer; after the last call of the question, resume the turn."""
@@ -212,13 +230,18 @@ class Repl:
         which = "" if total == 1 else f" {n} of {total}"
         self.console.say(f"Approve{which}? [y/N]")
 
-    async def _turn(self, text: str | None, answer: tuple[str, dict] | None = None) -> None:
+    async def _turn(
+        self,
+        text: str | None,
+        attachments: Sequence[Attachment] = (),
+        answer: tuple[str, dict] | None = None,
+    ) -> None:
         view = self.console.view = self.console.answer_view()
         assistant = self.app.assistant
         if answer is not None:
             run = assistant.answer(self.user, answer[0], answer[1])
         else:
-            run = assistant.run_turn(self.user, text or "")
+            run = assistant.run_turn(self.user, text or "", attachments=attachments)
         task = asyncio.create_task(run)
         view.start()
         try:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import discord
 
 from panager.agent.commands import CommandContext, CommandReply, dispatch, is_command, parse
+from panager.discord.attachments import DiscordAttachments
 from panager.discord.questions import question_view
 from panager.discord.replies import nonce, send_followup, send_reply
 from panager.discord.status import StatusMessage, typing
@@ -23,15 +24,15 @@ from panager.discord.streaming import StreamedReply
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Sequence
 
     from panager.app import App
     from panager.services.access import AccessService
     from panager.services.inbox import InboxMessage, InboxService
+    from panager.services.media.intake import Attachment
     from panager.services.users import User
 
-ATTACHMENT_NOTE = (
-    "I can't read attachments or stickers yet — please paste the text you want me to see."
-)
+ATTACHMENT_NOTE = "I can't read stickers — please say in words what you mean."
 
 
 class Answerer:
@@ -64,12 +65,23 @@ class Answerer:
             return
         if row.attachments:
             await channel.send(ATTACHMENT_NOTE, nonce=nonce(row.message_id, "a"))
-        if not text:
-            return
         if is_command(text):
             await self._command(admission.user, text, channel, row)
-        else:
-            await self._turn(admission.user, text, channel, row)
+            return
+        attachments = await self._attachments(admission.user, row)
+        notes = self.app.assistant.attachment_notes(admission.user, attachments)
+        if notes:  # what was heard, what could not be used: before the answer
+            await send_reply(channel, "\n".join(notes), nonce_base=f"{row.message_id}n")
+        if text or any(a.kind != "rejected" for a in attachments):
+            await self._turn(admission.user, text, channel, row, attachments)
+
+    async def _attachments(self, user: User, row: InboxMessage) -> list[Attachment]:
+        """The DM's attachments downloaded from Discord's CDN and taken in."""
+        media = self.app.deps.media
+        if not row.attachment_refs or media is None:
+            return []
+        hosts = self.app.settings.runtime.discord_cdn_hosts
+        return await DiscordAttachments(media, hosts).take_all(user.id, row.attachment_refs)
 
     async def interaction(
         self, interaction: discord.Interaction, name: str, args: str, lock: asyncio.Lock
@@ -96,7 +108,12 @@ class Answerer:
         await send_reply(channel, reply.text, link=reply.link, nonce_base=row.message_id)
 
     async def _turn(
-        self, user: User, text: str, channel: discord.PartialMessageable, row: InboxMessage
+        self,
+        user: User,
+        text: str,
+        channel: discord.PartialMessageable,
+        row: InboxMessage,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
         emitter = self.app.emitter.child()
         status = StatusMessage(
@@ -119,6 +136,7 @@ class Answerer:
                     emitter=emitter,
                     message_key=f"discord-{row.message_id}",
                     resume=row.attempts > 0,
+                    attachments=attachments,
                 )
             view = question_view(result.question) if result.question is not None else None
             await reply.finish(

@@ -52,6 +52,7 @@ import psycopg
 
 from panager.discord import questions
 from panager.discord.answers import ATTACHMENT_NOTE, Answerer
+from panager.discord.attachments import describe
 from panager.discord.messenger import DiscordMessenger
 from panager.discord.presence import reclaim_loop, start_presence
 from panager.discord.replies import nonce
@@ -244,7 +245,8 @@ class PanagerBot(discord.Client):
             username=message.author.name,
             display_name=message.author.global_name,
             content=message.content,
-            attachments=bool(message.attachments or message.stickers),
+            attachments=bool(message.stickers),
+            attachment_refs=describe(message),
         )
         loop = asyncio.get_running_loop()
         deadline, told, attempt = loop.time() + STORE_PATIENCE, False, 0

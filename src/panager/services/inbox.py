@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import overload
 
+from psycopg.types.json import Jsonb
+
 from panager.clock import Clock
 from panager.db.pool import Pool
 from panager.db.presence import HELD_OWNERS, OWNER_IS_GONE
@@ -31,9 +33,10 @@ from panager.db.queries import one
 
 ACCEPT = """
 INSERT INTO discord_inbox
-    (message_id, user_id, channel_id, username, display_name, content, attachments, received_at)
+    (message_id, user_id, channel_id, username, display_name, content, attachments,
+     attachment_refs, received_at)
 VALUES (%(message_id)s, %(user_id)s, %(channel_id)s, %(username)s, %(display_name)s,
-        %(content)s, %(attachments)s, %(now)s)
+        %(content)s, %(attachments)s, %(refs)s, %(now)s)
 ON CONFLICT (message_id) DO NOTHING
 RETURNING message_id
 """
@@ -52,7 +55,8 @@ UPDATE discord_inbox SET lease_until = %(lease_until)s
  WHERE message_id = %(message_id)s AND status = 'processing' AND claimed_by = %(worker)s
 """
 FINISH = """
-UPDATE discord_inbox SET status = %(status)s, content = '', finished_at = %(now)s,
+UPDATE discord_inbox SET status = %(status)s, content = '', attachment_refs = NULL,
+       finished_at = %(now)s,
        lease_until = NULL
  WHERE message_id = %(message_id)s
 """
@@ -119,6 +123,9 @@ class InboxMessage:
     status: str
     received_at: datetime
     attempts: int = 0  # times it was queued again after its processor died
+    # What Discord said about each attachment: filename, url, content_type, size, voice,
+    # forwarded (discord/attachments.py downloads them when the message is answered).
+    attachment_refs: list[dict] | None = None
 
 
 def storable(text: str) -> str:
@@ -171,6 +178,7 @@ class InboxService:
         display_name: str | None,
         content: str,
         attachments: bool = False,
+        attachment_refs: list[dict] | None = None,
     ) -> bool:
         """Store a new message; False when this message id was seen before (a replay)."""
         params = {
@@ -181,6 +189,7 @@ class InboxService:
             "display_name": storable(display_name) if display_name is not None else None,
             "content": storable(content),
             "attachments": attachments,
+            "refs": Jsonb(attachment_refs) if attachment_refs else None,
             "now": self.clock.now(),
         }
         async with self.pool.connection() as conn:

@@ -108,7 +108,10 @@ class WebServer:
 def build_web_app(app: App, server: WebServer) -> web.Application:
     """The aiohttp application with its routes."""
     handlers = _Handlers(app, server)
-    web_app = web.Application(middlewares=[handlers.count_requests])
+    from panager.web.pages.chat import MAX_UPLOADS  # a chat post may carry attachments
+
+    upload_cap = app.settings.runtime.attachment_max_bytes * MAX_UPLOADS + 1_000_000
+    web_app = web.Application(middlewares=[handlers.count_requests], client_max_size=upload_cap)
     web_app.add_routes(
         [
             web.get("/healthz", handlers.healthz),

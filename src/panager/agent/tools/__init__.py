@@ -13,6 +13,7 @@ from collections.abc import Callable
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
+from panager.agent.tools.documents import document_tools
 from panager.agent.tools.google import google_tools, offered_google_tools
 from panager.agent.tools.mcp import SOURCE_KEY, mcp_tools
 from panager.agent.tools.memory import memory_tools
@@ -29,6 +30,7 @@ TOOL_FACTORIES: list[ToolFactory] = [
     profile_tools,
     schedule_tools,
     memory_tools,
+    document_tools,
     google_tools,
     messaging_tools,
     web_tools,

@@ -20,9 +20,11 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from langchain_core.messages import AIMessage, HumanMessage
 
+from panager.agent.attachments import ATTACHMENTS_NAME, attached_text
 from panager.agent.commands import CommandContext, dispatch, is_command
 from panager.agent.confirm import APPROVE, DENY, proposal_ids, question_text
 from panager.agent.runner import TurnResult
+from panager.services.media.intake import Attachment
 from panager.services.web_sessions import WebSession
 from panager.web.pages import form_of, page
 from panager.web.render import HEADERS, message_page, render
@@ -30,6 +32,7 @@ from panager.web.sse import frame, translate
 
 log = logging.getLogger(__name__)
 HISTORY = 40
+MAX_UPLOADS = 4  # files taken from one message (web/server.py sizes requests for them)
 TURNS_PER_PERSON = 2  # one running, one waiting
 HEARTBEAT = 10.0  # seconds between keep-alive comments, which also notice a closed page
 BUSY = ("One message is being answered and another is waiting; send this one when an "
@@ -133,7 +136,9 @@ class ChatPage:
         messages = snapshot.values.get("messages", []) if snapshot.values else []
         entries: list[dict] = []
         for message in messages:
-            if isinstance(message, HumanMessage):
+            if isinstance(message, HumanMessage) and message.name == ATTACHMENTS_NAME:
+                entries.append({"who": "you", "text": attached_text(message), "tools": []})
+            elif isinstance(message, HumanMessage):
                 scheduled = bool(message.additional_kwargs.get("panager_system_trigger"))
                 entries.append({"who": "task" if scheduled else "you", "text": message.text,
                                 "tools": []})
@@ -150,6 +155,9 @@ class ChatPage:
         """Run a command or a turn; stream it to scripts, redirect plain forms."""
         text = (await form_of(request)).get("text", "")
         streaming = request.headers.get("X-Requested-With") == "fetch"
+        attachments = await self._attachments(request, session)
+        if attachments:
+            return await self._turn(request, session, text, streaming, attachments)
         if is_command(text):
             ctx = CommandContext(user=session.user, assistant=self.app.assistant,
                                  front_end="web")
@@ -158,6 +166,28 @@ class ChatPage:
             if streaming:
                 return await self._stream(request, None, shown)
             return await self.index(request, session, reply=shown)
+        return await self._turn(request, session, text, streaming, [])
+
+    async def _attachments(self, request: web.Request, session: WebSession) -> list[Attachment]:
+        """Files sent with the message (upload button, paste, drop), taken in."""
+        media = self.app.deps.media
+        posted = await request.post()
+        uploads = [f for f in posted.getall("file", []) if isinstance(f, web.FileField)]
+        uploads = [f for f in uploads if f.filename][:MAX_UPLOADS]
+        if not uploads or media is None:
+            return []
+        cap = media.limits.max_bytes
+        return [await media.take(session.user.id, f.filename, f.file.read(cap + 1),
+                                 declared_type=f.content_type) for f in uploads]
+
+    async def _turn(self, request: web.Request, session: WebSession, text: str, streaming: bool,
+                    attachments: list[Attachment]) -> web.StreamResponse:
+        notes = self.app.assistant.attachment_notes(session.user, attachments)
+        if not text.strip() and not any(a.kind != "rejected" for a in attachments):
+            shown = {"text": "\n".join(notes), "ok": False, "link": None}
+            if streaming:
+                return await self._stream(request, None, shown)
+            raise web.HTTPSeeOther("/chat")
         emitter = self.app.emitter.child()
         queue: asyncio.Queue[bytes] = asyncio.Queue()
 
@@ -172,17 +202,21 @@ class ChatPage:
             return message_page(429, "Please wait for the answer", BUSY, session=session)
         started = asyncio.Event()
         task = self.spawn(self.turns.run(
-            user.id, started, lambda: self.app.assistant.run_turn(user, text, emitter=emitter)))
+            user.id, started, lambda: self.app.assistant.run_turn(
+                user, text, emitter=emitter, attachments=attachments)))
         task.add_done_callback(lambda _: self.turns.release(user.id))
         if not streaming:
             await asyncio.shield(task)
             raise web.HTTPSeeOther("/chat")
-        return await self._stream(request, (task, queue, started), None)
+        return await self._stream(request, (task, queue, started), None, notes)
 
-    async def _stream(self, request: web.Request, running, shown: dict | None):
+    async def _stream(self, request: web.Request, running, shown: dict | None,
+                      notes: list[str] | None = None):
         response = web.StreamResponse(headers={**HEADERS, "Content-Type": "text/event-stream",
                                                "X-Accel-Buffering": "no"})
         await response.prepare(request)
+        for line in notes or ():  # what was heard, what could not be used: first
+            await response.write(frame("notice", {"text": line}))
         if running is None:
             await response.write(frame("done", shown or {}))
             return response

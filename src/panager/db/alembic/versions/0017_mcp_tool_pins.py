@@ -7,13 +7,13 @@ two match, so a server that changes a description or schema after approval has t
 tool hidden until `panager mcp approve NAME` (or the admin page) approves it again.
 
 Revision ID: 0017
-Revises: 0014
+Revises: 0015
 """
 
 from alembic import op
 
 revision = "0017"
-down_revision = "0014"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
