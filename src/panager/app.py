@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Unpack
 
@@ -50,6 +50,7 @@ from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_w
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
 from panager.services.memory.service import MemoryHit, MemoryService
+from panager.services.profile import ProfileService
 from panager.services.relays import RelayService
 from panager.services.schedules.service import ScheduleLimits, ScheduleService
 from panager.services.schedules.system import SystemJobService
@@ -134,6 +135,7 @@ class App:
         usage = UsageService(pool, clock)
         relays = RelayService(pool)
         web_sessions = WebSessionService(pool, clock)
+        profiles = ProfileService(pool, clock)
         memory = await MemoryService.create(pool, settings, clock=clock)
         scheduler = ScheduleService(
             pool,
@@ -157,6 +159,7 @@ class App:
             on_auth_required=auth_hook(google) if google is not None else None,
             on_overflow=runtime.compactor.on_overflow,
             skills_text=runtime.skills.prompt_sections,
+            profile=_profile_loader(profiles),
             invoke=_retrying_invoker(config.model_retries),
             stream_invoke=_streaming_invoker(config),
             clock=clock,
@@ -189,6 +192,7 @@ class App:
             google=google,
             relay=relay,
             system_jobs=SystemJobService(pool, clock),
+            profiles=profiles,
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():
@@ -295,6 +299,15 @@ def _recall(memory: MemoryService, limit: int) -> Recall:
         return await memory.recall(user.id, query, limit)
 
     return recall
+
+
+def _profile_loader(profiles: ProfileService) -> Callable[[User], Awaitable[Mapping[str, str]]]:
+    """The graph's profile read: the person's sections for every system prompt."""
+
+    async def load(user: User) -> Mapping[str, str]:
+        return (await profiles.get(user.id)).sections
+
+    return load
 
 
 def _thread_injector(threads: Threads) -> Callable[[User, HumanMessage], Awaitable[None]]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from panager.services.access import AccessService
     from panager.services.google.service import GoogleService
     from panager.services.memory.service import MemoryService
+    from panager.services.profile import ProfileService
     from panager.services.relays import RelayService
     from panager.services.schedules.service import ScheduleService
     from panager.services.schedules.system import SystemJobService
@@ -48,3 +49,4 @@ class AgentDeps:
     google: GoogleService | None = None  # None when Google is not configured
     relay: UserMessageRelay | None = None  # send_user_message; None unless enabled
     system_jobs: SystemJobService | None = None  # heartbeat, briefing, webhooks
+    profiles: ProfileService | None = None  # the standing profile in every prompt

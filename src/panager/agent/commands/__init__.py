@@ -153,4 +153,5 @@ COMMAND_MODULES: list[str] = [
     "panager.agent.commands.relays",
     "panager.agent.commands.web",
     "panager.agent.commands.jobs",
+    "panager.agent.commands.profile",
 ]
