@@ -48,18 +48,18 @@ COLUMNS = (
 M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in COLUMNS.split(", "))
 SEARCH_ANN = f"""
 SELECT {COLUMNS}, 1 - (embedding <=> %(v)s) AS similarity
-FROM memories WHERE user_id = %(user)s
+FROM memories WHERE user_id = %(user)s AND superseded_by IS NULL
 ORDER BY embedding <=> %(v)s LIMIT %(k)s
 """  # only the indexed expression: any tie-break column would stop pgvector using the index
 SEARCH_EXACT = f"""
 SELECT {COLUMNS}, 1 - (embedding <=> %(v)s) AS similarity
-FROM memories WHERE user_id = %(user)s
+FROM memories WHERE user_id = %(user)s AND superseded_by IS NULL
 ORDER BY (embedding <=> %(v)s) + 0, updated_at DESC, id LIMIT %(k)s
 """  # "+ 0": not the indexed expression, so the planner scans the user's rows exactly
 _NEAR = f"""
 WITH near AS MATERIALIZED (
     SELECT {COLUMNS}, embedding, 1 - (embedding <=> %(v)s) AS similarity
-    FROM memories WHERE user_id = %(user)s
+    FROM memories WHERE user_id = %(user)s AND superseded_by IS NULL
     ORDER BY {{order}} LIMIT %(k)s
 )
 SELECT n.id, n.content, n.category, n.source, n.created_at, n.updated_at, n.previous,
@@ -100,10 +100,11 @@ WITH q AS (
 ), cand AS (
     (SELECT c.id, c.updated_at, c.content_tsv FROM tq, memories c
      WHERE NOT (SELECT common FROM tq) AND c.user_id = %(user)s AND c.content_tsv @@ tq.rare
+       AND c.superseded_by IS NULL
      ORDER BY c.updated_at DESC, c.id LIMIT {CANDIDATE_ROWS})
     UNION ALL
     (SELECT c.id, c.updated_at, c.content_tsv FROM tq, memories c
-     WHERE (SELECT common FROM tq) AND c.user_id = %(user)s
+     WHERE (SELECT common FROM tq) AND c.user_id = %(user)s AND c.superseded_by IS NULL
        AND c.content_tsv @@ tq.rarest_two
      LIMIT {CANDIDATE_ROWS})
 ), scored AS (
