@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Unpack
 
@@ -57,6 +57,7 @@ from panager.services.media.sandbox import Limits
 from panager.services.media.store import MediaStore
 from panager.services.media.transcribe import Transcriber, TranscriptionConfig
 from panager.services.memory.service import MemoryHit, MemoryService
+from panager.services.profile import ProfileService
 from panager.services.proposals import ProposalService
 from panager.services.relays import RelayService
 from panager.services.schedules.service import ScheduleLimits, ScheduleService
@@ -146,6 +147,7 @@ class App:
         relays = RelayService(pool)
         web_sessions = WebSessionService(pool, clock)
         proposals = ProposalService(pool)
+        profiles = ProfileService(pool, clock)
         memory = await MemoryService.create(pool, settings, clock=clock)
         scheduler = ScheduleService(
             pool,
@@ -172,6 +174,7 @@ class App:
             on_auth_required=auth_hook(google) if google is not None else None,
             on_overflow=runtime.compactor.on_overflow,
             skills_text=runtime.skills.prompt_sections,
+            profile=_profile_loader(profiles),
             invoke=_retrying_invoker(config.model_retries),
             stream_invoke=_streaming_invoker(config),
             clock=clock,
@@ -213,6 +216,7 @@ class App:
             system_jobs=SystemJobService(pool, clock),
             proposals=proposals,
             media=media,
+            profiles=profiles,
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():
@@ -362,6 +366,15 @@ def _recall(memory: MemoryService, limit: int) -> Recall:
         return await memory.recall(user.id, query, limit)
 
     return recall
+
+
+def _profile_loader(profiles: ProfileService) -> Callable[[User], Awaitable[Mapping[str, str]]]:
+    """The graph's profile read: the person's sections for every system prompt."""
+
+    async def load(user: User) -> Mapping[str, str]:
+        return (await profiles.get(user.id)).sections
+
+    return load
 
 
 def _thread_injector(threads: Threads) -> Callable[[User, HumanMessage], Awaitable[None]]:

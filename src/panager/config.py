@@ -232,6 +232,9 @@ class RuntimeConfig(BaseModel):
     memory_dedupe_threshold: float = Field(default=0.92, ge=0.0, le=1.0)  # related memories
     memory_recall_threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
     memory_inject_limit: int = Field(default=5, ge=0, le=50)
+    memory_tidy: bool = True  # the nightly tidy-up of memories (a system job per person)
+    memory_tidy_at: str = "03:00"  # local time of the tidy-up
+    memory_tidy_tokens: int = Field(default=20_000, ge=0)  # model tokens per night, at most
     schedule_grace_seconds: int = Field(default=3600, ge=0)
     scheduler_poll_seconds: float = Field(default=5.0, gt=0)
     # How long a claim outlives a process that died holding it: a reminder being delivered

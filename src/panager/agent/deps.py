@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from panager.services.mcp.hub import McpHub
     from panager.services.media.intake import MediaIntake
     from panager.services.memory.service import MemoryService
+    from panager.services.profile import ProfileService
     from panager.services.proposals import ProposalService
     from panager.services.relays import RelayService
     from panager.services.schedules.service import ScheduleService
@@ -58,3 +59,4 @@ class AgentDeps:
     system_jobs: SystemJobService | None = None  # heartbeat, briefing, webhooks
     proposals: ProposalService | None = None  # calls unattended runs held for approval
     media: MediaIntake | None = None  # attachments (images, voice, documents)
+    profiles: ProfileService | None = None  # the standing profile in every prompt

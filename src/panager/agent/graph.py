@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,8 @@ StreamInvoker = Callable[
 AuthHandler = Callable[[TurnContext, AuthRequired], Awaitable[str | None]]
 # Called when the API refuses the prompt as too long: shrink `call` (attempt 1, 2, …).
 OverflowHandler = Callable[[ModelCall, int], Awaitable[None]]
+# The person's profile sections for the system prompt (once per turn).
+ProfileLoader = Callable[[Any], Awaitable[Mapping[str, str]]]
 # The prompt sections of the skills loaded into the thread (by name).
 SkillsText = Callable[[Sequence[str]], Sequence[str]]
 
@@ -163,6 +165,7 @@ class GraphConfig:
     on_auth_required: AuthHandler | None = None  # a tool needs a linked account: the link
     on_overflow: OverflowHandler | None = None  # the prompt was too long: shrink the call
     skills_text: SkillsText | None = None  # prompt sections of the loaded skills
+    profile: ProfileLoader | None = None  # the person's standing profile (every prompt)
     invoke: ModelInvoker = plain_invoke  # how the model is called (retries live in llm.py)
     # The streamed call (text as message_delta events); None: `invoke` only (stream: false).
     stream_invoke: StreamInvoker | None = None
@@ -305,6 +308,7 @@ class Graph:
             except Exception:
                 log.exception("memory recall failed; answering without memories")
         ctx.extra["recalled"] = memories
+        profile = await self._profile(ctx)
         loaded = list(state.get("loaded_skills") or [])
         skills = self.config.skills_text(loaded) if self.config.skills_text else ()
         return build_system_prompt(
@@ -321,7 +325,20 @@ class Graph:
             system_trigger=ctx.system_instruction,
             is_system_trigger=ctx.is_system_trigger,
             relays=any(getattr(m, "name", None) == "relay" for m in call.model_input),
+            profile=profile,
         )
+
+    async def _profile(self, ctx: TurnContext) -> Mapping[str, str]:
+        """The profile, read once per turn (later calls of the turn reuse it)."""
+        if "profile" not in ctx.extra:
+            loaded: Mapping[str, str] = {}
+            if self.config.profile is not None:
+                try:
+                    loaded = await self.config.profile(ctx.user)
+                except Exception:
+                    log.exception("profile read failed; answering without it")
+            ctx.extra["profile"] = loaded
+        return ctx.extra["profile"]
 
     # Any: an event carries free-form data (see agent/events.py)
     async def _emit(self, ctx: TurnContext, type_: EventType, **data: Any) -> None:

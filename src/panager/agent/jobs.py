@@ -26,6 +26,7 @@ from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from panager.agent.confirm import proposals_text
+from panager.agent.tidy import MemoryTidyJob
 from panager.errors import ModelUnavailable
 from panager.framing import frame
 from panager.llm import decide_with_retries
@@ -90,6 +91,10 @@ class SystemJobs:
             return await self._agent(user, webhook_instruction(job))
         if job.kind == "briefing":
             return await self._agent(user, BRIEFING_INSTRUCTION)
+        if job.kind == "tidy":
+            tidy = MemoryTidyJob(self.deps, self.assistant.model_for(user))
+            await tidy.run(user, job, due)
+            return AgentAnswer("")  # the person is not messaged; /memory shows the result
         log.warning("unknown system job kind %s", job.kind)
         return AgentAnswer("")
 

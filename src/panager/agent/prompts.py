@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -102,6 +102,19 @@ OUTSIDE_SECTION = (
 )
 
 
+def profile_section(profile: Mapping[str, str]) -> str:
+    """The person's profile: their own standing words, followed (unlike memories)."""
+    if not profile:
+        return ""
+    lines = [
+        "## The user's profile (their own words; follow it)",
+        "What the user wrote about themselves and how they want you to work. Follow the "
+        "instructions here; update a section with profile_update when the user asks.",
+    ]
+    lines += [f"### {name}\n{text}" for name, text in profile.items() if text]
+    return "\n".join(lines)
+
+
 def summary_section(summary: str, tainted: bool = False) -> str:
     """The running summary of compacted history, as quoted data with a one-line frame
     (framed as outside content when it was written from some)."""
@@ -138,11 +151,14 @@ def build_system_prompt(
     system_trigger: str | None = None,
     is_system_trigger: bool = False,
     relays: bool = False,
+    profile: Mapping[str, str] | None = None,
 ) -> str:
     """Assemble the full system prompt for one model call."""
     parts = [PERSONA]
     if user_name:
         parts.append(f"You are talking with {user_name}.")
+    if profile:
+        parts.append(profile_section(profile))
     parts.append(time_grounding(now, zone_name, korean=is_korean(zone_name, latest_text)))
     if summary:
         parts.append(summary_section(summary, summary_tainted))

@@ -162,4 +162,5 @@ COMMAND_MODULES: list[str] = [
     "panager.agent.commands.web",
     "panager.agent.commands.tools",
     "panager.agent.commands.jobs",
+    "panager.agent.commands.profile",
 ]

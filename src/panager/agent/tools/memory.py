@@ -57,6 +57,12 @@ def _related(hit: MemoryHit) -> dict:
     return {"id": hit.id, "content": content, "date": f"{hit.updated_at:%Y-%m-%d}"}
 
 
+async def _ensure_tidy(deps: AgentDeps, user: User) -> None:
+    """A person with memories gets the nightly tidy-up (once; agent/tidy.py)."""
+    if deps.config.memory_tidy and deps.system_jobs is not None:
+        await deps.system_jobs.ensure(user, "tidy", deps.config.memory_tidy_at, "FREQ=DAILY")
+
+
 def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     """The memory tools, bound to `user`; none when the memory service is not installed."""
     service = deps.memory
@@ -70,6 +76,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         update or forget that one."""
         with _as_tool_errors():
             result = await service.save(user.id, content, category, tainted=CALL_TAINTED.get())
+        await _ensure_tidy(deps, user)
         status = "already saved" if result.merged else "saved"
         reply: dict[str, Any] = {"ok": True, "status": status, "memory": _brief(result.memory)}
         if result.related:

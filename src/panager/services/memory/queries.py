@@ -57,6 +57,8 @@ class StoreTables:
     terms: str
     columns: str
     m_columns: str  # the same, each prefixed with the row alias `m.`
+    # rows left out of every search while this column is set (memories: superseded ones)
+    hidden_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,20 +78,22 @@ def search_sql(store: StoreTables) -> SearchSQL:
     """The search statements for `store` (memories, or a document's chunks)."""
     table, stats, terms = store.table, store.stats, store.terms
     columns, m_columns = store.columns, store.m_columns
+    live = f" AND {store.hidden_by} IS NULL" if store.hidden_by else ""
+    live_c = f" AND c.{store.hidden_by} IS NULL" if store.hidden_by else ""
     SEARCH_ANN = f"""
     SELECT {columns}, 1 - (embedding <=> %(v)s) AS similarity
-    FROM {table} WHERE user_id = %(user)s
+    FROM {table} WHERE user_id = %(user)s{live}
     ORDER BY embedding <=> %(v)s LIMIT %(k)s
     """  # only the indexed expression: any tie-break column would stop pgvector using the index
     SEARCH_EXACT = f"""
     SELECT {columns}, 1 - (embedding <=> %(v)s) AS similarity
-    FROM {table} WHERE user_id = %(user)s
+    FROM {table} WHERE user_id = %(user)s{live}
     ORDER BY (embedding <=> %(v)s) + 0, updated_at DESC, id LIMIT %(k)s
     """  # "+ 0": not the indexed expression, so the planner scans the user's rows exactly
     _NEAR = f"""
     WITH near AS MATERIALIZED (
         SELECT {columns}, embedding, 1 - (embedding <=> %(v)s) AS similarity
-        FROM {table} WHERE user_id = %(user)s
+        FROM {table} WHERE user_id = %(user)s{live}
         ORDER BY {{order}} LIMIT %(k)s
     )
     SELECT n.id, n.content, n.category, n.source, n.created_at, n.updated_at, n.tainted,
@@ -130,10 +134,11 @@ def search_sql(store: StoreTables) -> SearchSQL:
     ), cand AS (
         (SELECT c.id, c.updated_at, c.content_tsv FROM tq, {table} c
          WHERE NOT (SELECT common FROM tq) AND c.user_id = %(user)s AND c.content_tsv @@ tq.rare
+           {live_c}
          ORDER BY c.updated_at DESC, c.id LIMIT {CANDIDATE_ROWS})
         UNION ALL
         (SELECT c.id, c.updated_at, c.content_tsv FROM tq, {table} c
-         WHERE (SELECT common FROM tq) AND c.user_id = %(user)s
+         WHERE (SELECT common FROM tq) AND c.user_id = %(user)s{live_c}
            AND c.content_tsv @@ tq.rarest_two
          LIMIT {CANDIDATE_ROWS})
     ), scored AS (
@@ -172,6 +177,7 @@ def search_sql(store: StoreTables) -> SearchSQL:
 MEMORY_TABLES = StoreTables(
     "memories", "memory_stats", "memory_terms", COLUMNS,
     ", ".join(f"m.{c.strip()}" for c in COLUMNS.split(", ")),
+    hidden_by="superseded_by",  # the nightly tidy-up's marks (services/memory/tidy.py)
 )
 MEMORY_SQL = search_sql(MEMORY_TABLES)
 M_COLUMNS = MEMORY_TABLES.m_columns
