@@ -297,6 +297,7 @@ class Graph:
             system_trigger=ctx.system_instruction,
             is_system_trigger=ctx.is_system_trigger,
             relays=any(getattr(m, "name", None) == "relay" for m in call.model_input),
+            memory=self.config.recall is not None,
         )
 
     # Any: an event carries free-form data (see agent/events.py)
