@@ -49,6 +49,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import bench_database, machine_line, percentile
@@ -216,7 +218,7 @@ async def latency(service: MemoryService, pool, questions: list[str]) -> dict:
     embed_times, vectors = [], []
     for text in questions:
         started = time.perf_counter()
-        vectors.append((await inner.embed_queries([text + " "]))[0])
+        vectors.append(np.asarray((await inner.embed_queries([text + " "]))[0], dtype=np.float32))
         embed_times.append((time.perf_counter() - started) * 1000)
     out = {"embed": embed_times}
     for mode in MODES:
@@ -243,7 +245,8 @@ def conversations(data: str, count: int) -> list[tuple[str, Conversation]]:
     return out
 
 
-async def run(model: str, convs: list[tuple[str, Conversation]], questions: int) -> dict:
+async def run(model: str, convs: list[tuple[str, Conversation]], questions: int,
+              keep: Path | None = None) -> dict:
     """Store and search everything on a fresh database; the legs, counts and timings."""
     embedder = CachedEmbedder(build_embedder(model, Settings(_env_file=None)))
     started = time.perf_counter()
@@ -260,11 +263,17 @@ async def run(model: str, convs: list[tuple[str, Conversation]], questions: int)
             for user, (data, conv) in enumerate(convs, start=1):
                 log(f"  {embedder.name}: conversation {user} ({len(conv.turns)} turns)")
                 records.append(await collect(service, clock, user, data, conv))
+            if keep is not None:  # before timing: the long part is kept even if timing fails
+                _write(keep, {"embedder": embedder.name, "records": records})
             timing = await latency(service, pool, [q.text for _, c in convs for q in c.questions][:questions])
         finally:
             await pool.close()
     return {"embedder": embedder.name, "records": records, "timing": timing,
             "embedded": embedder.fresh, "embed_seconds": embed_seconds}
+
+
+def _write(path: Path, value: dict) -> None:
+    path.write_bytes(pickle.dumps(value))
 
 
 def print_header(result: dict, seconds: float) -> None:
@@ -306,7 +315,8 @@ async def main() -> None:
     if args.from_legs:
         result = pickle.loads(args.from_legs.read_bytes())
     else:
-        result = await run(args.embedder, conversations(args.data, args.conversations), args.questions)
+        result = await run(args.embedder, conversations(args.data, args.conversations),
+                           args.questions, args.legs)
         if args.legs:
             args.legs.write_bytes(pickle.dumps(result))
     print_header(result, time.perf_counter() - started)

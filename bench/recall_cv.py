@@ -15,8 +15,9 @@ the same rule applied to all conversations.
   answering turns with precision ≥ MIN_PRECISION, among gates leaving at least
   MIN_QUIET of the unrelated messages injecting nothing.
 - Related bar (memory_save's result): the highest bar at which at least
-  MIN_LISTED of the generated dialogues' corrections still list the memory
-  they correct.
+  MIN_LISTED of the generated dialogues' restated corrections (the fact's
+  sentence with one value changed, the shape of "…March 3" / "…March 13") still
+  list the memory they correct; reworded corrections are reported beside them.
 """
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ GRID = [
 BASELINES = {"vector": "dense leg", "text": "lexical leg", "rrf": "plain RRF", "bm25": "plain BM25"}
 BARS = [round(0.76 + 0.005 * i, 3) for i in range(29)]  # 0.76 … 0.90
 MARGINS = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06)
+LIMITS = (1, 2, 3, 5)  # memories injected at most (memory_inject_limit)
 MIN_PRECISION, MIN_QUIET = 0.35, 0.75
 RULE = (f"the highest recall of answering turns at precision ≥ {MIN_PRECISION} with at least "
         f"{MIN_QUIET:.0%} of unrelated messages injecting nothing")
-SHIPPED_GATE = (0.82, 0.03)  # service.RECALL_THRESHOLDS / RECALL_MARGINS before this choice
+SHIPPED_GATE = (0.82, 0.03, 5)  # service.RECALL_THRESHOLDS / RECALL_MARGINS before this choice
 INJECT = 5
 RELATED_BARS = [round(0.80 + 0.005 * i, 3) for i in range(40)]
 MIN_LISTED = 0.95
+CHOSEN_ON = ("restated",)  # corrections of the shape the tests' five pairs have
 RELATED_BEFORE = 0.92
 NOTE_TOKENS = 30  # the "note" memory_save adds when it lists related memories
 
@@ -94,7 +97,7 @@ def fusion_table(records: list[dict], scores: dict) -> tuple[list[Fusion], Fusio
     shipped = choose_fusion(scores, list(folds))
     print("#### Fusion, leave one conversation out\n")
     print("Recall@5 / @10 / @20 of each held-out conversation with the fusion chosen on the "
-          "other eleven (FUSION_RULE: best mean of R@5, R@10, R@20, conversations weighing "
+          f"other {len(records) - 1} (FUSION_RULE: best mean of R@5, R@10, R@20, conversations weighing "
           "the same).\n")
     methods = ["held-out", *BASELINES]
     print("| held-out conversation | n | fusion chosen on the others | "
@@ -158,21 +161,22 @@ def _top(q: dict, fusion: Fusion) -> dict:
             "want": len(want), "median": median}
 
 
-def _counts(items: list[dict], quiet_items: list[dict], bar: float, margin: float) -> dict:
+def _counts(items: list[dict], quiet_items: list[dict], bar: float, margin: float,
+            limit: int = INJECT) -> dict:
     """Injected, injected answering turns, answering turns, questions injecting any,
     questions; unrelated messages injecting nothing, unrelated messages."""
     c = {"inj": 0, "good": 0, "want": 0, "any": 0, "n": len(items), "quiet": 0,
          "unrel": len(quiet_items)}
     for it in items:
         floor = bar if it["median"] is None else max(bar, it["median"] + margin)
-        kept = [rel for sim, rel in it["top"] if sim >= floor]
+        kept = [rel for sim, rel in it["top"][:limit] if sim >= floor]
         c["inj"] += len(kept)
         c["good"] += sum(kept)
         c["want"] += it["want"]
         c["any"] += bool(kept)
     for it in quiet_items:
         floor = bar if it["median"] is None else max(bar, it["median"] + margin)
-        c["quiet"] += not any(sim >= floor for sim, _ in it["top"])
+        c["quiet"] += not any(sim >= floor for sim, _ in it["top"][:limit])
     return c
 
 
@@ -183,19 +187,21 @@ def _ratios(c: dict) -> dict:
             "quiet": c["quiet"] / c["unrel"] if c["unrel"] else 1.0}
 
 
-def _gate(items: list[dict], quiet_items: list[dict], bar: float, margin: float) -> dict:
-    return _ratios(_counts(items, quiet_items, bar, margin))
+def _gate(items: list[dict], quiet_items: list[dict], bar: float, margin: float,
+          limit: int = INJECT) -> dict:
+    return _ratios(_counts(items, quiet_items, bar, margin, limit))
 
 
 def _curve(items: list[dict], quiet_items: list[dict]) -> dict:
-    return {(b, m): _gate(items, quiet_items, b, m) for b in BARS for m in MARGINS}
+    return {(b, m, n): _gate(items, quiet_items, b, m, n)
+            for b in BARS for m in MARGINS for n in LIMITS}
 
 
-def choose_gate(curve: dict) -> tuple[float, float]:
+def choose_gate(curve: dict) -> tuple[float, float, int]:
     """RULE; when no gate reaches the precision, the most precise one that keeps quiet."""
     ok = [g for g, r in curve.items() if r["precision"] >= MIN_PRECISION and r["quiet"] >= MIN_QUIET]
     if ok:
-        return max(ok, key=lambda g: (curve[g]["recall"], curve[g]["precision"]))
+        return max(ok, key=lambda g: (curve[g]["recall"], curve[g]["precision"], -g[2]))
     return max(curve, key=lambda g: (curve[g]["quiet"] >= MIN_QUIET, curve[g]["precision"]))
 
 
@@ -218,17 +224,17 @@ def injection_table(records: list[dict], chosen: list[Fusion], shipped: Fusion) 
     gate = choose_gate(_curve(all_items, all_quiet))
     _print_curve(held, gate)
     print(f"\nRule: {RULE}. Per held-out conversation, the gate chosen on the others:\n")
-    print("| held-out conversation | n | bar, margin | precision | recall | questions injecting ≥1 | unrelated quiet |")
+    print("| held-out conversation | n | bar, margin, at most | precision | recall | questions injecting ≥1 | unrelated quiet |")
     print("|---|---|---|---|---|---|---|")
-    for name, (b, m), r, n in cv_rows:
-        print(f"| {name} | {n} | {b:.3f}, {m:.2f} | {r['precision']:.3f} | {r['recall']:.3f} | "
+    for name, (b, m, most), r, n in cv_rows:
+        print(f"| {name} | {n} | {b:.3f}, {m:.2f}, {most} | {r['precision']:.3f} | {r['recall']:.3f} | "
               f"{r['any']:.3f} | {r['quiet']:.3f} |")
     r = _ratios(total)
     print(f"| **pooled** | {total['n']} | | {r['precision']:.3f} | {r['recall']:.3f} | "
           f"{r['any']:.3f} | {r['quiet']:.3f} |")
     ungated = _gate(every, [], -1.0, -1.0)
     print(f"\nShipped gate (the rule on all conversations, shipped fusion): **bar {gate[0]:.3f}, "
-          f"margin {gate[1]:.2f}**; on the held-out folds the ungated top {INJECT} holds recall "
+          f"margin {gate[1]:.2f}, at most {gate[2]}**; on the held-out folds the ungated top {INJECT} holds recall "
           f"{ungated['recall']:.3f} at precision {ungated['precision']:.3f}.\n")
     return gate
 
@@ -236,18 +242,22 @@ def injection_table(records: list[dict], chosen: list[Fusion], shipped: Fusion) 
 def _print_curve(curve: dict, chosen: tuple) -> None:
     print("#### Injection: recall vs precision on the held-out folds\n")
     print(f"Each held-out conversation's top {INJECT} under its fold's fusion; a point per gate "
-          "(bar, margin over the candidates' median similarity); the points no other gate "
+          "(bar, margin over the candidates' median similarity, at most n injected); the points no other gate "
           "beats on both precision and recall (the curve), plus the gate shipped before:\n")
     frontier = [g for g, r in curve.items() if not any(
         (o["precision"] >= r["precision"] and o["recall"] > r["recall"])
         or (o["precision"] > r["precision"] and o["recall"] >= r["recall"]) for o in curve.values())]
+    seen: dict = {}
+    for g in sorted(frontier, key=lambda g: (g[1], -g[2], g[0])):  # one gate per point
+        seen.setdefault((curve[g]["precision"], curve[g]["recall"]), g)
+    frontier = list(seen.values())
     shown = sorted(set(frontier) | {chosen, SHIPPED_GATE} & set(curve), key=lambda g: -curve[g]["recall"])
-    print("| bar | margin | precision | recall of answering turns | questions injecting ≥1 | unrelated quiet | |")
-    print("|---|---|---|---|---|---|---|")
+    print("| bar | margin | at most | precision | recall of answering turns | questions injecting ≥1 | unrelated quiet | |")
+    print("|---|---|---|---|---|---|---|---|")
     for g in shown:
         r = curve[g]
         mark = "**chosen**" if g == chosen else "before" if g == SHIPPED_GATE else ""
-        print(f"| {g[0]:.3f} | {g[1]:.2f} | {r['precision']:.3f} | {r['recall']:.3f} | "
+        print(f"| {g[0]:.3f} | {g[1]:.2f} | {g[2]} | {r['precision']:.3f} | {r['recall']:.3f} | "
               f"{r['any']:.3f} | {r['quiet']:.3f} | {mark} |")
     print("\n```text\n" + ascii_plot(curve, frontier, chosen) + "\n```")
 
@@ -286,13 +296,16 @@ def related_table(records: list[dict]) -> float | None:
         return sum(any(orig for _, orig in [n for n in c["nearest"] if n[0] >= bar][:MAX_RELATED])
                    for c in sel) / len(sel)
 
-    ok = [b for b in RELATED_BARS if listed(b) >= MIN_LISTED]
+    ok = [b for b in RELATED_BARS if listed(b, CHOSEN_ON) >= MIN_LISTED]
     bar = max(ok) if ok else min(RELATED_BARS)
     print("#### Related memories in memory_save's result\n")
     print(f"{len(fixes)} corrections of the generated dialogues' facts (one value changed; "
           f"half restated, half reworded), saved against the conversation's memories; "
           f"{len(saves)} saves of the conversations' turns (both data sets where run). "
-          f"Bar chosen: the highest with ≥ {MIN_LISTED:.0%} of corrections still listed.\n")
+          f"Bar chosen: the highest with ≥ {MIN_LISTED:.0%} of the restated corrections still "
+          f"listed (a reworded correction is listed at 0.80 only "
+          f"{listed(min(RELATED_BARS), ('reworded',)):.0%} of the time: other turns of the "
+          "same event come nearer).\n")
     print("| bar | corrections listed (all / restated / reworded) | saves listing any: chats | generated | "
           "tokens per save result | |")
     print("|---|---|---|---|---|---|")
