@@ -272,6 +272,24 @@ async def run(model: str, convs: list[tuple[str, Conversation]], questions: int,
             "embedded": embedder.fresh, "embed_seconds": embed_seconds}
 
 
+async def latency_only(model: str, questions: int) -> dict:
+    """Only the latency part: one chat conversation's turns stored in batches, then timed."""
+    (_, conv), *_ = conversations("chitchat", 1)
+    embedder = CachedEmbedder(build_embedder(model, Settings(_env_file=None)))
+    texts = [clean_content(t.stored) for t in conv.turns[: LATENCY_SIZE + 200]]
+    async with bench_database() as url:
+        pool = await open_pool(url, max_size=4)
+        try:
+            service = MemoryService(pool, embedder)
+            async with pool.connection() as conn:
+                await conn.execute("INSERT INTO users (id, username) VALUES (1, 'u1')")
+            for start in range(0, len(texts), 64):
+                await service.save_many(1, texts[start : start + 64], source="import")
+            return await latency(service, pool, [q.text for q in conv.questions][:questions])
+        finally:
+            await pool.close()
+
+
 def _write(path: Path, value: dict) -> None:
     path.write_bytes(pickle.dumps(value))
 
@@ -306,12 +324,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--questions", type=int, default=200, help="questions timed for latency")
     parser.add_argument("--legs", type=Path, help="write what was searched (pickle) for --from-legs")
     parser.add_argument("--from-legs", type=Path, help="analyse a --legs file; no database")
+    parser.add_argument("--latency-only", action="store_true", help="only time memory_search")
     return parser.parse_args()
 
 
 async def main() -> None:
     args = parse_args()
     started = time.perf_counter()
+    if args.latency_only:
+        t = await latency_only(args.embedder, args.questions)
+        print(f"{machine_line()}, load average {os.getloadavg()[0]:.1f}: " + "; ".join(
+            f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms" for m in MODES))
+        return
     if args.from_legs:
         result = pickle.loads(args.from_legs.read_bytes())
     else:
