@@ -64,7 +64,7 @@ class CachedEmbedder:
             if i // BATCH % 20 == 0 or i + BATCH >= len(todo):
                 done = min(i + BATCH, len(todo))
                 rate = done / (time.perf_counter() - started)
-                print(f"  embedding {role}s: {done:,}/{len(todo):,} ({rate:.0f}/s)",
+                print(f"  embedding ({role}): {done:,}/{len(todo):,} ({rate:.0f}/s)",
                       file=sys.stderr, flush=True)
 
     async def _embed(self, texts: list[str], role: str) -> list[np.ndarray]:
