@@ -6,7 +6,7 @@ scored on the one left out; "pooled" adds up the held-out folds. What ships is
 the same rule applied to all conversations.
 
 - Fusion (services/memory/fusion.py): every `Fusion` of GRID; chosen by
-  FUSION_RULE: the highest mean of recall@5, @10 and @20 over the training
+  this rule: the highest mean of recall@5, @10 and @20 over the training
   conversations, each conversation weighing the same (so the data set with
   more questions per conversation does not decide alone).
 - Injection gate: a hit of the top 5 is injected when its similarity reaches
@@ -93,7 +93,7 @@ def _mean(rows: list[tuple[float, ...]]) -> tuple[float, ...]:
 
 
 def choose_fusion(scores: dict, train: list[int]) -> Fusion:
-    """FUSION_RULE on the conversations `train` (ties: the earlier of GRID)."""
+    """The fusion rule on the conversations `train` (ties: the earlier of GRID)."""
     def objective(f: Fusion) -> float:
         return statistics.mean(statistics.mean(_mean(scores[f][i])) for i in train)
     return max(GRID, key=objective)
@@ -106,7 +106,7 @@ def fusion_table(records: list[dict], scores: dict) -> tuple[list[Fusion], Fusio
     shipped = choose_fusion(scores, list(folds))
     print("#### Fusion, leave one conversation out\n")
     print("Recall@5 / @10 / @20 of each held-out conversation with the fusion chosen on the "
-          f"other {len(records) - 1} (FUSION_RULE: best mean of R@5, R@10, R@20, conversations weighing "
+          f"other {len(records) - 1} (rule: best mean of R@5, R@10, R@20, conversations weighing "
           "the same).\n")
     methods = ["held-out", *BASELINES]
     print("| held-out conversation | n | fusion chosen on the others | "
