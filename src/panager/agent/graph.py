@@ -326,6 +326,7 @@ class Graph:
             is_system_trigger=ctx.is_system_trigger,
             relays=any(getattr(m, "name", None) == "relay" for m in call.model_input),
             profile=profile,
+            memory=self.config.recall is not None,
         )
 
     async def _profile(self, ctx: TurnContext) -> Mapping[str, str]:

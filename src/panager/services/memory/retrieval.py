@@ -24,7 +24,7 @@ import numpy as np
 from panager.db.extension import supports_iterative_scan
 from panager.db.pool import DictConnection, Pool
 from panager.db.queries import one
-from panager.services.memory.fusion import fuse
+from panager.services.memory.fusion import DEFAULT_FUSION, Fusion, fuse
 from panager.services.memory.queries import (
     MEMORY_SQL,
     SET_EF_SEARCH,
@@ -71,9 +71,11 @@ class Retrieval:
         strategy: Strategy = "auto",
         iterative_scan: IterativeScan = "auto",
         sql: SearchSQL = MEMORY_SQL,
+        fusion: Fusion = DEFAULT_FUSION,
     ) -> None:
         self.pool = pool
         self.sql = sql  # the store searched: memories, or documents' chunks
+        self.fusion = fusion  # how hybrid searches merge the legs (fusion.py)
         self.ef_search = ef_search
         self.strategy = strategy  # "auto": exact scan for small users, HNSW for large ones
         self.exact_fallbacks = 0  # HNSW scans starved by the user filter (then scanned exactly)
@@ -84,18 +86,37 @@ class Retrieval:
     async def search(
         self, user_id: int, query: str, limit: int, mode: SearchMode, vector: np.ndarray | None
     ) -> list[MemoryHit]:
-        """Run the legs (see `_legs`); hybrid results are fused as fusion.py says."""
-        k = max(CANDIDATES, limit)
-        terms = query_terms(query) if mode != "vector" else []
-        params = {"user": user_id, "v": vector, "k": k, "crowd": mode == "hybrid",
-                  "terms": [t.text for t in terms], "pre": [t.prefix for t in terms]}
+        """Run the legs (see `_legs`); hybrid results are fused as `self.fusion` says."""
         if mode == "text":
-            rows = await self._lexical_leg(params, self.sql.search_text_only) if terms else []
+            params = self._params(user_id, query, limit, None, lexical=True, crowd=False)
+            text_sql = self.sql.search_text_only
+            rows = await self._lexical_leg(params, text_sql) if params["terms"] else []
             return [hit(r, r["rank"]) for r in rows[:limit]]
-        vec_rows, text_rows = await self._legs(user_id, params, bool(terms))
         if mode == "vector":
+            params = self._params(user_id, query, limit, vector, lexical=False, crowd=False)
+            vec_rows, _ = await self._legs(user_id, params, False)
             return [hit(r, r["similarity"]) for r in vec_rows[:limit]]
-        return fuse(vec_rows, text_rows, limit)
+        vec_rows, text_rows = await self.candidates(
+            user_id, query, vector, limit, crowd=self.fusion.crowd_weight > 0
+        )
+        return fuse(vec_rows, text_rows, limit, self.fusion)
+
+    async def candidates(
+        self, user_id: int, query: str, vector: np.ndarray | None, limit: int = CANDIDATES,
+        *, crowd: bool = True,
+    ) -> tuple[list[dict], list[dict]]:
+        """Both legs' rows, best first (each at least CANDIDATES deep): the vector leg with
+        `similarity` (and `crowd` when asked), the lexical one with `rank`, `coverage` and
+        `similarity`. What a hybrid search fuses; benchmarks fuse them other ways."""
+        params = self._params(user_id, query, limit, vector, lexical=True, crowd=crowd)
+        return await self._legs(user_id, params, bool(params["terms"]))
+
+    @staticmethod
+    def _params(user_id: int, query: str, limit: int, vector: np.ndarray | None, *,
+                lexical: bool, crowd: bool) -> dict:
+        terms = query_terms(query) if lexical else []
+        return {"user": user_id, "v": vector, "k": max(CANDIDATES, limit), "crowd": crowd,
+                "terms": [t.text for t in terms], "pre": [t.prefix for t in terms]}
 
     async def _legs(self, user_id: int, params: dict, lexical: bool) -> tuple[list, list]:
         """(vector rows, BM25 rows). A user scanned exactly gets both queries in one pipelined
