@@ -27,7 +27,8 @@ DELETE FROM memories m USING ranked r
 RETURNING m.id
 """
 # Pairs (newer, older) among the person's live memories, the newer one changed since
-# `since`, the older one among its nearest neighbours and at least `bar` similar.
+# `since`, the older one among its nearest neighbours and at least `bar` similar; a memory
+# saved in a tainted call is never offered as replacing one the person stated.
 NEIGHBOUR_PAIRS = """
 SELECT n.id AS new_id, n.content AS new_content, n.updated_at AS new_at,
        o.id AS old_id, o.content AS old_content, o.updated_at AS old_at, o.similarity
@@ -37,6 +38,7 @@ SELECT n.id AS new_id, n.content AS new_content, n.updated_at AS new_at,
         FROM memories c
        WHERE c.user_id = n.user_id AND c.id <> n.id AND c.superseded_by IS NULL
          AND c.updated_at < n.updated_at
+         AND (c.tainted OR NOT n.tainted)  -- outside text never replaces the person's own
        ORDER BY c.embedding <=> n.embedding
        LIMIT 3
   ) AS o
