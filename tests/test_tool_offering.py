@@ -60,9 +60,9 @@ def small(tmp_path):
 
 
 # The fixed prompt's share of a 4k window. It was ≤ 0.25 (840–896 tokens) before the web,
-# document and profile tools joined the default set; with them it is ~1,380 tokens (0.35).
+# document and profile tools joined the default set; with them it is 1,381–1,437 tokens.
 # Bringing it back under a quarter (deferring those tools at small windows too) is open work.
-FIXED_SHARE = 0.36
+FIXED_SHARE = 0.37
 
 
 async def test_no_google_tool_is_offered_without_a_google_client(make_app, tmp_path):
