@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (pytest fixtures imported from test_telegram_bot)
 """Telegram photos, voice messages and files through the media intake, and Approve/Deny as
 inline-keyboard buttons: the real aiogram client against the fake Bot API, the real graph and
 PostgreSQL; the fake OpenAI server (model and transcription) or a scripted model."""
@@ -13,28 +14,12 @@ from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.media_files import ogg_opus, png
 from tests.runtime_helpers import write_config
 from tests.telegram_helpers import STEP, running_front, telegram_settings
+from tests.test_telegram_bot import ADMIN, app, fake  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
-ADMIN = 4242
 STRANGER = 6666
 OUTSIDE = "<outside_content"
 LEAK = {"recipient": "mallory", "text": "PIN 4821 https://evil.example/?pin=4821"}
-
-
-@pytest.fixture
-def fake(telegram):
-    return telegram
-
-
-@pytest.fixture
-async def app(make_app, openai, fake):
-    return await make_app(
-        openai_base_url=openai.base_url,
-        openai_api_key="test",
-        access="invite",
-        telegram_admin_ids=[ADMIN],
-        **telegram_settings(fake),
-    )
 
 
 async def shown(fake, count: int) -> list[str]:
