@@ -6,6 +6,8 @@ The database is real PostgreSQL (the embedded `pgserver` one in a temp dir, or
 
 from __future__ import annotations
 
+import asyncio
+import json
 import platform
 import statistics
 import sys
@@ -118,8 +120,11 @@ class PolicyModel(BaseChatModel):
     policy: Any
     model_name: str = "bench-model"
     record: bool = False
+    delay: float = 0.0  # seconds per call (a remote or local model's latency)
+    count_tools: bool = False  # recorded prompt tokens include the tool schemas sent
     _prompt_tokens: list[int] = PrivateAttr(default_factory=list)
     _summary_calls: list[bool] = PrivateAttr(default_factory=list)
+    _tool_tokens: int = PrivateAttr(default=0)
 
     @property
     def _llm_type(self) -> str:
@@ -136,14 +141,18 @@ class PolicyModel(BaseChatModel):
         return self._summary_calls
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> PolicyModel:
-        """Tools are decided by the policy; binding is a no-op."""
+        """Tools are decided by the policy; binding only notes the schemas' size."""
+        self._tool_tokens = sum(len(json.dumps(t, default=str)) // 4 for t in tools)
         return self
 
     def _reply(self, messages: list[BaseMessage]) -> ChatResult:
         tokens = count_tokens_approximately(messages) if self.record else 0
         if self.record:
+            summary = is_summary_request(messages)
+            if self.count_tools and not summary:  # a summary request is sent without tools
+                tokens += self._tool_tokens
             self._prompt_tokens.append(tokens)
-            self._summary_calls.append(is_summary_request(messages))
+            self._summary_calls.append(summary)
         step = self.policy(messages)
         message = AIMessage(
             content=step.content,
@@ -161,6 +170,8 @@ class PolicyModel(BaseChatModel):
         return self._reply(messages)
 
     async def _agenerate(self, messages, stop=None, run_manager=None, **kw: Any) -> ChatResult:
+        if self.delay:
+            await asyncio.sleep(self.delay)
         return self._reply(messages)
 
 

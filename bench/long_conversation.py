@@ -1,6 +1,7 @@
 """A 1,000-turn conversation with compaction + checkpoint pruning ON vs OFF, in one run.
 
     .venv/bin/python bench/long_conversation.py [--turns 1000] [--window 8000]
+    .venv/bin/python bench/long_conversation.py --small-window [--turns 200] [--delay 0.3]
 
 Two Panager apps on the same real PostgreSQL server, each with its own user and
 its own database (so OFF's half a gigabyte of checkpoints does not slow ON's
@@ -20,6 +21,15 @@ awaited after each ON turn, outside the timed region. Reported at turns 10,
 of the ten turns up to that point. Targets: ON prompts stay under the window
 at every turn; ON bytes under 2 MB at turn 1,000; ON latency at turn 1,000
 within 1.5× of turn 10.
+
+`--small-window` runs three conversations one after the other, each with the
+product's own tools (no Google client) and a fake model that waits `--delay`
+seconds per call: the 8,000-token window with the workload above, and a
+4,096-token window (the default of common local servers) with ~700-character
+messages and answers, without and with a 2 KB tool result per turn. Reported:
+summaries per 100 turns (target ≤ 20), the largest prompt including the tool
+schemas (target ≤ the window), the fixed prompt (system prompt + schemas) and
+the median turn latency.
 """
 
 from __future__ import annotations
@@ -37,9 +47,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 
-from bench.common import PolicyModel, bench_database, machine_line, one_tool_call_policy
+from bench.common import (
+    SUMMARY_REPLY,
+    PolicyModel,
+    bench_database,
+    is_summary_request,
+    machine_line,
+    one_tool_call_policy,
+)
 
 WORDS = (
     "meeting", "calendar", "project", "budget", "review", "report", "client", "design",
@@ -100,18 +118,40 @@ class Variant:
     samples: dict[int, tuple[int, int]] = field(default_factory=dict)  # turn -> (bytes, ckpts)
 
 
-async def start_variant(name: str, url: str, config: dict, user_id: int) -> Variant:
-    """An App with `config` as its YAML runtime config, and its user."""
+_PRODUCT_FACTORIES: list = []  # the product's tool factories, kept before the bench's replace them
+
+
+def chat_policy(with_tool: bool):
+    """~700-character answers; with `with_tool`, one lookup call per user message first."""
+    lookup_call = one_tool_call_policy("lookup", lambda text: {"query": text[:40]})
+
+    def policy(messages):
+        if is_summary_request(messages):
+            return AIMessage(content=SUMMARY_REPLY)
+        if with_tool and isinstance(messages[-1], HumanMessage):
+            return lookup_call(messages)
+        return AIMessage(content=document(f"answer {len(messages)}", 700))
+
+    return policy
+
+
+async def start_variant(
+    name: str, url: str, config: dict, user_id: int, policy=None, **model_options
+) -> Variant:
+    """An App with `config` as its YAML runtime config, and its user (the bench's tool only,
+    unless `count_tools` asks for the product's own tools to be offered and counted too)."""
     from panager.agent import tools as tools_pkg
     from panager.app import App
     from panager.config import Settings
 
-    tools_pkg.TOOL_FACTORIES[:] = [bench_tools]
+    if not _PRODUCT_FACTORIES:
+        _PRODUCT_FACTORIES.extend(tools_pkg.TOOL_FACTORIES)
+    own = _PRODUCT_FACTORIES if model_options.get("count_tools") else []
+    tools_pkg.TOOL_FACTORIES[:] = [*own, bench_tools]
     home = Path(tempfile.mkdtemp(prefix=f"panager-bench-{name}-"))
     (home / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    model = PolicyModel(
-        policy=one_tool_call_policy("lookup", lambda text: {"query": text[:40]}), record=True
-    )
+    policy = policy or one_tool_call_policy("lookup", lambda text: {"query": text[:40]})
+    model = PolicyModel(policy=policy, record=True, **model_options)
     settings = Settings(_env_file=None, database_url=url, home=home, timezone="UTC", access="open")
     app = await App.start(settings, model=model)
     variant = Variant(name, app, model)
@@ -123,11 +163,11 @@ async def start_variant(name: str, url: str, config: dict, user_id: int) -> Vari
     return variant
 
 
-async def one_turn(v: Variant, i: int) -> None:
+async def one_turn(v: Variant, i: int, text: str | None = None) -> None:
     """Run turn i, timing it; then let background pruning finish (untimed)."""
     before = len(v.model.prompt_tokens)
     start = time.perf_counter()
-    result = await v.app.assistant.run_turn(v.user, f"Question {i}: what is item {i}?")
+    result = await v.app.assistant.run_turn(v.user, text or f"Question {i}: what is item {i}?")
     v.latency.append((time.perf_counter() - start) * 1000)
     if not result.ok:
         raise RuntimeError(f"{v.name} turn {i} failed: {result.text}")
@@ -225,11 +265,84 @@ async def measure(turns: int, window: int) -> list[str]:
     return report([on, off], points, window)
 
 
+SMALL_RUNS = (  # name, window, policy (with a tool call?), ~700-character user messages?
+    ("8,000, 2 KB tool results", 8_000, None, False),
+    ("4,096, 700-char turns", 4_096, False, True),
+    ("4,096, 700-char turns + 2 KB tool results", 4_096, True, True),
+)
+
+
+async def small_window_run(
+    name: str, window: int, with_tool: bool | None, chat: bool, turns: int, delay: float
+) -> Variant:
+    """One conversation of `turns` turns (`with_tool` None: the 8,000 run's policy)."""
+    async with bench_database() as url:
+        policy = None if with_tool is None else chat_policy(with_tool)
+        config = {"context_window": window, "checkpoint_pruning": True, "daily_token_budget": 0}
+        v = await start_variant(name, url, config, 21, policy, delay=delay, count_tools=True)
+        try:
+            for i in range(1, turns + 1):
+                await one_turn(v, i, document(f"message {i}", 700) if chat else None)
+        finally:
+            await v.app.stop()
+    return v
+
+
+def small_window_report(runs: list[tuple[str, int, Variant]], turns: int) -> list[str]:
+    """One table row per run, and the target checks of the 4,096 runs."""
+    lines = [
+        "| run (window, workload) | model calls | summaries | per 100 turns | largest prompt "
+        "(tokens) | largest summary request | median turn (ms) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, _window, v in runs:
+        calls = sum(len(p) for p in v.prompts) + len(v.summary_calls)
+        largest = max(max(p) for p in v.prompts)
+        lines.append(
+            f"| {name} | {calls:,} | {len(v.summary_calls)} | "
+            f"{100 * len(v.summary_calls) / turns:.1f} | {largest:,} | "
+            f"{max(v.summary_calls, default=0):,} | {statistics.median(v.latency):,.0f} |"
+        )
+    lines.append("")
+    for name, window, v in runs:
+        rate = 100 * len(v.summary_calls) / turns
+        largest = max(max(max(p) for p in v.prompts), max(v.summary_calls, default=0))
+        lines.append(
+            f"- {name}: {rate:.1f} summaries per 100 turns (target ≤ 20) — "
+            f"{'OK' if rate <= 20 else 'OVER'}; largest request {largest:,} tokens "
+            f"(window {window:,}) — {'OK' if largest <= window else 'OVER'}; first prompt "
+            f"{v.prompts[0][0]:,} tokens"
+        )
+    return lines
+
+
+async def measure_small(turns: int, delay: float) -> list[str]:
+    """The small-window runs, one after the other (their latencies do not mix)."""
+    runs = []
+    for name, window, with_tool, chat in SMALL_RUNS:
+        print(f"  … {name}", file=sys.stderr, flush=True)
+        run = await small_window_run(name, window, with_tool, chat, turns, delay)
+        runs.append((name, window, run))
+    return small_window_report(runs, turns)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=1_000)
+    parser.add_argument("--turns", type=int, default=None, help="default 1,000 (small: 200)")
     parser.add_argument("--window", type=int, default=8_000, help="ON's context_window")
+    parser.add_argument("--small-window", action="store_true", help="the 4,096-token runs")
+    parser.add_argument("--delay", type=float, default=0.3, help="seconds per model call (small)")
     args = parser.parse_args()
+    if args.small_window:
+        turns = args.turns or 200
+        lines = asyncio.run(measure_small(turns, args.delay))
+        print(machine_line())
+        print(f"{turns:,} turns per run; fake model {args.delay * 1000:.0f} ms per call; the "
+              "product's tools (no Google client) plus a lookup tool; default effects, pruning.")
+        print()
+        print("\n".join(lines))
+        return
+    args.turns = args.turns or 1_000
     lines = asyncio.run(measure(args.turns, args.window))
     print(machine_line())
     print(f"{args.turns:,} turns, each with a 2 KB tool result; ON: context_window "

@@ -204,6 +204,7 @@ class Conversation:
     dates: list[datetime]
     turns: list[Turn] = field(default_factory=list)
     questions: list[Question] = field(default_factory=list)
+    facts: list[tuple[Turn, str, dict]] = field(default_factory=list)  # (turn, template, slots)
 
 
 def _slots(rng: random.Random) -> dict[str, str]:
@@ -262,7 +263,9 @@ def _session_event(conv, rng, session, who, event, slots, said) -> None:
     kind, statements, follow_ups, reactions, questions = event
     other = conv.speakers[1] if who == conv.speakers[0] else conv.speakers[0]
     _chat(conv, rng, session, rng.randint(1, 3))
-    fact = _add(conv, who, rng.choice(statements).format(**slots), session)
+    template = rng.choice(statements)
+    fact = _add(conv, who, template.format(**slots), session)
+    conv.facts.append((fact, template, slots))
     _add(conv, other, rng.choice(reactions).format(**slots), session)
     _add(conv, who, rng.choice(follow_ups).format(**slots), session)
     said[(who, kind)] = fact
@@ -275,6 +278,41 @@ def _add_multi_hop(conv: Conversation, slots: dict, said: dict) -> None:
         for first, second, template in MULTI_HOP:
             evidence = [said[(who, first)].id, said[(who, second)].id]
             conv.questions.append(Question(template.format(**slots[who]), "multi-hop", evidence))
+
+
+ALTERNATIVES = {  # values a correction may put in place of a slot's
+    "pet": PETS, "breed": BREEDS, "city1": CITIES, "city2": CITIES, "job": [j for j, _ in JOBS],
+    "company": [c for _, c in JOBS], "hobby": [h.replace("-", " ") for h in HOBBIES],
+    "weekday": WEEKDAYS, "relation": RELATIONS, "rname": RNAMES, "month": MONTHS,
+    "day": [str(d) for d in range(1, 29)], "country": [c for c, _ in COUNTRIES],
+    "sight": [s for _, s in COUNTRIES], "book": BOOKS, "dose": ["5", "10", "20", "40"],
+    "drug": DRUGS, "car1": [a for a, _ in CARS], "car2": [b for _, b in CARS],
+    "color": ["red", "grey", "blue", "white"], "race": [r for r, _ in RACES],
+    "time": [t for _, t in RACES], "instrument": INSTRUMENTS,
+}
+
+
+def corrections(conv: Conversation, seed: int = 7) -> list[tuple[str, str, str]]:
+    """Two corrections of every fact said in `conv`, as (fact turn id, kind, stored text):
+    "restated", the same sentence with one value changed ("...named him Pepper!" for
+    "...named him Biscuit!"), and "reworded", the event's other sentence with that value
+    changed (a correction seldom repeats the first wording)."""
+    import string
+
+    rng = random.Random(seed)
+    out = []
+    for turn, template, slots in conv.facts:
+        names = [f for _, f, _, _ in string.Formatter().parse(template) if f and f != "who"]
+        name = rng.choice(names)
+        value = rng.choice([v for v in ALTERNATIVES[name] if v not in slots.values()])
+        changed = {**slots, name: value}
+        other = next(
+            (s for _, st, *_ in EVENTS for s in st if template in st and s != template
+             and name in s), template,
+        )
+        for kind, text in (("restated", template), ("reworded", other)):
+            out.append((turn.id, kind, f"{turn.speaker}: {text.format(**changed)}"))
+    return out
 
 
 def dataset(conversations: int = 6, sessions: int = 20, seed: int = 15) -> list[Conversation]:

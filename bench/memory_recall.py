@@ -1,43 +1,39 @@
-"""Memory recall on long multi-session conversations: what search finds, what saving keeps.
+"""Memory recall on long multi-session conversations: fusion and injection chosen by
+cross-validation, what saving keeps, how often a save lists related memories.
 
-    .venv/bin/python bench/memory_recall.py                 # people's chats, the default embedder
-    .venv/bin/python bench/memory_recall.py --data generated  # the generated dialogues
-    .venv/bin/python bench/memory_recall.py --embedders local,local:all-minilm-l6-v2-int8
-    .venv/bin/python bench/memory_recall.py --embedders local:multilingual-e5-small-q4#older
-        # e5 as stored before query/passage roles (every text a query), for comparison
+    .venv/bin/python bench/memory_recall.py                   # both data sets, 12 conversations
+    .venv/bin/python bench/memory_recall.py --data chitchat   # one data set
+    .venv/bin/python bench/memory_recall.py --legs /tmp/legs.pickle   # keep what was searched
+    .venv/bin/python bench/memory_recall.py --from-legs /tmp/legs.pickle  # re-analyse, no DB
 
-Data (--data): "chitchat" (the default), six long multi-session conversations
-typed by people (the Chit-Chat Challenge data set from PyPI's `chitchat-dataset`,
-MIT) with questions written for this repository (bench/chitchat.py says how); or
-"generated", bench/memory_dialogues.py (6 generated conversations of ~270 turns,
-with questions; see its docstring for what it is and is not). Every turn is stored through
-`MemoryService.save` (the `memory_save` path) as "Speaker: text", with the clock
-at its session's date, one user per conversation, on a real PostgreSQL +
-pgvector (a throwaway database). Then, per embedder:
+Data: "chitchat", six long multi-session conversations typed by people (the
+Chit-Chat Challenge data set from PyPI's `chitchat-dataset`, MIT) with questions
+written for this repository (bench/chitchat.py says how); "generated",
+bench/memory_dialogues.py (6 generated conversations with questions); "both"
+(the default). Every turn is stored through `MemoryService.save` as
+"Speaker: text", with the clock at its session's date, one user per
+conversation, on a real PostgreSQL + pgvector (a throwaway database).
+Embeddings are cached on disk (bench/embed_cache.py): the first run embeds
+every turn, later runs none.
 
-1. Saving: how many turns were merged into an earlier memory (exact repeats such
-   as "Thanks!") and how many *distinct* turns are missing from the store
-   afterwards (must be 0).
-2. Retrieval: recall@5/10/20 (share of a question's answering turns in the top k)
-   and hit@k (at least one of them) per question type, for the product's search
-   (hybrid), its dense leg alone, its lexical (BM25 in PostgreSQL) leg alone, and
-   a plain BM25 baseline (`rank_bm25.BM25Okapi` over lower-cased word tokens,
-   bench-only dependency). The fusion weights (services/memory/fusion.py) were
-   chosen on the first three generated conversations, before the chitchat data
-   existed: on "generated" the "held-out" row scores only the other three; on
-   "chitchat" every question is held out.
-   Recency: the product's top 50 re-ranked with a bonus for newer memories
-   (RECENCY_WEIGHTS × the spread of the fused scores × the memory's place
-   between the conversation's first and last date), to see whether the
-   memory's date helps temporal questions ("when did…", "most recently…").
-3. Injection: for the top 5 of each question, and for 30 messages unrelated to
-   any memory, precision and recall of injecting the hits whose similarity
-   reaches a bar, per bar, and for the rule `MemoryService.recall` ships (a bar and a
-   margin over the median similarity of the search's candidates); this is how
-   RECALL_THRESHOLDS and RECALL_MARGINS were chosen (--dump-injection writes what
-   other rules need).
-4. Latency: `memory_search` for a user with 1,000 memories (200 questions, vectors
-   embedded beforehand: the database + fusion part), and the query embedding.
+1. Saving: turns merged into an earlier memory (exact repeats) and *distinct*
+   turns missing afterwards (must be 0); how often a save's result lists related
+   memories, and its tokens, per related-memory bar; the generated dialogues'
+   facts corrected (one value changed) and whether the corrected memory is
+   listed (bench/recall_cv.py chooses the bar).
+2. Retrieval: for every question both legs of the product's search (the same
+   SQL, `Retrieval.candidates`), then, in Python, every fusion of
+   recall_cv.GRID; leave one conversation out: the fusion is chosen on the
+   other conversations and scored on the one left out (recall@5/10/20: share
+   of a question's answering turns in the top k), against each leg alone,
+   plain RRF (k 60, top 20 of each leg) and plain BM25 (`rank_bm25`).
+3. Injection: on the held-out folds (each scored with its fold's fusion),
+   precision and recall of the injected hits of the top 5 and the share of 30
+   unrelated messages injecting nothing, per gate (bar, margin over the
+   candidates' median similarity); the gate is chosen by recall_cv.RULE.
+4. Latency: `memory_search` for a user with 1,000 memories (200 questions,
+   vectors embedded beforehand: the database + fusion part), and the query
+   embedding.
 """
 
 from __future__ import annotations
@@ -46,36 +42,31 @@ import argparse
 import asyncio
 import json
 import os
+import pickle
 import re
-import statistics
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import bench_database, machine_line, percentile
-from bench.memory_dialogues import Conversation, dataset
+from bench.embed_cache import CachedEmbedder
+from bench.memory_dialogues import Conversation, corrections, dataset
+from bench.recall_cv import report
 from panager.clock import FakeClock
 from panager.config import Settings
 from panager.db.pool import open_pool
-from panager.embeddings import legacy_embedder
 from panager.services.memory.binding import build_embedder
-from panager.services.memory.service import MemoryService
-from panager.services.memory.text import normalise
+from panager.services.memory.service import MAX_RELATED, MemoryService
+from panager.services.memory.text import clean_content, normalise
 
-KS = (5, 10, 20)
 MODES = ("hybrid", "vector", "text")
-LABELS = {"hybrid": "product (hybrid)", "vector": "dense only", "text": "lexical only (BM25 in SQL)",
-          "bm25": "plain BM25 (rank_bm25)"}
 LATENCY_USER, LATENCY_SIZE = 100, 1_000
-TUNING = {"generated": 3, "chitchat": 0}  # conversations the fusion weights were chosen on
-RECENCY_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 1.0)
-RECENCY_POOL = 30  # = the service's candidates per leg, so the top 20 is the product's
-HELD_OUT = "all, held-out conversations"
-BARS = [round(0.20 + 0.01 * i, 2) for i in range(76)]
-SHOWN_BARS = 0.06  # bars printed: the shipped one ± this
+NEAREST = MAX_RELATED + 2  # what a save looks at (MemoryService._store)
 UNRELATED = [
     "What's the weather going to be like tomorrow?", "Set a reminder to call the bank at 5pm.",
     "Translate 'good morning' into Spanish.", "What's 15% of 80?",
@@ -95,6 +86,7 @@ UNRELATED = [
 ]
 WORD = re.compile(r"\w+")
 LATEST = re.compile(r"\b(latest|most recent(ly)?|recently)\b", re.I)
+KEEP = ("id", "content", "updated_at", "similarity", "crowd", "rank", "coverage")
 
 
 def log(message: str) -> None:
@@ -102,10 +94,24 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def kind_of(question) -> str:
+    """The question's kind; temporal ones split into "when did…" and "the latest on…"."""
+    if question.kind != "temporal":
+        return question.kind
+    return "temporal: latest" if LATEST.search(question.text) else "temporal: when"
+
+
+def _slim(rows: list[dict]) -> list[dict]:
+    """What fusion needs of a row (fusion.fuse + queries.hit), as plain values."""
+    return [{**{k: row.get(k) for k in KEEP}, "id": str(row["id"]), "category": "",
+             "source": "", "created_at": row["updated_at"]} for row in rows]
+
+
 async def store(service: MemoryService, clock: FakeClock, user: int, conv: Conversation) -> dict:
-    """Save every turn through MemoryService.save; returns turn id → memory id and counts."""
+    """Save every turn through MemoryService.save; turn id → memory id, counts, and each
+    stored save's related memories (the service's bar is 0 here: all of the nearest)."""
     ids: dict[str, str] = {}
-    merged = 0
+    merged, saves = 0, []
     when = conv.dates[0]
     for turn in conv.turns:  # one second apart within a session, never going back
         when = max(conv.dates[turn.session], when + timedelta(seconds=1))
@@ -113,9 +119,27 @@ async def store(service: MemoryService, clock: FakeClock, user: int, conv: Conve
         result = await service.save(user, turn.stored, "conversation")
         ids[turn.id] = result.memory.id
         merged += result.merged
+        if not result.merged:
+            saves.append({"memory": _tokens(_brief(result.memory)),
+                          "related": [(h.similarity, _tokens(_related(h))) for h in result.related]})
     stored = {normalise(h.content) for h in await service.list(user, 100_000)}
     distinct = {normalise(t.stored) for t in conv.turns}
-    return {"ids": ids, "merged": merged, "lost": len(distinct - stored), "turns": len(conv.turns)}
+    return {"ids": ids, "merged": merged, "lost": len(distinct - stored),
+            "turns": len(conv.turns), "saves": saves}
+
+
+def _brief(h) -> dict:  # the memory as memory_save's result shows it (agent/tools/memory.py)
+    return {"ok": True, "status": "saved", "memory": {
+        "id": h.id, "content": h.content, "category": h.category, "saved": f"{h.created_at:%Y-%m-%d}"}}
+
+
+def _related(h) -> dict:
+    return {"id": h.id, "content": h.content, "date": f"{h.updated_at:%Y-%m-%d}"}
+
+
+def _tokens(value: dict) -> int:
+    """Approximate tokens of a tool result (langchain_core's counter: ~4 characters each)."""
+    return -(-len(json.dumps(value, ensure_ascii=False)) // 4)
 
 
 def bm25_rankings(conv: Conversation, ids: dict[str, str], k: int) -> list[list[str]]:
@@ -135,79 +159,52 @@ def bm25_rankings(conv: Conversation, ids: dict[str, str], k: int) -> list[list[
     return out
 
 
-def recency(hits: list, weight: float, conv: Conversation) -> list[str]:
-    """The hits re-ranked with a bonus growing linearly from the conversation's first date
-    (0) to its last (weight × the spread of the fused scores)."""
-    if not hits:
-        return []
-    first, span = conv.dates[0], (conv.dates[-1] - conv.dates[0]).total_seconds() or 1.0
-    spread = statistics.pstdev(h.score for h in hits) or 1.0
-    scored = [(h.score + weight * spread * (h.created_at - first).total_seconds() / span, -i, h.id)
-              for i, h in enumerate(hits)]
-    return [key for *_, key in sorted(scored, reverse=True)[: max(KS)]]
+async def legs(service: MemoryService, user: int, text: str) -> dict:
+    """Both legs of the product's hybrid search for `text`."""
+    vec = await service.embed_query(text)
+    vector, lexical = await service.retrieval.candidates(user, text, vec)
+    return {"vector": _slim(vector), "text": _slim(lexical)}
 
 
-def kind_of(question) -> str:
-    """The question's kind; temporal ones split into "when did…" and "the latest on…"."""
-    if question.kind != "temporal":
-        return question.kind
-    return "temporal: latest" if LATEST.search(question.text) else "temporal: when"
+async def corrected(service: MemoryService, user: int, conv: Conversation, ids: dict) -> list:
+    """For each correction of a fact: the similarities of what a save of it would look at,
+    and which of them is the corrected fact (nothing is saved)."""
+    out = []
+    texts = [text for _, _, text in corrections(conv)]
+    vectors = await service.embedder.embed([clean_content(t) for t in texts])
+    async with service.pool.connection() as conn, conn.transaction():
+        for (turn_id, kind, _), vec in zip(corrections(conv), vectors, strict=True):
+            nearest = await service.retrieval.nearest(conn, user, vec, NEAREST)
+            out.append({"kind": kind, "nearest": [
+                (float(r["similarity"]), str(r["id"]) == ids[turn_id]) for r in nearest]})
+    return out
 
 
-def score(rankings: dict, conv: Conversation, ids: dict[str, str], totals: dict,
-          held_out: bool = False) -> None:
-    """Add each question's recall@k / hit@k per method to `totals[(method, kind)]`."""
-    for method, ranked in rankings.items():
-        for q, got in zip(conv.questions, ranked, strict=True):
-            want = {ids[t] for t in q.evidence}
-            for kind in (kind_of(q), "all", *([HELD_OUT] if held_out else [])):
-                row = totals.setdefault((method, kind), {"n": 0, **{f"r{k}": 0.0 for k in KS},
-                                                         **{f"h{k}": 0 for k in KS}})
-                row["n"] += 1
-                for k in KS:
-                    found = len(want & set(got[:k]))
-                    row[f"r{k}"] += found / len(want)
-                    row[f"h{k}"] += found > 0
+async def collect(service: MemoryService, clock: FakeClock, user: int, data: str,
+                  conv: Conversation) -> dict:
+    """Everything the analysis needs of one conversation."""
+    async with service.pool.connection() as conn:
+        await conn.execute("INSERT INTO users (id, username) VALUES (%s, %s)", (user, f"u{user}"))
+    saved = await store(service, clock, user, conv)
+    ids = saved.pop("ids")
+    questions = []
+    for q, bm25 in zip(conv.questions, bm25_rankings(conv, ids, 20), strict=True):
+        questions.append({"kind": kind_of(q), "want": sorted({ids[t] for t in q.evidence}),
+                          "bm25": bm25, **await legs(service, user, q.text)})
+    unrelated = [await legs(service, user, text) for text in UNRELATED]
+    fixes = await corrected(service, user, conv, ids) if data == "generated" else []
+    return {"data": data, "name": _name(data, user, conv), "questions": questions,
+            "unrelated": unrelated, "corrections": fixes, **saved}
 
 
-async def injection(service, user, conv, ids, vectors, unrelated_vecs, rows: dict,
-                    dump: list | None = None) -> None:
-    """Per bar: injected relevant/total for the questions, unrelated messages left empty.
-    `dump` collects each search's top 30 (similarity, answering?) for other rules."""
-    for q, vec in zip(conv.questions, vectors, strict=True):
-        want = {ids[t] for t in q.evidence}
-        if dump is not None:
-            pool = await service.search(user, q.text, RECENCY_POOL, vector=vec)
-            dump.append({"user": user, "kind": kind_of(q), "want": len(want),
-                         "hits": [[h.similarity, h.id in want] for h in pool]})
-        hits = await service.search(user, q.text, 5, vector=vec)
-        shipped = await service.recall(user, q.text, 5)  # the rule injection uses
-        for bar in [*BARS, "shipped"]:
-            kept = shipped if bar == "shipped" else [h for h in hits if (h.similarity or 0) >= bar]
-            row = rows.setdefault(bar, {"inj": 0, "good": 0, "want": 0, "found": 0, "qs": 0,
-                                        "q_any": 0, "quiet": 0, "unrel": 0})
-            row["inj"] += len(kept)
-            row["good"] += sum(h.id in want for h in kept)
-            row["want"] += len(want)
-            row["found"] += len(want & {h.id for h in kept})
-            row["qs"] += 1
-            row["q_any"] += bool(kept)
-    for text, vec in zip(UNRELATED, unrelated_vecs, strict=True):
-        if dump is not None:
-            pool = await service.search(user, text, RECENCY_POOL, vector=vec)
-            dump.append({"user": user, "kind": "unrelated", "want": 0,
-                         "hits": [[h.similarity, False] for h in pool]})
-        hits = await service.search(user, text, 5, vector=vec)
-        for bar in BARS:
-            rows[bar]["unrel"] += 1
-            rows[bar]["quiet"] += not any((h.similarity or 0) >= bar for h in hits)
-        rows["shipped"]["unrel"] += 1
-        rows["shipped"]["quiet"] += not await service.recall(user, text, 5)
+def _name(data: str, user: int, conv: Conversation) -> str:
+    label = {"chitchat": "chats", "generated": "generated"}[data]
+    return f"{label}: {' & '.join(conv.speakers)}"
 
 
 async def latency(service: MemoryService, pool, questions: list[str]) -> dict:
     """p50/p95 of search at LATENCY_SIZE memories (vectors embedded beforehand) and of the
-    query embedding."""
+    query embedding (a fresh text, never cached)."""
     async with pool.connection() as conn:
         await conn.execute("INSERT INTO users (id, username) VALUES (%s, 'latency')", (LATENCY_USER,))
         await conn.execute(
@@ -217,10 +214,11 @@ async def latency(service: MemoryService, pool, questions: list[str]) -> dict:
             (LATENCY_USER, LATENCY_USER, LATENCY_SIZE),
         )
         await conn.execute("VACUUM ANALYZE memories")
+    inner = service.embedder.inner
     embed_times, vectors = [], []
     for text in questions:
         started = time.perf_counter()
-        vectors.append(await service.embed_query(text + " "))  # a fresh text: not cached
+        vectors.append(np.asarray((await inner.embed_queries([text + " "]))[0], dtype=np.float32))
         embed_times.append((time.perf_counter() - started) * 1000)
     out = {"embed": embed_times}
     for mode in MODES:
@@ -235,137 +233,118 @@ async def latency(service: MemoryService, pool, questions: list[str]) -> dict:
     return out
 
 
-async def run_embedder(model: str, convs: list[Conversation], questions: int, data: str,
-                       dump: list | None = None) -> dict:
-    """Everything for one embedder on a fresh database."""
-    if model.endswith("#older"):  # the space before query/passage roles, for comparison
-        embedder = legacy_embedder(model.removesuffix("#older"))
-    else:
-        embedder = build_embedder(model, Settings(_env_file=None))
+def conversations(data: str, count: int) -> list[tuple[str, Conversation]]:
+    """(data set, conversation) for the chosen data."""
+    out: list[tuple[str, Conversation]] = []
+    if data in ("chitchat", "both"):
+        from bench.chitchat import conversations as chats
+
+        out += [("chitchat", c) for c in chats()[:count]]
+    if data in ("generated", "both"):
+        out += [("generated", c) for c in dataset(count)]
+    return out
+
+
+async def run(model: str, convs: list[tuple[str, Conversation]], questions: int,
+              keep: Path | None = None) -> dict:
+    """Store and search everything on a fresh database; the legs, counts and timings."""
+    embedder = CachedEmbedder(build_embedder(model, Settings(_env_file=None)))
+    started = time.perf_counter()
+    await embedder.prepare([clean_content(t.stored) for _, c in convs for t in c.turns], "passage")
+    await embedder.prepare([q.text for _, c in convs for q in c.questions] + UNRELATED, "query")
+    embedder.save()
+    embed_seconds = time.perf_counter() - started
     clock = FakeClock()
-    totals: dict = {}
-    saving = {"merged": 0, "lost": 0, "turns": 0}
-    inject: dict = {}
     async with bench_database() as url:
         pool = await open_pool(url, max_size=4)
         try:
-            service = MemoryService(pool, embedder, clock=clock)
-            unrelated = [await service.embed_query(t) for t in UNRELATED]
-            for user, conv in enumerate(convs, start=1):
-                async with pool.connection() as conn:
-                    await conn.execute("INSERT INTO users (id, username) VALUES (%s, %s)", (user, f"u{user}"))
-                log(f"  {embedder.name}: storing conversation {user} ({len(conv.turns)} turns)")
-                saved = await store(service, clock, user, conv)
-                for key in saving:
-                    saving[key] += saved[key]
-                ids = saved["ids"]
-                vectors = [await service.embed_query(q.text) for q in conv.questions]
-                rankings = {"bm25": bm25_rankings(conv, ids, max(KS))}
-                pooled = [await service.search(user, q.text, RECENCY_POOL, vector=v)
-                          for q, v in zip(conv.questions, vectors, strict=True)]
-                for w in RECENCY_WEIGHTS:
-                    rankings[f"recency {w}"] = [recency(hits, w, conv) for hits in pooled]
-                for mode in MODES:
-                    rankings[mode] = [
-                        [h.id for h in await service.search(user, q.text, max(KS), mode=mode, vector=v)]
-                        for q, v in zip(conv.questions, vectors, strict=True)
-                    ]
-                score(rankings, conv, ids, totals, held_out=0 < TUNING[data] < user)
-                await injection(service, user, conv, ids, vectors, unrelated, inject, dump)
-            all_questions = [q.text for c in convs for q in c.questions][:questions]
-            timing = await latency(service, pool, all_questions)
+            service = MemoryService(pool, embedder, clock=clock, dedupe_threshold=0.0)
+            records = []
+            for user, (data, conv) in enumerate(convs, start=1):
+                log(f"  {embedder.name}: conversation {user} ({len(conv.turns)} turns)")
+                records.append(await collect(service, clock, user, data, conv))
+            if keep is not None:  # before timing: the long part is kept even if timing fails
+                _write(keep, {"embedder": embedder.name, "records": records})
+            timing = await latency(service, pool, [q.text for _, c in convs for q in c.questions][:questions])
         finally:
             await pool.close()
-    return {"name": embedder.name, "totals": totals, "saving": saving, "inject": inject,
-            "timing": timing, "related": service.dedupe_threshold, "bar": service.recall_threshold,
-            "margin": service.recall_margin}
+    return {"embedder": embedder.name, "records": records, "timing": timing,
+            "embedded": embedder.fresh, "embed_seconds": embed_seconds}
 
 
-def print_report(results: list[dict], convs: list[Conversation], seconds: float, data: str) -> None:
-    """The markdown tables."""
+async def latency_only(model: str, questions: int) -> dict:
+    """Only the latency part: one chat conversation's turns stored in batches, then timed."""
+    (_, conv), *_ = conversations("chitchat", 1)
+    embedder = CachedEmbedder(build_embedder(model, Settings(_env_file=None)))
+    texts = [clean_content(t.stored) for t in conv.turns[: LATENCY_SIZE + 200]]
+    async with bench_database() as url:
+        pool = await open_pool(url, max_size=4)
+        try:
+            service = MemoryService(pool, embedder)
+            async with pool.connection() as conn:
+                await conn.execute("INSERT INTO users (id, username) VALUES (1, 'u1')")
+            for start in range(0, len(texts), 64):
+                await service.save_many(1, texts[start : start + 64], source="import")
+            return await latency(service, pool, [q.text for q in conv.questions][:questions])
+        finally:
+            await pool.close()
+
+
+def _write(path: Path, value: dict) -> None:
+    path.write_bytes(pickle.dumps(value))
+
+
+def print_header(result: dict, seconds: float) -> None:
+    """Machine, data and the latency lines."""
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    turns = sum(len(c.turns) for c in convs)
+    records = result["records"]
+    turns = sum(r["turns"] for r in records)
     print(f"### Memory recall benchmark\n\n{machine_line()}, {os.cpu_count()} cores, load average {load}")
-    source = {"chitchat": "bench/chitchat.py (people's chats)", "generated": "bench/memory_dialogues.py"}[data]
-    print(f"data: {source}, {len(convs)} conversations, {turns} turns, "
-          f"{sum(len(c.questions) for c in convs)} questions; {seconds:.0f} s\n")
-    for res in results:
-        s = res["saving"]
-        print(f"#### {res['name']}\n")
-        print(f"Saving {s['turns']} turns one by one: {s['merged']} merged into an earlier identical "
-              f"memory (exact repeats), **{s['lost']} distinct turns merged away**.\n")
-        kinds = [*sorted({kind for _, kind in res["totals"]} - {"all", HELD_OUT}), "all"]
-        kinds += [HELD_OUT] if any(kind == HELD_OUT for _, kind in res["totals"]) else []
-        print("| search | questions | n | R@5 | R@10 | R@20 | hit@5 | hit@10 | hit@20 |")
-        print("|---|---|---|---|---|---|---|---|---|")
-        for method in ("hybrid", "vector", "text", "bm25"):
-            for kind in kinds:
-                row = res["totals"][(method, kind)]
-                n = row["n"]
-                cells = [f"{row[f'r{k}'] / n:.3f}" for k in KS] + [f"{row[f'h{k}'] / n:.3f}" for k in KS]
-                label = f"**{kind}**" if kind == "all" else kind
-                print(f"| {LABELS[method]} | {label} | {n} | " + " | ".join(cells) + " |")
-        print_recency(res, kinds)
-        print_injection(res)
-        t = res["timing"]
-        print(f"\nLatency at {LATENCY_SIZE:,} memories of one user ({len(t['embed'])} questions, top 10, "
-              "vectors embedded beforehand): " + "; ".join(
-                  f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms" for m in MODES))
-        print(f"Query embedding: p50 {percentile(t['embed'], 50):.1f} ms, p95 {percentile(t['embed'], 95):.1f} ms\n")
-
-
-def print_recency(res: dict, kinds: list[str]) -> None:
-    """Recall@10 of the product's ranking with a recency bonus, per question kind."""
-    print("\nRecency bonus on the product's top 30 (recall@10; weight 0 = the product):\n")
-    print("| weight | " + " | ".join(kinds) + " |")
-    print("|---|" + "---|" * len(kinds))
-    for w in RECENCY_WEIGHTS:
-        cells = [res["totals"][(f"recency {w}", kind)] for kind in kinds]
-        print(f"| {w} | " + " | ".join(f"{c['r10'] / c['n']:.3f}" for c in cells) + " |")
-
-
-def print_injection(res: dict) -> None:
-    """Injection precision/recall per similarity bar (the top 5 of each question)."""
-    print(f"\nInjection (top 5, kept when similarity ≥ bar; shipped: bar {res['bar']:.2f} and "
-          f"a margin of {res['margin']:.2f} over the candidates' median similarity; "
-          f"related-memory threshold {res['related']:.2f}):\n")
-    print("| bar | precision | recall of answering turns | questions injecting ≥1 | unrelated messages injecting none |")
-    print("|---|---|---|---|---|")
-    bars = [b for b in res["inject"] if b != "shipped" and abs(b - res["bar"]) <= SHOWN_BARS + 1e-9]
-    for bar in [*sorted(bars), "shipped"]:
-        row = res["inject"][bar]
-        precision = row["good"] / row["inj"] if row["inj"] else float("nan")
-        label = "**shipped rule (`recall`)**" if bar == "shipped" else f"{bar:.2f}"
-        print(f"| {label} | {precision:.3f} | {row['found'] / row['want']:.3f} | "
-              f"{row['q_any'] / row['qs']:.3f} | {row['quiet'] / row['unrel']:.3f} |")
+    sets = sorted({r["data"] for r in records})
+    print(f"data: {' + '.join(sets)}, {len(records)} conversations, {turns} turns, "
+          f"{sum(len(r['questions']) for r in records)} questions; embedder {result['embedder']}; "
+          f"{result['embedded']} texts embedded in {result['embed_seconds']:.0f} s (the rest cached); "
+          f"{seconds:.0f} s in all\n")
+    merged, lost = sum(r["merged"] for r in records), sum(r["lost"] for r in records)
+    print(f"Saving {turns} turns one by one: {merged} merged into an earlier identical memory "
+          f"(exact repeats), **{lost} distinct turns merged away**.\n")
+    t = result["timing"]
+    print(f"Latency at {LATENCY_SIZE:,} memories of one user ({len(t['embed'])} questions, top 10, "
+          "vectors embedded beforehand): " + "; ".join(
+              f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms" for m in MODES))
+    print(f"Query embedding: p50 {percentile(t['embed'], 50):.1f} ms, "
+          f"p95 {percentile(t['embed'], 95):.1f} ms\n")
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--embedders", default="local", help="comma-separated PANAGER_EMBEDDING_MODEL values")
-    parser.add_argument("--data", choices=("chitchat", "generated"), default="chitchat")
-    parser.add_argument("--conversations", type=int, default=6)
+    parser.add_argument("--embedder", default="local", help="a PANAGER_EMBEDDING_MODEL value")
+    parser.add_argument("--data", choices=("both", "chitchat", "generated"), default="both")
+    parser.add_argument("--conversations", type=int, default=6, help="per data set")
     parser.add_argument("--questions", type=int, default=200, help="questions timed for latency")
-    parser.add_argument("--dump-injection", type=Path, help="write each search's top 30 "
-                        "(similarity, answering?) as JSON, to study injection rules")
+    parser.add_argument("--legs", type=Path, help="write what was searched (pickle) for --from-legs")
+    parser.add_argument("--from-legs", type=Path, help="analyse a --legs file; no database")
+    parser.add_argument("--latency-only", action="store_true", help="only time memory_search")
     return parser.parse_args()
 
 
 async def main() -> None:
     args = parse_args()
     started = time.perf_counter()
-    if args.data == "chitchat":
-        from bench.chitchat import conversations
-
-        convs = conversations()[: args.conversations]
+    if args.latency_only:
+        t = await latency_only(args.embedder, args.questions)
+        print(f"{machine_line()}, load average {os.getloadavg()[0]:.1f}: " + "; ".join(
+            f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms" for m in MODES))
+        return
+    if args.from_legs:
+        result = pickle.loads(args.from_legs.read_bytes())
     else:
-        convs = dataset(args.conversations)
-    dump: list | None = [] if args.dump_injection else None
-    results = [await run_embedder(m.strip(), convs, args.questions, args.data, dump)
-               for m in args.embedders.split(",")]
-    if args.dump_injection:
-        args.dump_injection.write_text(json.dumps(dump))
-    print_report(results, convs, time.perf_counter() - started, args.data)
+        result = await run(args.embedder, conversations(args.data, args.conversations),
+                           args.questions, args.legs)
+        if args.legs:
+            args.legs.write_bytes(pickle.dumps(result))
+    print_header(result, time.perf_counter() - started)
+    report(result["records"])
 
 
 if __name__ == "__main__":

@@ -35,7 +35,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 OUTPUT = ROOT / "BENCHMARKS.md"
-HELPERS = {"__init__.py", "chitchat.py", "common.py", "memory_corpus.py", "memory_dialogues.py", "run_all.py"}
+HELPERS = {
+    "__init__.py", "chitchat.py", "common.py", "embed_cache.py", "memory_corpus.py",
+    "memory_dialogues.py", "recall_cv.py", "run_all.py",
+}
 TIMEOUT = 3600.0
 INTRO = "Each section: the command, the machine, the numbers."
 
@@ -74,6 +77,11 @@ KNOWN = [
         "long_conversation", "Long conversation", [], ["--turns", "200"], "long_conversation.py"
     ),
     Benchmark("web", "Web page", [], ["--requests", "30", "--chat", "15"], "web.py"),
+    Benchmark("tools", "MCP tools", ["--on-demand"], ["--calls", "50"], "tools.py"),
+    Benchmark(
+        "attachments", "Attachments", [], ["--turns", "5", "--documents", "100"],
+        "attachments.py",
+    ),
     Benchmark(
         "first_token",
         "First token",

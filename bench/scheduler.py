@@ -64,7 +64,7 @@ class RecordingDelivery:
         self.sent.append((text, time.time()))
         return True
 
-    async def run_agent(self, user, instruction: str):
+    async def run_agent(self, user, instruction: str, *, tainted: bool = False):
         """Not used: the benchmark only has reminders."""
         raise NotImplementedError
 

@@ -13,6 +13,10 @@ answer), the same tool, and the same `AsyncPostgresSaver` on the same pool
   pure per-turn overhead of the graph. Shown twice: with the runner's
   checkpoint durability ("exit": one checkpoint write per turn) and with
   LangGraph's default ("async", create_agent's: a write after every step).
+- `panager graph, taint checks off`: the same graph built with
+  `GraphConfig(taint_checks=False)` — no taint scan of the model's input and no
+  confirm node — so the cost of outside-content tracking is the ratio of the
+  two rows (target ≤ 1.05; printed below the tables).
 - `panager run_turn`: the whole `Assistant.run_turn` path as front ends call it,
   with the default runtime (per-user lock, thread repair, memory recall, usage,
   events, session recording, trim + compaction, checkpoint pruning).
@@ -107,8 +111,9 @@ def create_agent_turn(app, model) -> Turn:
     return turn
 
 
-def graph_turn(app, **invoke_options) -> Turn:
+def graph_turn(app, taint_checks: bool = True, **invoke_options) -> Turn:
     """A turn of our graph with compaction off, invoked as the runner invokes it."""
+    import uuid
     from dataclasses import replace
 
     from panager.agent.effects.registry import UsageRecorder
@@ -116,6 +121,7 @@ def graph_turn(app, **invoke_options) -> Turn:
     from panager.agent.state import TurnContext
 
     base = 2_000_000 if not invoke_options else 4_000_000
+    base += 0 if taint_checks else 3_000_000
     assistant, users = app.assistant, Users(app, base)
     config = app.graph_config  # the app's graph, minus recall, compaction and the auth hook
     graph = build_graph(
@@ -127,14 +133,16 @@ def graph_turn(app, **invoke_options) -> Turn:
             on_overflow=None,
             skills_text=None,
             context_window=None,
+            taint_checks=taint_checks,
         )
     )
 
     async def turn(uid: int, text: str) -> None:
         user = await users.get(uid)
         ctx = TurnContext(user=user, tools=[lookup], model=app.model, user_text=text)
+        message = HumanMessage(text, id=str(uuid.uuid4()))
         await graph.ainvoke(
-            assistant._inputs(text, False, False),
+            {"messages": [message], "model_calls": 0, "unattended": False},
             config=assistant.config_for(user),
             context=ctx,
             **{**assistant.invoke_options, **invoke_options},
@@ -220,6 +228,36 @@ def table(results: dict[str, list[float]], wall: dict[str, float] | None = None)
     return lines
 
 
+async def paired(app, on: Turn, off: Turn, users: int, turns: int) -> dict[str, list[float]]:
+    """Taint checks on and off at the same time: half the users each, ROUNDS rounds, so a
+    load swing of the machine hits both alike (the per-variant windows above do not)."""
+    out: dict[str, list[float]] = {"on": [], "off": []}
+    half = max(users // 2, 1)
+
+    async def one_user(turn: Turn, uid: int) -> list[float]:
+        return [await timed(turn, uid, f"question {i}") for i in range(turns)]
+
+    for r in range(ROUNDS):
+        first = 50_000 * (r + 1)
+        results = await asyncio.gather(
+            *(one_user(on, first + u) for u in range(half)),
+            *(one_user(off, first + half + u) for u in range(half)),
+        )
+        await settle(app)
+        out["on"] += [x for r_ in results[:half] for x in r_]
+        out["off"] += [x for r_ in results[half:] for x in r_]
+    return out
+
+
+def taint_line(alone: dict[str, list[float]], together: dict[str, list[float]]) -> str:
+    """Taint checks on ÷ off, p50: sequential (interleaved) and concurrent (paired)."""
+    on = percentile(alone["panager graph"], 50)
+    seq = on / percentile(alone["panager graph, taint checks off"], 50)
+    conc = percentile(together["on"], 50) / percentile(together["off"], 50)
+    return (f"Taint checks on ÷ off (p50): sequential {seq:.3f}, concurrent (on and off "
+            f"users at once, {ROUNDS} rounds) {conc:.3f} (target ≤ 1.05)")
+
+
 async def measure(args) -> list[str]:
     """Run both shapes and return the report lines."""
     model = make_model()
@@ -230,6 +268,7 @@ async def measure(args) -> list[str]:
                 "create_agent": create_agent_turn(app, model),
                 "panager graph": graph_turn(app),
                 "panager graph, durability=async": graph_turn(app, durability="async"),
+                "panager graph, taint checks off": graph_turn(app, taint_checks=False),
                 "panager run_turn": run_turn_turn(app),
             }
             for turn in variants.values():  # warm-up: imports, caches, prepared plans
@@ -237,11 +276,16 @@ async def measure(args) -> list[str]:
                     await turn(999, f"warm-up {i}")
             await settle(app)
             lines = [f"**1 user × {args.turns} turns** (sequential)", ""]
-            lines += table(await sequential(app, variants, args.turns))
+            alone = await sequential(app, variants, args.turns)
+            lines += table(alone)
             results, wall = await concurrent(app, variants, args.users, args.user_turns)
             lines += ["", f"**{args.users} users × {args.user_turns} turns** (concurrent, "
                       f"{ROUNDS} rounds)", ""]
             lines += table(results, wall)
+            both = await paired(app, variants["panager graph"],
+                                variants["panager graph, taint checks off"],
+                                args.users, args.user_turns)
+            lines += ["", taint_line(alone, both)]
         finally:
             await app.stop()
     return lines

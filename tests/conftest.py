@@ -43,6 +43,8 @@ CLEARED_ENV = (
     "GOOGLE_CLIENT_ID",
     "GOOGLE_CLIENT_SECRET",
     "PANAGER_AUTO_MIGRATE",
+    "PANAGER_TRANSCRIPTION_MODEL",
+    "PANAGER_TRANSCRIPTION_BASE_URL",
 )
 
 
@@ -67,7 +69,7 @@ def pg_server_url():
         return
     from panager.db.embedded import start_embedded
 
-    data = Path(tempfile.mkdtemp(prefix="panager-test-pg-"))
+    data = Path(tempfile.mkdtemp(prefix="panager-test-pg-")) / "pgdata"  # as under a home
     yield start_embedded(data)
 
 

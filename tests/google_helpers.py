@@ -9,6 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 import aiohttp
 
 from panager.agent.tools import build_tools
+from panager.framing import unframe
 from panager.services.google.service import CALLBACK_PATH, START_PATH, GoogleEndpoints
 from panager.web.server import WebServer, start_web
 from tests.fakes.google_server import FakeGoogle
@@ -37,6 +38,24 @@ class RecordingMessenger:
 
         await asyncio.wait_for(enough(), timeout)
         return self.sent
+
+
+class Unframed:
+    """A tool whose framed results come back as the data inside the frame."""
+
+    def __init__(self, tool) -> None:
+        self.tool = tool
+        self.name = tool.name
+
+    async def ainvoke(self, args: dict):
+        value = await self.tool.ainvoke(args)
+        if isinstance(value, str) and (found := unframe(value)) is not None:
+            assert found[0] in ("Google Calendar", "Google Tasks"), found[0]
+            return found[1]
+        return value
+
+    def __getattr__(self, name: str):
+        return getattr(self.tool, name)
 
 
 @dataclass
@@ -92,7 +111,8 @@ class GoogleHarness:
         return await self.follow(await self.authorize(url, account=account, **authorize))
 
     def tools(self, user) -> dict:
-        return {t.name: t for t in build_tools(self.app.deps, user)}
+        """The user's tools; a framed result (outside content) is read back as its data."""
+        return {t.name: Unframed(t) for t in build_tools(self.app.deps, user)}
 
     async def sql(self, query: str, *params) -> list[dict]:
         async with self.app.pool.connection() as conn:

@@ -139,6 +139,12 @@ async def test_db_status_and_doctor(fresh_db, tmp_path, openai):
     assert code == 0, out
     for name in ("config", "database", "pgvector", "privileges", "migrations", "model", "window"):
         assert any(line.startswith("OK") and name in line for line in out.splitlines()), (name, out)
+    assert "gpt-4o-mini gets images (by its name)" in out
+    assert f"whisper-1 at {openai.base_url} (/v1/audio/transcriptions)" in out
+    (tmp_path / "config.yaml").write_text("vision: {gpt-4o-mini: false}\n")
+    openai.script(tool_call("ping_tool", {}))
+    code, out, _ = await run_cli(["doctor"], env)
+    assert "gpt-4o-mini does not get images (by the `vision` setting)" in out
     env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"
     code, out, _ = await run_cli(["doctor"], env)
     assert code == 1 and any(x.startswith("FAIL") and "model" in x for x in out.splitlines())

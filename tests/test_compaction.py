@@ -38,9 +38,16 @@ def policy(summary_reply):
     return step
 
 
+def humans(messages) -> list[str]:
+    return [m.text.removesuffix(PADDING) for m in messages if isinstance(m, HumanMessage)]
+
+
+PADDING = " and tell me what it says about the budget, the schedule and the team" * 4
+
+
 async def long_chat(app, user, turns: int) -> None:
     for i in range(turns):
-        result = await app.assistant.run_turn(user, f"please look up item {i}")
+        result = await app.assistant.run_turn(user, f"please look up item {i}{PADDING}")
         assert result.ok and result.text == "answered", result.text
 
 
@@ -54,7 +61,8 @@ async def test_compaction_removes_messages_from_the_checkpoint(make_app, tmp_pat
     await long_chat(app, user, 25)
     values = await thread_values(app.assistant, user)
     messages = values["messages"]
-    assert len(messages) < 25 * 4 / 2  # removed from the checkpointed state, not just the prompt
+    # removed from the checkpointed state, not just the prompt
+    assert len(messages) < 25 * 4 * 3 / 4 and "please look up item 0" not in humans(messages)
     assert values["summary"] == SUMMARY["summary"]
     assert pairs_intact(messages) and isinstance(messages[0], HumanMessage)
     assert messages[-2].tool_call_id and messages[-1].text == "answered"
@@ -74,13 +82,16 @@ async def test_summary_failure_falls_back_to_truncation(make_app, tmp_path, monk
 
     monkeypatch.setattr(tools_pkg, "TOOL_FACTORIES", [lookup_tools(2_000)])
     model = ScriptedChatModel(script=[policy(broken)] * 200)
-    app = await make_app(model=model, home=write_config(tmp_path / "h", context_window=WINDOW))
+    app = await make_app(
+        model=model, home=write_config(tmp_path / "h", context_window=WINDOW, daily_token_budget=0)
+    )
     user = await app.local_user()
-    await long_chat(app, user, 20)
+    await long_chat(app, user, 30)
     values = await thread_values(app.assistant, user)
-    assert len(values["messages"]) < 40 and pairs_intact(values["messages"])
+    assert len(values["messages"]) < 30 * 4 and pairs_intact(values["messages"])
+    assert "please look up item 0" not in humans(values["messages"])
     assert "removed without a summary" in values["summary"]
-    assert "- please look up item 0" in values["summary"]
+    assert "- please look up item 1" in values["summary"]  # the latest removed requests
 
 
 async def test_compact_command_on_demand(make_app, tmp_path):

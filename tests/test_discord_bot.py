@@ -17,6 +17,7 @@ from panager.adapters.chunking import FENCE
 from panager.discord.bot import ATTACHMENT_NOTE, ERROR_MESSAGE, PanagerBot
 from tests.fakes.discord_server import FakeDiscord, dm_channel_id
 from tests.fakes.openai_server import FakeOpenAI, tool_call
+from tests.runtime_helpers import write_config
 
 ADMIN = 4242
 ALICE = 5001
@@ -151,16 +152,21 @@ async def test_guild_message_gets_no_model_call(start_bot, fake, openai):
     assert all(m["channel_id"] == dm_channel_id(ADMIN) for m in fake.sent)
 
 
-async def test_attachments_and_stickers_get_a_polite_note(start_bot, fake, openai):
+async def test_unreadable_attachments_and_stickers_get_a_polite_note(
+    start_bot, fake, openai, tmp_path
+):
+    write_config(tmp_path / "home", discord_cdn_hosts=[fake.base_url])
     await start_bot()
     files = [{"filename": "scan.png", "data": b"\x89PNG", "content_type": "image/png"}]
-    assert await ask(fake, ADMIN, "", attachments=files) == ATTACHMENT_NOTE
+    assert await ask(fake, ADMIN, "", attachments=files) == (
+        "I couldn't use scan.png: it is not a readable image."
+    )
     assert await ask(fake, ADMIN, "", sticker=True) == ATTACHMENT_NOTE
     assert openai.requests == []
     openai.script("Noted.")
     await fake.send_dm(ADMIN, "see the photo", attachments=["a.jpg"])
     await fake.wait_for_messages(ADMIN, 4, timeout=STEP)
-    assert texts(fake, ADMIN)[2:] == [ATTACHMENT_NOTE, "Noted."]
+    assert texts(fake, ADMIN)[2:] == ["I couldn't use a.jpg: it is empty (0 bytes).", "Noted."]
 
 
 # ------------------------------------------------------------------ access control

@@ -6,15 +6,17 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 
 from panager.agent import tools as tools_pkg
-from panager.agent.effects.compact import Compact, digest_summary, parse_summary, split_point
+from panager.agent.effects.compact import Compact
 from panager.agent.effects.loop_detect import LoopDetect
 from panager.agent.effects.registry import (
     EffectServices,
     build_effects,
     resolve_context_window,
 )
+from panager.agent.effects.summary import digest_summary, parse_summary
 from panager.agent.effects.trim import TRIMMED_KEY, TrimToolResults
 from panager.agent.effects.windows import context_window_for
+from panager.agent.history import keep_plan
 from panager.config import ConfigError, EffectSpec, RuntimeConfig
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 from tests.runtime_helpers import (
@@ -101,13 +103,13 @@ async def test_loop_detect_ignores_different_arguments_and_earlier_turns():
 # -- compact (pure parts) ------------------------------------------------------------------------
 
 
-def test_split_point_cuts_at_user_messages_and_keeps_the_current_turn():
+def test_keep_plan_cuts_at_user_messages_and_keeps_the_current_turn():
     messages = conversation(10)
-    cut = split_point(messages, keep_tokens=1_200)
+    cut, _ = keep_plan(messages, keep_tokens=1_200)
     assert isinstance(messages[cut], HumanMessage) and 0 < cut < len(messages) - 4
     assert pairs_intact(messages[cut:])
-    assert split_point(messages, keep_tokens=0) == len(messages) - 4  # current turn always kept
-    assert split_point(messages[:4], keep_tokens=0) == 0  # nothing older to remove
+    assert keep_plan(messages, keep_tokens=0) == (len(messages) - 4, [])  # current turn kept
+    assert keep_plan(messages[:4], keep_tokens=0) == (0, [])  # nothing older to remove
 
 
 def test_parse_summary_accepts_json_fences_and_plain_text():
@@ -136,8 +138,9 @@ async def test_compact_below_threshold_does_nothing_then_trims_then_removes():
     await effect.before_model(medium)
     assert medium.state_updates and all(isinstance(m, ToolMessage) for m in medium.state_updates)
     assert model.requests == []
-    # far over: summarise and remove (tool pairs intact, current turn kept)
-    big = model_call([*conversation(30), HumanMessage("now", id="now")], model=model)
+    # still over once every older result is shortened: summarise and remove (tool pairs
+    # intact, current turn kept)
+    big = model_call([*conversation(60), HumanMessage("now", id="now")], model=model)
     await effect.before_model(big)
     removed = {m.id for m in big.state_updates if isinstance(m, RemoveMessage)}
     assert removed and "now" not in removed

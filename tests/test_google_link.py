@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from panager.agent.commands import CommandContext, dispatch
 from panager.errors import ToolError
+from panager.framing import unframe
 from tests.fakes.google_server import CALENDAR_SCOPE, FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 from tests.google_helpers import ALICE, BOB, start_harness
@@ -43,7 +44,8 @@ async def thread(app, user) -> list:
 
 def answer_from_tool(messages) -> str:
     """Script step: report the titles the last tool result contained."""
-    result = json.loads(messages[-1].content)
+    found = unframe(messages[-1].content)
+    result = found[1] if found else json.loads(messages[-1].content)
     titles = [e["title"] for e in result.get("events", [])]
     return "On your calendar: " + ", ".join(titles)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
@@ -104,3 +105,20 @@ def test_system_trigger_section_only_for_scheduled_runs():
     assert "Scheduled run" not in plain
     assert "Scheduled run" in scheduled and '"daily summary"' in scheduled
     assert isinstance(SystemMessage(scheduled).content, str)
+
+
+def test_a_turn_that_injected_no_memory_tells_the_model_to_search():
+    """With long-term memory on and nothing injected, the prompt says to call memory_search
+    for a personal question; with memories injected it shows them (and says to search when
+    they do not answer); without memory, or in a scheduled run, it says nothing."""
+    now = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+    empty = build_system_prompt(now=now, zone_name="UTC", memory=True)
+    assert "## Long-term memory" in empty and "call memory_search before answering" in empty
+    assert "## Long-term memory" not in build_system_prompt(now=now, zone_name="UTC")
+    scheduled = build_system_prompt(now=now, zone_name="UTC", memory=True, is_system_trigger=True)
+    assert "## Long-term memory" not in scheduled
+    hit = SimpleNamespace(id="m1", content="Mina's birthday is March 3.", category="people",
+                          created_at=now, updated_at=now)
+    shown = build_system_prompt(now=now, zone_name="UTC", memory=True, memories=[hit])
+    assert "## Memories" in shown and "## Long-term memory" not in shown
+    assert "call memory_search before answering" in shown

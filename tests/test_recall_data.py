@@ -48,3 +48,18 @@ def test_the_pairs_are_the_ones_the_documented_rule_picks() -> None:
     eligible = [(s, key) for key, s in stats.items() if 1_000 <= s[1] <= 3_000 and s[2] >= 100_000]
     picked = [key for _, key in sorted(eligible, key=lambda x: (-x[0][0], -x[0][1]))[:6]]
     assert set(picked) == {frozenset((a, b)) for _, a, b, _ in PAIRS}
+
+
+def test_generated_corrections_change_one_value_of_a_fact() -> None:
+    """Each fact of the generated dialogues gets a restated and a reworded correction: the
+    same speaker, a different sentence, and a value the fact did not have."""
+    from bench.memory_dialogues import corrections, dataset
+
+    conv = dataset(1)[0]
+    facts = {turn.id: (turn, slots) for turn, _, slots in conv.facts}
+    fixes = corrections(conv)
+    assert len(fixes) == 2 * len(facts) and {k for _, k, _ in fixes} == {"restated", "reworded"}
+    for turn_id, _, text in fixes:
+        turn, slots = facts[turn_id]
+        assert text.startswith(f"{turn.speaker}: ") and text != turn.stored
+        assert any(str(v) in turn.stored and str(v) not in text for v in slots.values()), text

@@ -203,23 +203,6 @@ async def test_a_button_pressed_by_someone_else_is_refused(app, fake, openai):
     assert texts[2] == "Done." and texts[3] == "This button is no longer active."
 
 
-async def test_files_reach_the_attachment_intake_as_bytes_never_as_urls(app, fake, openai):
-    got: list[tuple[int, bytes, str | None]] = []
-
-    async def intake(user, data, about) -> str:
-        got.append((user.id, data, about.name))
-        return "Got your file."
-
-    async with running_front(app, fake) as front:
-        front.attachment_intake = intake
-        fake.document(ADMIN, b"shopping: milk, eggs", "list.txt")
-        await fake.wait_for(lambda: fake.shown_to(ADMIN) == ["Got your file."], STEP)
-    assert got == [(got[0][0], b"shopping: milk, eggs", "list.txt")]
-    async with app.pool.connection() as conn:
-        dump = str(await (await conn.execute("SELECT * FROM telegram_inbox")).fetchall())
-    assert "/file/" not in dump and fake.token not in dump
-
-
 async def test_the_bot_token_is_in_no_log_line(app, fake, openai, caplog):
     caplog.set_level(logging.DEBUG)
     openai.script("ok")

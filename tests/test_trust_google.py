@@ -125,3 +125,63 @@ async def test_surrogates_are_cleaned_in_sealing_and_tool_arguments():
     assert Sealer("k" * 40).verify("m", "\ud800abc") is False
     assert clean_args({"a": ["x\ud800y"], "b": 1}) == {"a": ["x\ufffdy"], "b": 1}
 
+
+
+async def _with_cookie(h, method: str, path: str, cookie: str | None, data=None):
+    import aiohttp
+
+    cookies = {"panager_session": cookie} if cookie else {}
+    async with (
+        aiohttp.ClientSession(cookies=cookies) as session,
+        session.request(method, h.server.url + path, data=data,
+                        allow_redirects=False) as response,
+    ):
+        return response.status, await response.text(), dict(response.headers)
+
+
+async def test_a_google_link_is_bound_to_the_web_session_that_continued_it(fake, make_app):
+    """Mallory continues her own link while signed in to Panager's web page and forwards
+    Google's consent address to Bob: in Bob's browser (signed in as Bob, or not signed in
+    at all) the callback is refused and nothing is stored; Mallory is told nothing. In her
+    own browser the same flow links, and the note goes to her, the owner."""
+    from panager.services.web_sessions import WebSessionService
+
+    h = await start_harness(make_app, fake)
+    mallory, bob = await people(h)
+    sessions = WebSessionService(h.app.pool, h.app.clock)
+    mallory_cookie, bob_cookie = await sessions.start(mallory.id), await sessions.start(bob.id)
+    link = await h.app.deps.google.create_link(mallory.id)
+    state = parse_qs(urlsplit(link).query)["state"][0]
+    status, _, headers = await _with_cookie(h, "POST", START_PATH, mallory_cookie,
+                                            {"state": state})
+    assert status == 302
+    redirect = await fake.authorize(headers["Location"], account=BOB)  # forwarded to Bob
+    callback = f"/oauth/google/callback?{urlsplit(redirect).query}"
+    for cookie in (bob_cookie, None):
+        status, body, _ = await _with_cookie(h, "GET", callback, cookie)
+        assert status == 403 and "another browser" in body, cookie
+    assert await h.sql("SELECT * FROM google_accounts") == [] and h.recorder.sent == []
+    status, body, _ = await _with_cookie(h, "GET", callback, mallory_cookie)  # her browser
+    assert status == 200 and "@mallory" in body
+    sent = await h.recorder.wait()
+    assert [s[0] for s in sent] == [mallory.id] and "linked" in sent[0][1]
+
+
+async def test_a_link_continued_in_a_browser_signed_in_as_someone_else_is_refused(
+    fake, make_app
+):
+    from panager.services.web_sessions import WebSessionService
+
+    h = await start_harness(make_app, fake)
+    mallory, bob = await people(h)
+    bob_cookie = await WebSessionService(h.app.pool, h.app.clock).start(bob.id)
+    link = await h.app.deps.google.create_link(mallory.id)  # Mallory's link, sent to Bob
+    state = parse_qs(urlsplit(link).query)["state"][0]
+    status, body, _ = await _with_cookie(h, "POST", START_PATH, bob_cookie, {"state": state})
+    assert status == 403 and "signed in to Panager as someone else" in body
+    # a consent address Mallory got herself, opened in Bob's signed-in browser: refused too
+    redirect = await fake.authorize(await h.consent(link), account=BOB)
+    status, body, _ = await _with_cookie(
+        h, "GET", f"/oauth/google/callback?{urlsplit(redirect).query}", bob_cookie)
+    assert status == 403 and await h.sql("SELECT * FROM google_accounts") == []
+    assert h.recorder.sent == []

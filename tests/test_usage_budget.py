@@ -36,15 +36,17 @@ async def test_usage_is_recorded_per_user_day_and_model(make_app, clock):
     assert {r.model for r in report.month} == {"scripted", "other-model"}
     assert UsageReport.total(report.all_time) == UsageReport.total(report.month)
     text = (await command(app, alice, "/usage")).text
-    assert "Today (2026-11-22)" in text and "This month" in text and "All time" in text
+    assert "Today (2026-11-22, UTC)" in text and "This month" in text and "All time" in text
     assert "other-model" in text and "scripted" in text
 
 
-async def test_local_day_follows_the_users_zone(make_app, clock):
+async def test_the_usage_day_is_the_utc_date_whatever_the_users_zone(make_app, clock):
     app = await make_app(model=ScriptedChatModel(default="ok"))
     seoul = await app.deps.users.ensure(333, "minji", timezone="Asia/Seoul")
     clock.set(datetime(2026, 11, 21, 16, 0, tzinfo=UTC))  # 01:00 on the 22nd in Seoul
-    assert str(app.deps.usage.local_day(seoul)) == "2026-11-22"
+    assert str(app.deps.usage.today()) == "2026-11-21"
+    await app.assistant.run_turn(seoul, "hello")
+    assert "Today (2026-11-21, UTC)" in (await command(app, seoul, "/usage")).text
 
 
 async def test_budget_refusal_costs_zero_model_calls(make_app, tmp_path, clock):

@@ -50,7 +50,10 @@ async def test_message_is_delivered_and_lands_in_the_recipients_thread(make_app,
     note = bob_thread[-1]
     assert isinstance(note, HumanMessage) and note.name == "relay"
     assert note.content.startswith("[Relayed message from another person, @alice,")
-    assert '<relayed_message from="@alice">"Dinner at 7?"</relayed_message>' in note.content
+    assert (
+        '<outside_content source="relayed message from @alice">"Dinner at 7?"</outside_content>'
+        in note.content
+    )
     model.add("Alice asked about dinner at 7.")
     await app.assistant.run_turn(bob, "what did alice want?")
     assert any("Dinner at 7?" in str(m.content) for m in model.requests[-1])  # bob's turn sees it

@@ -63,7 +63,8 @@ async def test_chat_stream_carries_deltas_before_the_answer(make_app):
     # the injected pieces, then the model's own streamed text, then the final answer
     assert names[:3] == ["delta", "reset", "delta"] and names[-2:] == ["message", "done"]
     assert set(names[3:-2]) <= {"delta", "reset"}
-    assert frames(body)[-1][1] == {"text": "Final answer.", "ok": True, "link": None}
+    assert frames(body)[-1][1] == {"text": "Final answer.", "ok": True, "link": None,
+                                   "question": False}
     # without JavaScript: the post waits and redirects; the answer is in the thread
     h.app.assistant.run_turn = real
     h.model.add("Second answer.")
@@ -115,11 +116,11 @@ async def test_signin_cookie_flags_rate_limit_and_refusal_pages(make_app):
     h = await web_harness(make_app, public_url="https://panager.example")
     client = WebClient(h.url)
     async with client.session.post(h.url + "/signin", data={"token": (await h.link(ALICE))[14:]},
-                                   allow_redirects=False) as response:
+                                   headers={"Origin": h.url}, allow_redirects=False) as response:
         assert response.status == 303
         cookie = response.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Secure" in cookie
-    statuses = [(await client.post("/signin?token=nope", {}))[0] for _ in range(RATE_LIMIT[0] - 1)]
+    statuses = [(await client.post("/signin?token=nope", {}))[0] for _ in range(RATE_LIMIT[0])]
     assert set(statuses) == {400}
     status, body = await client.post("/signin?token=nope", {})
     assert status == 429 and "Too many sign-in attempts" in body

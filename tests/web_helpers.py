@@ -14,6 +14,7 @@ from tests.scheduler_helpers import RecordingMessenger
 
 ALICE, BOB, ADMIN = 1001, 1002, 1003
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+NONCE = re.compile(r'name="nonce" value="([^"]+)"')
 
 
 @dataclass
@@ -60,9 +61,12 @@ class WebClient:
         return response.status, body
 
     async def post(self, path: str, data: dict, *, csrf: bool = True, headers=None):
-        if path.startswith("/signin"):
+        if path.startswith("/signin"):  # as a browser does: open the page, press its button
+            async with self.session.get(self.base + path) as page:
+                nonce = NONCE.search(await page.text())
             path, _, query = path.partition("?")
-            data = {"token": query.removeprefix("token=")}
+            data = {"token": query.removeprefix("token="), "nonce": nonce[1] if nonce else ""}
+            headers = {"Origin": self.base, **(headers or {})}
         elif csrf:
             if self.csrf is None:
                 await self.get("/")
@@ -75,9 +79,10 @@ class WebClient:
 
 
 async def web_harness(make_app, model: ScriptedChatModel | None = None, **overrides):
-    """An app (open access) with Alice, Bob and an admin, and its web server."""
+    """An app (open access) with Alice, Bob and an admin (in PANAGER_ADMIN_IDS), and its web
+    server."""
     model = model or ScriptedChatModel(default="ok")
-    app = await make_app(model=model, **{"http_port": 0, **overrides})
+    app = await make_app(model=model, **{"http_port": 0, "admin_ids": [ADMIN], **overrides})
     recorder = RecordingMessenger()
     app.deps.messenger.add(recorder)
     users = app.deps.users

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Unpack
 
@@ -40,7 +40,7 @@ from panager.agent.relay import UserMessageRelay
 from panager.agent.runner import Assistant, ModelSelector
 from panager.agent.runtime import build_runtime
 from panager.agent.state import Recall
-from panager.agent.threads import Threads, update_thread
+from panager.agent.threads import Threads, thread_asking, update_thread
 from panager.agent.turnlock import TurnLocks
 from panager.clock import Clock, SystemClock
 from panager.config import ConfigError, RuntimeConfig, Settings
@@ -50,13 +50,25 @@ from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_w
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
 from panager.services.linking import chat_route
+from panager.services.mcp.hub import McpHub
+from panager.services.mcp.pins import PinStore
+from panager.services.media.documents import DocumentService
+from panager.services.media.intake import MediaIntake, MediaLimits
+from panager.services.media.sandbox import Limits
+from panager.services.media.store import MediaStore
+from panager.services.media.transcribe import Transcriber, TranscriptionConfig
 from panager.services.memory.service import MemoryHit, MemoryService
+from panager.services.profile import ProfileService
+from panager.services.proposals import ProposalService
 from panager.services.relays import RelayService
 from panager.services.schedules.service import ScheduleLimits, ScheduleService
 from panager.services.schedules.system import SystemJobService
 from panager.services.schedules.worker import SchedulerWorker, WorkerOptions
 from panager.services.usage import UsageService
 from panager.services.users import LOCAL_USER_ID, User, UserService
+from panager.services.web.fetch import WebFetcher
+from panager.services.web.guard import AddressGuard, AllowList
+from panager.services.web.search import SearchProvider, make_search
 from panager.services.web_sessions import WebSessionService
 
 log = logging.getLogger(__name__)
@@ -140,6 +152,8 @@ class App:
         usage = UsageService(pool, clock)
         relays = RelayService(pool)
         web_sessions = WebSessionService(pool, clock)
+        proposals = ProposalService(pool)
+        profiles = ProfileService(pool, clock)
         memory = await MemoryService.create(pool, settings, clock=clock)
         scheduler = ScheduleService(
             pool,
@@ -148,11 +162,14 @@ class App:
             limits=ScheduleLimits.from_config(config),
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
+        web, search = _web_services(config)
         messenger = FanoutMessenger(route=chat_route(pool))
+        documents = DocumentService(pool, memory, clock, config.document_quota_bytes)
+        media = make_media_intake(pool, settings, clock, documents)
         # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity —
         #    after asking a local model server which context window it really serves.
         await learn_served_window(settings)
-        effect_services = EffectServices(usage, memory, tuple(settings.admin_ids))
+        effect_services = EffectServices(usage, memory, tuple(settings.admin_ids), clock)
         runtime = build_runtime(settings, checkpointer, effect_services)
         # 3. The graph, configured before it is built.
         graph_config = GraphConfig(
@@ -163,6 +180,7 @@ class App:
             on_auth_required=auth_hook(google) if google is not None else None,
             on_overflow=runtime.compactor.on_overflow,
             skills_text=runtime.skills.prompt_sections,
+            profile=_profile_loader(profiles),
             invoke=_retrying_invoker(config.model_retries),
             stream_invoke=_streaming_invoker(config),
             clock=clock,
@@ -172,12 +190,16 @@ class App:
                 max_tool_result_chars=config.max_tool_result_chars,
             ),
             context_window=runtime.context_window,
+            proposals=proposals,
         )
         threads = Threads(build_graph(graph_config), TurnLocks(url), config.max_iterations)
         # 4. What tools and commands use, then the assistant every front end calls.
         relay = None
         if config.allow_user_messages:
-            relay = UserMessageRelay(users, relays, messenger, clock, _thread_injector(threads))
+            relay = UserMessageRelay(
+                users, relays, messenger, clock, _thread_injector(threads), _asking(threads)
+            )
+        mcp = await _start_mcp(settings, config, pool)
         deps = AgentDeps(
             settings=settings,
             config=config,
@@ -194,13 +216,20 @@ class App:
             memory=memory,
             google=google,
             relay=relay,
+            web=web,
+            search=search,
+            mcp=mcp,
             system_jobs=SystemJobService(pool, clock),
+            proposals=proposals,
+            media=media,
+            profiles=profiles,
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():
             emitter.subscribe(subscriber)
         assistant = Assistant(
-            threads, deps, model_for=_model_selector(settings, model), emitter=emitter
+            threads, deps, model_for=_model_selector(settings, config, access, model),
+            emitter=emitter,
         )
         google_link = None
         if google is not None:
@@ -210,6 +239,8 @@ class App:
             closers.append(runtime.pruner.drain)
         if relay is not None:
             closers.append(relay.drain)
+        if mcp is not None:
+            closers.append(mcp.stop)
         return cls(
             settings, clock, url, pool, checkpointer, model, deps, graph_config, assistant,
             emitter, google_link, closers,
@@ -294,6 +325,46 @@ async def ensure_schema(url: str, auto_migrate: bool) -> None:
         await pool.close()
 
 
+def _web_services(config: RuntimeConfig) -> tuple[WebFetcher | None, SearchProvider | None]:
+    """web_fetch behind the address guard (unless turned off) and the search provider."""
+    web = None
+    if config.web_fetch:
+        web = WebFetcher(AddressGuard(allow=AllowList.parse(config.web_fetch_allow)))
+    return web, make_search(config.web_search)
+
+
+async def _start_mcp(settings: Settings, config: RuntimeConfig, pool: Pool) -> McpHub | None:
+    """The configured MCP servers, started (None when there are none)."""
+    if not config.mcp_servers:
+        return None
+    hub = McpHub(config.mcp_servers, PinStore(pool), home=settings.home)
+    await hub.start()
+    return hub
+
+
+def make_media_intake(
+    pool: Pool, settings: Settings, clock: Clock, documents: DocumentService | None = None
+) -> MediaIntake:
+    """The attachment intake with the configured limits and transcription endpoint."""
+    config = settings.runtime
+    transcriber = Transcriber(TranscriptionConfig(
+        base_url=settings.transcription_base_url or settings.openai_base_url,
+        api_key=settings.openai_api_key,
+        model=settings.transcription_model,
+        timeout=config.transcription_timeout_seconds,
+    ))
+    limits = MediaLimits(
+        max_bytes=config.attachment_max_bytes,
+        audio_max_seconds=config.audio_max_seconds,
+        image_max_pixels=config.image_max_pixels,
+        document_max_pages=config.document_max_pages,
+        decode=Limits(memory_bytes=config.decode_memory_mb * 1024 * 1024,
+                      timeout=config.decode_timeout_seconds),
+    )
+    store = MediaStore(pool, config.media_quota_bytes)
+    return MediaIntake(store, transcriber, limits, clock, documents)
+
+
 def _recall(memory: MemoryService, limit: int) -> Recall:
     """The graph's recall: the user's memories relevant to the latest message."""
 
@@ -303,13 +374,32 @@ def _recall(memory: MemoryService, limit: int) -> Recall:
     return recall
 
 
+def _profile_loader(profiles: ProfileService) -> Callable[[User], Awaitable[Mapping[str, str]]]:
+    """The graph's profile read: the person's sections for every system prompt."""
+
+    async def load(user: User) -> Mapping[str, str]:
+        return (await profiles.get(user.id)).sections
+
+    return load
+
+
 def _thread_injector(threads: Threads) -> Callable[[User, HumanMessage], Awaitable[None]]:
-    """Adds a relayed message to the recipient's thread, under their turn lock."""
+    """Adds a relayed message to the recipient's thread, under their turn lock (not while
+    a question to them is open: the update would drop it; they got the DM)."""
 
     async def inject(recipient: User, message: HumanMessage) -> None:
-        await update_thread(threads, recipient, {"messages": [message]})
+        await update_thread(threads, recipient, {"messages": [message]}, unless_asking=True)
 
     return inject
+
+
+def _asking(threads: Threads) -> Callable[[User], Awaitable[bool]]:
+    """Whether the user's thread waits on a question (relays to them wait meanwhile)."""
+
+    async def asking(user: User) -> bool:
+        return await thread_asking(threads, user)
+
+    return asking
 
 
 def _retrying_invoker(retries: int) -> ModelInvoker:
@@ -338,15 +428,20 @@ def _streaming_invoker(config: RuntimeConfig) -> StreamInvoker | None:
     return invoke
 
 
-def _model_selector(settings: Settings, default: BaseChatModel | None) -> ModelSelector:
-    """Per-user model override (`/model NAME`), cached per name."""
+def _model_selector(
+    settings: Settings, config: RuntimeConfig, access: AccessService,
+    default: BaseChatModel | None,
+) -> ModelSelector:
+    """Per-user model override (`/model NAME`), re-checked against allowed_models and admin
+    rights at every turn; cached per name."""
     cache: dict[str, BaseChatModel | None] = {}
 
     def model_for(user: User) -> BaseChatModel | None:
-        if not user.model or user.model == settings.model or default is None:
+        name = access.model_of(user, settings.model, config.allowed_models)
+        if name == settings.model or default is None:
             return default
-        if user.model not in cache:
-            cache[user.model] = make_chat_model(settings, user.model) or default
-        return cache[user.model]
+        if name not in cache:
+            cache[name] = make_chat_model(settings, name) or default
+        return cache[name]
 
     return model_for

@@ -9,15 +9,27 @@ context window, limits) lives in the YAML file named by `PANAGER_CONFIG`
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from panager.mcp_config import McpServerConfig, MissingVariable, load_servers
 
 
 class ConfigError(Exception):
@@ -95,6 +107,8 @@ class Settings(BaseSettings):
     telegram_bot_token: str | None = _env("TELEGRAM_BOT_TOKEN", default=None, repr=False)
     telegram_api_url: str = _env("TELEGRAM_API_URL", default="https://api.telegram.org")
     auto_migrate: bool = _env("PANAGER_AUTO_MIGRATE", default=True)
+    transcription_model: str = _env("PANAGER_TRANSCRIPTION_MODEL", default="whisper-1")
+    transcription_base_url: str | None = _env("PANAGER_TRANSCRIPTION_BASE_URL", default=None)
 
     @field_validator("admin_ids", mode="before")
     @classmethod
@@ -117,7 +131,10 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown time zone {value!r}")
         return value
 
-    @field_validator("openai_base_url", "database_url", "openai_api_key", mode="before")
+    @field_validator(
+        "openai_base_url", "database_url", "openai_api_key", "transcription_base_url",
+        mode="before",
+    )
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
@@ -210,6 +227,30 @@ class EffectSpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+BRAVE_SEARCH_URL = "https://api.search.brave.com/res/v1/web/search"
+_HOST_ENTRY = re.compile(r"^[\w.-]{1,253}$")
+
+
+class WebSearchConfig(BaseModel):
+    """`web_search: {provider: searxng|brave, url, api_key_env}` — where web_search asks."""
+
+    model_config = ConfigDict(extra="forbid")
+    provider: Literal["searxng", "brave"]
+    url: str | None = None  # SearXNG: the instance (required); Brave: its API by default
+    api_key_env: str | None = None  # the environment variable holding the key (Brave)
+
+    @model_validator(mode="after")
+    def _complete(self) -> WebSearchConfig:
+        if self.provider == "searxng" and not self.url:
+            raise ValueError("searxng needs url: the instance's address, e.g. http://127.0.0.1:8888")
+        if self.provider == "brave":
+            self.url = self.url or BRAVE_SEARCH_URL
+            self.api_key_env = self.api_key_env or "BRAVE_API_KEY"
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https:// (got {self.url[:80]!r})")
+        return self
+
+
 class RuntimeConfig(BaseModel):
     """YAML runtime configuration (`PANAGER_CONFIG`); every key optional."""
 
@@ -221,9 +262,12 @@ class RuntimeConfig(BaseModel):
     history_max_tokens: int = Field(default=12_000, ge=500)
     max_message_chars: int = Field(default=8_000, ge=100)
     max_tool_result_chars: int = Field(default=20_000, ge=200)
-    memory_dedupe_threshold: float = Field(default=0.92, ge=0.0, le=1.0)  # related memories
+    memory_dedupe_threshold: float = Field(default=0.95, ge=0.0, le=1.0)  # related memories
     memory_recall_threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
-    memory_inject_limit: int = Field(default=5, ge=0, le=50)
+    memory_inject_limit: int = Field(default=2, ge=0, le=50)  # measured: docs/memory.md
+    memory_tidy: bool = True  # the nightly tidy-up of memories (a system job per person)
+    memory_tidy_at: str = "03:00"  # local time of the tidy-up
+    memory_tidy_tokens: int = Field(default=20_000, ge=0)  # model tokens per night, at most
     schedule_grace_seconds: int = Field(default=3600, ge=0)
     scheduler_poll_seconds: float = Field(default=5.0, gt=0)
     # How long a claim outlives a process that died holding it: a reminder being delivered
@@ -252,6 +296,52 @@ class RuntimeConfig(BaseModel):
     model_retries: int = Field(default=3, ge=0, le=10)
     model_timeout_seconds: float = Field(default=120.0, gt=0)
     stream: bool = True  # stream answers as they are written (false: one piece at the end)
+    # web_fetch (on by default) reaches public addresses only; these hosts, addresses or
+    # CIDR networks are reachable too (e.g. a home server). web_search needs a provider.
+    web_fetch: bool = True
+    web_fetch_allow: list[str] = Field(default_factory=list)
+    web_search: WebSearchConfig | None = None
+
+    @field_validator("web_fetch_allow")
+    @classmethod
+    def _allow_entries(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            text = str(entry).strip().strip("[]")
+            try:
+                ipaddress.ip_network(text, strict=False)
+            except ValueError:
+                if not _HOST_ENTRY.match(text):
+                    raise ValueError(
+                        f"{entry!r} is not a host name, IP address or CIDR network"
+                    ) from None
+        return entries
+
+    # MCP servers the operator trusts (panager.mcp_config; docs/tools.md, "MCP servers").
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    # More MCP tools than this for one person: offer `tool_search` instead (null: never).
+    mcp_tool_search_above: int | None = Field(default=20, ge=0)
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _expand_mcp(cls, value: Any) -> Any:
+        return load_servers(value)
+
+    # Attachments (docs/attachments.md): size, audio length, decoded pixels, document pages,
+    # the per-person store, the decoder's limits, transcription time, and which models see.
+    attachment_max_bytes: int = Field(default=10_000_000, ge=1_000)
+    audio_max_seconds: float = Field(default=600.0, gt=0)
+    image_max_pixels: int = Field(default=40_000_000, ge=10_000)
+    document_max_pages: int = Field(default=300, ge=1)
+    media_quota_bytes: int = Field(default=200_000_000, ge=1_000_000)
+    document_quota_bytes: int = Field(default=200_000_000, ge=100_000)
+    decode_memory_mb: int = Field(default=1024, ge=128)
+    decode_timeout_seconds: float = Field(default=30.0, gt=0)
+    transcription_timeout_seconds: float = Field(default=60.0, gt=0)
+    vision: dict[str, bool] = Field(default_factory=dict)  # model name -> sees images
+    # Discord attachments are downloaded only from these hosts (its CDN).
+    discord_cdn_hosts: list[str] = Field(
+        default_factory=lambda: ["cdn.discordapp.com", "media.discordapp.net"]
+    )
     # Telegram: receive updates by webhook on the web component (needs an https
     # PANAGER_PUBLIC_URL) instead of long polling.
     telegram_webhook: bool = False
@@ -279,5 +369,8 @@ def load_runtime_config(settings: Settings) -> RuntimeConfig:
         ) from None
     except ValidationError as exc:
         err = exc.errors()[0]
+        missing = (err.get("ctx") or {}).get("error")
+        if isinstance(missing, MissingVariable):
+            raise ConfigError(f"{path}: {missing}.") from None
         where = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"{path}: '{where}' is invalid: {err['msg']}.") from None

@@ -1,4 +1,4 @@
-"""The `doctor` checks: config, database, pgvector, schema, model, Discord, Google.
+"""The `doctor` checks: config, database, pgvector, schema, model, Discord, Google, search, MCP.
 
 Each check returns (ok, detail) — ok is True, False or None (skipped) — and
 the detail says how to fix a failure. `panager doctor` prints them
@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from panager.config import Settings
+from panager.services.media.vision import sees_images
 
 Check = Callable[[Settings, dict], Awaitable[tuple[bool | None, str]]]
 
@@ -45,9 +46,11 @@ async def check_pgvector(settings: Settings, found: dict) -> tuple[bool | None, 
     async with pool.connection() as conn:
         facts = found["facts"] = await server_facts(conn)
     if facts.installed is not None:
-        scans = "iterative index scans available" if supports_iterative_scan(
-            facts.installed
-        ) else "no iterative index scans before 0.8"
+        scans = (
+            "iterative index scans available"
+            if supports_iterative_scan(facts.installed)
+            else "no iterative index scans before 0.8"
+        )
         return True, f"installed (version {facts.installed}; {scans})"
     if facts.available is None:
         return False, "pgvector is not installed on the server; use the pgvector/pgvector image"
@@ -162,6 +165,84 @@ async def check_google(settings: Settings, found: dict) -> tuple[bool | None, st
     return True, f"configured; the OAuth client must allow redirect {redirect}"
 
 
+async def check_search(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """The web_search provider answers a query (web_search in the YAML config)."""
+    from panager.config import ConfigError
+    from panager.services.web.guard import WebError
+    from panager.services.web.search import make_search
+
+    config = settings.runtime.web_search
+    if config is None:
+        return None, "no provider (web_search off); add web_search: {provider: searxng, url: …}"
+    try:
+        provider = make_search(config)
+    except ConfigError as exc:
+        return False, str(exc)
+    assert provider is not None
+    try:
+        results = await provider.search("panager", 1)
+    except WebError as exc:
+        return False, f"{exc} ({config.url})"
+    return True, f"{provider.name} answers ({len(results)} result(s) for a test query)"
+
+
+async def check_mcp(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """Each MCP server starts and lists its tools (the running app's own, on the admin page)."""
+    from panager.services.mcp.hub import McpHub
+    from panager.services.mcp.pins import PinStore
+
+    servers = settings.runtime.mcp_servers
+    if not servers:
+        return None, "no mcp_servers configured"
+    hub = found.get("mcp_hub")
+    if hub is not None:
+        return mcp_summary(await hub.status())
+    if found.get("pool") is None:
+        return None, "needs the database"
+    hub = McpHub(servers, PinStore(found["pool"]), home=settings.home)
+    try:
+        await hub.start(wait=20)
+        return mcp_summary(await hub.status())
+    finally:
+        await hub.stop()
+
+
+def mcp_summary(statuses: list) -> tuple[bool, str]:
+    """One line for every server: state, tools offered, what waits for approval, the error."""
+    parts = []
+    for s in statuses:
+        text = f"{s.name}: {s.state}, {s.offered}/{s.tools} tools"
+        if s.awaiting_approval:
+            text += (
+                f", {len(s.awaiting_approval)} changed since approved "
+                f"(panager mcp approve {s.name})"
+            )
+        if s.error:
+            text += f" — {s.error}"
+        parts.append(text)
+    return all(s.state == "ready" for s in statuses), "; ".join(parts)
+
+
+async def check_vision(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """Whether the configured model is treated as seeing images (table or `vision` config)."""
+    model = settings.model
+    overridden = model in settings.runtime.vision
+    how = "the `vision` setting" if overridden else "its name"
+    if sees_images(model, settings.runtime.vision):
+        return True, f"{model} gets images (by {how})"
+    return None, (f"{model} does not get images (by {how}); if it can see, set "
+                  f"`vision: {{{model}: true}}` in the YAML config")
+
+
+async def check_transcription(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """Where voice messages are transcribed."""
+    base = settings.transcription_base_url or settings.openai_base_url
+    if not (settings.openai_api_key or base):
+        return None, "no endpoint: set OPENAI_API_KEY or PANAGER_TRANSCRIPTION_BASE_URL"
+    where = base or "OpenAI"
+    return True, f"{settings.transcription_model} at {where} (/v1/audio/transcriptions)"
+
+
 MIN_SECRET_CHARS = 32
 MIN_SECRET_DISTINCT = 12
 
@@ -193,15 +274,22 @@ CHECKS: list[tuple[str, Check]] = [
     ("model", check_model),
     ("window", check_window),
     ("tool call", check_tool_call),
+    ("vision", check_vision),
+    ("transcription", check_transcription),
     ("discord", check_discord),
     ("google", check_google),
+    ("search", check_search),
     ("secret", check_secret),
+    ("mcp", check_mcp),
 ]
 
 
-async def run_checks(settings: Settings, limit: float = 30) -> list[tuple[str, bool | None, str]]:
-    """Run every check in order; a crashed or slow check counts as failed."""
-    found: dict = {}
+async def run_checks(
+    settings: Settings, limit: float = 30, *, mcp_hub: object | None = None
+) -> list[tuple[str, bool | None, str]]:
+    """Run every check in order; a crashed or slow check counts as failed. With `mcp_hub`
+    (a running app's), MCP servers are reported as that app sees them, not started anew."""
+    found: dict = {"mcp_hub": mcp_hub}
     results = []
     try:
         for name, check in CHECKS:

@@ -45,6 +45,20 @@ def frame(source: str, value: Any) -> str:
     )
 
 
+_FRAMED = re.compile(rf'^<{OUTSIDE_TAG} source="([^"]*)">(.*)</{OUTSIDE_TAG}>$', re.DOTALL)
+
+
+def unframe(text: str) -> tuple[str, Any] | None:
+    """(source, value) of a text that is exactly one frame; None otherwise."""
+    found = _FRAMED.match(text) if isinstance(text, str) else None
+    if found is None:
+        return None
+    try:
+        return found.group(1), json.loads(found.group(2))
+    except ValueError:
+        return None
+
+
 def holds_outside(text: Any) -> bool:
     """Whether `text` (a string or message content parts) carries framed outside content."""
     if isinstance(text, str):

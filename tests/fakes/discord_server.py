@@ -445,15 +445,31 @@ class FakeDiscord:
         message_id: int | None = None,
         attachments: list[Any] | None = None,
         sticker: bool = False,
+        voice: bool = False,
+        forwarded: list[Any] | None = None,
+        forwarded_voice: bool = False,
     ) -> int:
         """Dispatch a MESSAGE_CREATE of a DM from ``user_id``; return the message id.
 
         ``attachments``: file names, or dicts with ``filename`` and optionally
-        ``data`` (bytes, served at the attachment's URL) and ``content_type``.
+        ``data`` (bytes, served at the attachment's URL), ``content_type`` and ``url``
+        (served elsewhere). ``voice``: the message is a voice message (flag 1 << 13).
+        ``forwarded``: attachments of a forwarded message (``message_snapshots``), a voice
+        message when ``forwarded_voice``.
         """
         data = self._incoming(user_id, dm_channel_id(user_id), content, message_id, username)
         data["channel_type"] = 1
         data["attachments"] = [self._attachment(a, data["channel_id"]) for a in attachments or []]
+        if voice:
+            data["flags"] = 1 << 13
+        if forwarded is not None:
+            data["message_reference"] = {"type": 1, "channel_id": data["channel_id"],
+                                         "message_id": str(self._ids.next())}
+            data["message_snapshots"] = [{"message": {
+                "type": 0, "content": "", "embeds": [], "timestamp": data["timestamp"],
+                "edited_timestamp": None, "flags": (1 << 13) if forwarded_voice else 0,
+                "attachments": [self._attachment(a, data["channel_id"]) for a in forwarded],
+            }}]
         if sticker:
             data["sticker_items"] = [
                 {"id": str(self._ids.next()), "name": "wave", "format_type": 1}
@@ -510,6 +526,33 @@ class FakeDiscord:
         await self.dispatch("INTERACTION_CREATE", data)
         return interaction_id
 
+    async def press_button(self, user_id: int, message: Payload, custom_id: str) -> int:
+        """Dispatch an INTERACTION_CREATE for ``user_id`` pressing the button ``custom_id``
+        on ``message`` (a message the bot sent in their DM); return the interaction id."""
+        interaction_id, token = self._ids.next(), uuid.uuid4().hex
+        self._interaction_users[token] = user_id
+        self._hook_messages[token] = [int(message["id"])]  # @original: the pressed message
+        data = {
+            "id": str(interaction_id),
+            "application_id": str(self.app_id),
+            "type": 3,
+            "token": token,
+            "version": 1,
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "message": message,
+            "channel_id": str(dm_channel_id(user_id)),
+            "channel": self._dm_channel(user_id),
+            "user": self.user(user_id),
+            "locale": "en-US",
+            "app_permissions": "0",
+            "entitlements": [],
+            "authorizing_integration_owners": {"0": str(user_id)},
+            "context": 1,
+            "attachment_size_limit": 10 * 1024 * 1024,
+        }
+        await self.dispatch("INTERACTION_CREATE", data)
+        return interaction_id
+
     def _incoming(
         self,
         user_id: int,
@@ -533,12 +576,13 @@ class FakeDiscord:
         data = spec.get("data", b"")
         path = f"/attachments/{channel_id}/{attachment_id}/{name}"
         self._files[path] = (data, content_type)
+        url = spec.get("url") or self.base_url + path
         return {
             "id": str(attachment_id),
             "filename": name,
             "size": len(data),
-            "url": self.base_url + path,
-            "proxy_url": self.base_url + path,
+            "url": url,
+            "proxy_url": url,
             "content_type": content_type,
         }
 

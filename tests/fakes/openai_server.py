@@ -599,6 +599,13 @@ class FakeOpenAI:
         self.model_fields: dict[str, dict] = {}
         self.native: dict[tuple[str, str], Any] = {}
         self.native_requests: list[str] = []
+        # /v1/audio/transcriptions: each request's model, file name, type and size; the
+        # replies (a transcript, or an int: that HTTP status) in order, then
+        # ``default_transcript``; ``transcription_delay`` seconds before answering.
+        self.transcription_requests: list[dict] = []
+        self.transcripts: deque[str | int] = deque()
+        self.default_transcript = "hello from a voice message"
+        self.transcription_delay = 0.0
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -613,6 +620,7 @@ class FakeOpenAI:
                 web.post("/v1/chat/completions", self._chat),
                 web.post("/v1/responses", self._responses),
                 web.post("/v1/embeddings", self._embeddings),
+                web.post("/v1/audio/transcriptions", self._transcribe),
                 web.get("/v1/models", self._models),
                 web.get("/v1/models/{model}", self._model),
                 web.route("*", "/{tail:.*}", self._native),
@@ -798,6 +806,29 @@ class FakeOpenAI:
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             }
         )
+
+    async def _transcribe(self, request: web.Request) -> web.Response:
+        """OpenAI's speech-to-text: a multipart form with ``model`` and ``file``."""
+        form = await request.post()
+        upload = form.get("file")
+        data = upload.file.read() if hasattr(upload, "file") else b""
+        self.transcription_requests.append({
+            "model": form.get("model"), "filename": getattr(upload, "filename", None),
+            "content_type": getattr(upload, "content_type", None), "size": len(data),
+        })
+        if self.transcription_delay:
+            await asyncio.sleep(self.transcription_delay)
+        reply = self.transcripts.popleft() if self.transcripts else self.default_transcript
+        if isinstance(reply, int):
+            return web.json_response(_error_body(reply, "Invalid file format.", None),
+                                     status=reply)
+        return web.json_response({"text": reply})
+
+    def image_parts(self, request: dict | None = None) -> list[dict]:
+        """The ``image_url`` content parts of a chat request (default: the last one)."""
+        body = request if request is not None else self._last()
+        return [part for m in _messages_of(body) if isinstance(m.get("content"), list)
+                for part in m["content"] if part.get("type") == "image_url"]
 
     async def _models(self, request: web.Request) -> web.Response:
         """Serve ``GET /v1/models``."""

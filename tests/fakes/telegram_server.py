@@ -423,20 +423,36 @@ class FakeTelegram:
         }
         return self._push({"message": message})
 
-    def document(self, user_id: int, data: bytes, name: str, caption: str = "") -> dict:
+    def _stored(self, data: bytes) -> dict:
         file_id = f"F{next(self._ids)}"
         self.files[f"documents/{file_id}.bin"] = data
-        doc = {
-            "file_id": file_id,
-            "file_unique_id": "u" + file_id,
-            "file_name": name,
-            "mime_type": "text/plain",
-            "file_size": len(data),
-        }
-        extra: dict = {"document": doc}
-        if caption:
-            extra["caption"] = caption
-        return self.dm(user_id, "", **extra)
+        return {"file_id": file_id, "file_unique_id": "u" + file_id, "file_size": len(data)}
+
+    def document(
+        self, user_id: int, data: bytes, name: str, caption: str = "", mime: str = "text/plain",
+        **extra: Any,
+    ) -> dict:
+        """A file sent as a document (optionally with a caption)."""
+        doc = self._stored(data) | {"file_name": name, "mime_type": mime}
+        return self.dm(user_id, "", document=doc, **({"caption": caption} if caption else {}),
+                       **extra)
+
+    def photo(self, user_id: int, data: bytes, caption: str = "") -> dict:
+        """A photo: Telegram sends it in several sizes (the largest last)."""
+        small = self._stored(data[: len(data) // 2]) | {"width": 4, "height": 4}
+        large = self._stored(data) | {"width": 8, "height": 8}
+        return self.dm(user_id, "", photo=[small, large],
+                       **({"caption": caption} if caption else {}))
+
+    def voice(self, user_id: int, data: bytes, duration: int = 4, **extra: Any) -> dict:
+        """A voice message the person recorded (`forward_origin` in `extra`: forwarded)."""
+        note = self._stored(data) | {"duration": duration, "mime_type": "audio/ogg"}
+        return self.dm(user_id, "", voice=note, **extra)
+
+    def sticker(self, user_id: int) -> dict:
+        sticker = self._stored(b"RIFF") | {"width": 512, "height": 512, "is_animated": False,
+                                            "is_video": False, "type": "regular"}
+        return self.dm(user_id, "", sticker=sticker)
 
     def press(self, user_id: int, message: dict, data: str) -> dict:
         """`user_id` presses the button carrying `data` under a bot message."""

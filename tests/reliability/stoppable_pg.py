@@ -27,9 +27,9 @@ class StoppablePostgres:
 
         from panager.db.embedded import _ensure_runtime_dir
 
-        _ensure_runtime_dir()
         self._commands = _commands
         self.data = Path(tempfile.mkdtemp(prefix="panager-rel-pg-"))
+        _ensure_runtime_dir(self.data.parent / f"{self.data.name}-home")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._server = pgserver.get_server(str(self.data), cleanup_mode="stop")

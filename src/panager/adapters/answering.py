@@ -8,12 +8,16 @@ model is never called; `/start CODE` still reaches the invite command), runs
 slash commands from the shared table, and runs everything else as a turn
 whose answer streams into the platform's messages (adapters/streaming.py)
 while the typing indicator and, where the platform has one, a progress
-message run. The platform itself is a `Conversation`.
+message run. Files a message carries are downloaded by the platform and taken
+in by the media intake (services/media/intake.py) before the turn; what was
+heard and what could not be used is said first. A question before a
+consequential call comes with Approve/Deny buttons (adapters/questions.py).
+The platform itself is a `Conversation`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,14 +30,13 @@ if TYPE_CHECKING:
     from panager.agent.runner import TurnResult
     from panager.app import App
     from panager.services.inbox import InboxMessage
+    from panager.services.media.intake import Attachment
     from panager.services.users import User
 
 # Commands a person not (yet) let in may send: an invite code, or a link to their own account
 # elsewhere (which joins only once that account approves).
 OPEN_COMMANDS = ("start", "link")
-ATTACHMENT_NOTE = (
-    "I can't read attachments or stickers yet — please paste the text you want me to see."
-)
+ATTACHMENT_NOTE = "I can't read stickers — please say in words what you mean."
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class Incoming:
     text: str
     key: str  # names the turn (`message_key`): a resumed message is not answered twice
     resume: bool = False  # handled before by a process that died
-    attachments: bool = False
+    attachments: bool = False  # files, stickers: `Conversation.attachments` takes them in
 
     @classmethod
     def from_row(cls, platform: str, row: InboxMessage) -> Incoming:
@@ -60,7 +63,7 @@ class Incoming:
             text=row.content,
             key=f"{platform}-{row.message_id}",
             resume=row.attempts > 0,
-            attachments=row.attachments,
+            attachments=bool(row.attachments or row.attachment_refs),
         )
 
 
@@ -83,8 +86,13 @@ class Conversation(Protocol):
         """Post a whole reply (a command's answer, a refusal)."""
         ...
 
-    async def attachments(self, user: User) -> None:
-        """The message carried files: hand them to the intake (or say they can't be read)."""
+    async def attachments(self, user: User) -> Sequence[Attachment]:
+        """The message's files downloaded and taken in (a refused one carries its notice);
+        what the platform cannot hand over at all (stickers) it says itself."""
+        ...
+
+    async def note(self, text: str) -> None:
+        """Post a short line before the answer (what was heard, what could not be used)."""
         ...
 
     def typing(self) -> AbstractAsyncContextManager[None]:
@@ -127,14 +135,15 @@ class Answerer:
             else:
                 await chat.reply(admission.refusal or "")
             return
-        if incoming.attachments:
-            await chat.attachments(admission.user)
-        if not text:
-            return
         if is_command(text):
             await self.command(admission.user, text, chat, identity)
-        else:
-            await self.turn(admission.user, text, chat, incoming)
+            return
+        attachments = await chat.attachments(admission.user) if incoming.attachments else ()
+        notes = self.app.assistant.attachment_notes(admission.user, attachments)
+        if notes:  # what was heard, what could not be used: before the answer
+            await chat.note("\n".join(notes))
+        if text or any(a.kind != "rejected" for a in attachments):
+            await self.turn(admission.user, text, chat, incoming, attachments)
 
     async def run_command(
         self, user: User, text: str, identity: tuple[str, int] | None = None
@@ -152,7 +161,14 @@ class Answerer:
         reply = await self.run_command(user, text, identity)
         await chat.reply(reply.text, reply.link)
 
-    async def turn(self, user: User, text: str, chat: Conversation, incoming: Incoming) -> None:
+    async def turn(
+        self,
+        user: User,
+        text: str,
+        chat: Conversation,
+        incoming: Incoming,
+        attachments: Sequence[Attachment] = (),
+    ) -> None:
         """Run a turn: progress and the streamed answer follow its events."""
         emitter = self.app.emitter.child()
         progress = chat.progress()
@@ -163,7 +179,12 @@ class Answerer:
         try:
             async with chat.typing():
                 result = await self.app.assistant.run_turn(
-                    user, text, emitter=emitter, message_key=incoming.key, resume=incoming.resume
+                    user,
+                    text,
+                    emitter=emitter,
+                    message_key=incoming.key,
+                    resume=incoming.resume,
+                    attachments=attachments,
                 )
             await chat.finish(reply, result)
         finally:
@@ -176,19 +197,3 @@ def command_name(text: str) -> str | None:
     """'start' for '/start CODE'; None when the text is not a command."""
     parsed = parse(text) if is_command(text) else None
     return parsed[0] if parsed else None
-
-
-@dataclass(frozen=True)
-class Attachment:
-    """A file a person sent (photo, voice message, document), described without any URL."""
-
-    kind: str  # "photo", "voice", "audio", "document", …
-    name: str | None
-    mime: str | None
-    size: int | None
-
-
-# The intake for files (services/media once it exists): the person, the file's bytes and what
-# it is; returns a line to show the person (None: nothing to say). Front ends call it with the
-# bytes they downloaded — a platform's file URL (which can hold a bot token) never reaches it.
-AttachmentIntake = Callable[["User", bytes, Attachment], Awaitable[str | None]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from panager.agent.confirm import proposals_text
 from panager.agent.jobs import SystemJobs
 from panager.services.schedules.worker import AgentAnswer
 
@@ -35,15 +36,19 @@ class AssistantDelivery:
         """Deliver through the messengers (terminal, Discord)."""
         return await self.messenger.send(user, text, key=key)
 
-    async def run_agent(self, user: User, instruction: str) -> AgentAnswer:
+    async def run_agent(
+        self, user: User, instruction: str, *, tainted: bool = False
+    ) -> AgentAnswer:
         """Run the graph as a system trigger; the instruction never poses as the user.
 
-        A user whose turn is running raises UserBusy (the worker hands the run back
-        instead of holding a slot while waiting)."""
+        Nobody is present: consequential calls are held as proposals, and the answer
+        ends with one `/approve ID` line per proposal (front ends add buttons). A user
+        whose turn is running, or who has a question open, raises UserBusy (the worker
+        hands the run back instead of holding a slot while waiting)."""
         result = await self.assistant.run_turn(
-            user, instruction, is_system_trigger=True, wait_for_lock=False
+            user, instruction, is_system_trigger=True, wait_for_lock=False, tainted=tainted
         )
-        return AgentAnswer(result.text, ok=result.ok)
+        return AgentAnswer(result.text + proposals_text(result.proposals), ok=result.ok)
 
     async def run_system(self, user: User, schedule: Schedule, due: datetime) -> AgentAnswer:
         """A system job: heartbeat, briefing or webhook call (agent/jobs.py)."""

@@ -2,7 +2,7 @@
 
 Every field is created in exactly one place (`App.start`); nothing here builds a
 service on demand. `memory` and `google` are None where the feature is off (a
-bare graph in a test; Google not configured).
+bare graph in a test; Google not configured); so are `web` and `search`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,18 @@ if TYPE_CHECKING:
     from panager.db.pool import Pool
     from panager.services.access import AccessService
     from panager.services.google.service import GoogleService
+    from panager.services.mcp.hub import McpHub
+    from panager.services.media.intake import MediaIntake
     from panager.services.memory.service import MemoryService
+    from panager.services.profile import ProfileService
+    from panager.services.proposals import ProposalService
     from panager.services.relays import RelayService
     from panager.services.schedules.service import ScheduleService
     from panager.services.schedules.system import SystemJobService
     from panager.services.usage import UsageService
     from panager.services.users import UserService
+    from panager.services.web.fetch import WebFetcher
+    from panager.services.web.search import SearchProvider
     from panager.services.web_sessions import WebSessionService
 
 
@@ -47,4 +53,10 @@ class AgentDeps:
     memory: MemoryService | None = None
     google: GoogleService | None = None  # None when Google is not configured
     relay: UserMessageRelay | None = None  # send_user_message; None unless enabled
+    web: WebFetcher | None = None  # web_fetch; None when turned off (or in a bare test graph)
+    search: SearchProvider | None = None  # web_search; None unless a provider is configured
+    mcp: McpHub | None = None  # MCP servers (mcp_servers in the config); None when none
     system_jobs: SystemJobService | None = None  # heartbeat, briefing, webhooks
+    proposals: ProposalService | None = None  # calls unattended runs held for approval
+    media: MediaIntake | None = None  # attachments (images, voice, documents)
+    profiles: ProfileService | None = None  # the standing profile in every prompt

@@ -33,7 +33,7 @@ from langchain_core.messages import (
 
 from panager.agent.graph import AuthHandler
 from panager.agent.state import TurnContext
-from panager.agent.tools.google import GOOGLE_TOOL_NAMES
+from panager.agent.tools.google import GOOGLE_CONNECT, GOOGLE_TOOL_NAMES
 from panager.errors import AuthRequired
 from panager.services.google.service import GoogleAuthRequired, GoogleService
 
@@ -47,12 +47,21 @@ log = logging.getLogger(__name__)
 RETRY_RESULT = json.dumps(
     {"error": "Google was not linked when this ran. The user has linked it now: call again."}
 )
+CONNECTED_RESULT = json.dumps(
+    {"error": "Google was not linked when this ran. The user has linked it now: use the "
+     "Google Calendar and Tasks tools."}
+)
+LINKING_TOOLS = GOOGLE_TOOL_NAMES | {GOOGLE_CONNECT}
 REPLAY_NOTE = (
     "[Google account linked just now — this note is from Panager, not a message from the "
     "user] Please finish the request(s) that needed Google: {requests}"
 )
 # Every successful link is announced to the Panager user it was made for, naming the
 # Google account: a link opened by someone else shows up at once.
+WAITING_TEXT = (
+    "✅ Google account {account} linked. I asked you a question that is still open, so "
+    "I did not redo your earlier request: answer the question, then send it again."
+)
 LINKED_TEXT = "✅ Google account {account} linked: Calendar and Tasks are connected."
 REPLAY_PREFIX = "✅ Google account {account} linked. "
 
@@ -96,6 +105,9 @@ class GoogleLinkFlow:
         account = await self.service.account(user_id)
         name = account.email if account and account.email else "(address unknown)"
         texts = await self.service.claim_pending(user_id)
+        if texts and await self.assistant.pending_question(user) is not None:
+            # a question is open in the thread: rewriting it would drop the question
+            return await self._deliver(user, WAITING_TEXT.format(account=name))
         if not texts:
             return await self._deliver(user, LINKED_TEXT.format(account=name))
         await self.prepare_thread(user, texts)
@@ -151,8 +163,8 @@ def _failed_google_results(messages: Sequence[AnyMessage], prefix: str) -> list[
         while back >= 0 and isinstance(result := messages[back], ToolMessage):
             if (
                 result.status == "error"
-                and result.name in GOOGLE_TOOL_NAMES
-                and result.content != RETRY_RESULT
+                and result.name in LINKING_TOOLS
+                and result.content not in (RETRY_RESULT, CONNECTED_RESULT)
             ):
                 found.append(result)
             back -= 1
@@ -161,7 +173,7 @@ def _failed_google_results(messages: Sequence[AnyMessage], prefix: str) -> list[
 
 def _retry(result: ToolMessage) -> ToolMessage:
     return ToolMessage(
-        content=RETRY_RESULT,
+        content=CONNECTED_RESULT if result.name == GOOGLE_CONNECT else RETRY_RESULT,
         tool_call_id=result.tool_call_id,
         name=result.name,
         status="error",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,15 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
+from panager.agent.attachments import with_images
+from panager.agent.confirm import unanswered_calls
+from panager.agent.confirm_node import (
+    UNPARSED_CALLS,
+    ConfirmNode,
+    ProposalStore,
+    needs_confirm,
+    route_after_confirm,
+)
 from panager.agent.effects import Effect, ModelCall
 from panager.agent.events import EventType
 from panager.agent.history import memo_counter, trim_history, truncate_text
@@ -44,7 +53,6 @@ FINAL_ANSWER_NOTE = (
     "You have reached the limit of tool calls for this message. Do not call tools; give the "
     "user your best answer now from what you have, and say what is left undone."
 )
-UNPARSED_CALLS = "panager_unparsed_calls"  # additional_kwargs: ids of calls with bad JSON
 UNPARSED_ARGS = (
     "The arguments of this call were not valid JSON, so it did not run. Call it again with "
     "the arguments as one JSON object."
@@ -61,6 +69,8 @@ StreamInvoker = Callable[
 AuthHandler = Callable[[TurnContext, AuthRequired], Awaitable[str | None]]
 # Called when the API refuses the prompt as too long: shrink `call` (attempt 1, 2, …).
 OverflowHandler = Callable[[ModelCall, int], Awaitable[None]]
+# The person's profile sections for the system prompt (once per turn).
+ProfileLoader = Callable[[Any], Awaitable[Mapping[str, str]]]
 # The prompt sections of the skills loaded into the thread (by name).
 SkillsText = Callable[[Sequence[str]], Sequence[str]]
 
@@ -155,12 +165,16 @@ class GraphConfig:
     on_auth_required: AuthHandler | None = None  # a tool needs a linked account: the link
     on_overflow: OverflowHandler | None = None  # the prompt was too long: shrink the call
     skills_text: SkillsText | None = None  # prompt sections of the loaded skills
+    profile: ProfileLoader | None = None  # the person's standing profile (every prompt)
     invoke: ModelInvoker = plain_invoke  # how the model is called (retries live in llm.py)
     # The streamed call (text as message_delta events); None: `invoke` only (stream: false).
     stream_invoke: StreamInvoker | None = None
     clock: Clock = field(default_factory=SystemClock)
     limits: GraphLimits = GraphLimits()
     context_window: int | None = None  # tokens; None when unknown (compaction decides)
+    # Taint tracking and the confirm node (SPEC §2); off only to measure what they cost.
+    taint_checks: bool = True
+    proposals: ProposalStore | None = None  # where unattended runs hold consequential calls
 
 
 class Graph:
@@ -176,6 +190,8 @@ class Graph:
         ctx = runtime.context
         iteration = state.get("model_calls", 0) + 1
         call = self._model_call(state, ctx, iteration)
+        base = await self._system_prompt(state, ctx, call, with_summary=False)
+        call.system_tokens = call.count_tokens([SystemMessage(base)])  # for compaction's estimate
         for effect in self.config.effects:
             await effect.before_model(call)
             if call.stop_reply:
@@ -198,7 +214,9 @@ class Graph:
         attempt = 0
         while True:
             messages = await self._model_messages(state, ctx, call, last_round)
-            tainted = call_tainted(str(messages[0].content), messages[1:])
+            tainted = self.config.taint_checks and call_tainted(
+                str(messages[0].content), messages[1:]
+            )
             try:
                 response = await self._invoke(ctx, call, [] if last_round else ctx.tools, messages)
             except ContextOverflow:
@@ -238,10 +256,10 @@ class Graph:
             max_tool_chars=self.config.limits.max_tool_result_chars,
             token_counter=call.count_tokens,
         )
-        if call_tainted(system, history):
+        if self.config.taint_checks and call_tainted(system, history):
             notes.append(OUTSIDE_SECTION)
         system = "\n\n".join([system, *notes])
-        return [SystemMessage(system), *history]
+        return [SystemMessage(system), *with_images(history, ctx.extra.get("images") or {})]
 
     def _model_call(self, state: AgentState, ctx: TurnContext, iteration: int) -> ModelCall:
         messages = list(state["messages"])
@@ -279,7 +297,9 @@ class Graph:
             **call.state_patch,
         }
 
-    async def _system_prompt(self, state: AgentState, ctx: TurnContext, call: ModelCall) -> str:
+    async def _system_prompt(
+        self, state: AgentState, ctx: TurnContext, call: ModelCall, *, with_summary: bool = True
+    ) -> str:
         latest = _latest_human_text(call.model_input)
         memories: Sequence[Any] = ctx.extra.get("recalled", ())
         if self.config.recall is not None and latest and "recalled" not in ctx.extra:
@@ -288,6 +308,7 @@ class Graph:
             except Exception:
                 log.exception("memory recall failed; answering without memories")
         ctx.extra["recalled"] = memories
+        profile = await self._profile(ctx)
         loaded = list(state.get("loaded_skills") or [])
         skills = self.config.skills_text(loaded) if self.config.skills_text else ()
         return build_system_prompt(
@@ -297,11 +318,28 @@ class Graph:
             latest_text=latest,
             memories=memories,
             skills=skills,
-            summary=call.summary,
+            summary=call.summary if with_summary else None,
+            summary_tainted=bool(
+                call.state_patch.get("summary_tainted", state.get("summary_tainted"))
+            ),
             system_trigger=ctx.system_instruction,
             is_system_trigger=ctx.is_system_trigger,
             relays=any(getattr(m, "name", None) == "relay" for m in call.model_input),
+            profile=profile,
+            memory=self.config.recall is not None,
         )
+
+    async def _profile(self, ctx: TurnContext) -> Mapping[str, str]:
+        """The profile, read once per turn (later calls of the turn reuse it)."""
+        if "profile" not in ctx.extra:
+            loaded: Mapping[str, str] = {}
+            if self.config.profile is not None:
+                try:
+                    loaded = await self.config.profile(ctx.user)
+                except Exception:
+                    log.exception("profile read failed; answering without it")
+            ctx.extra["profile"] = loaded
+        return ctx.extra["profile"]
 
     # Any: an event carries free-form data (see agent/events.py)
     async def _emit(self, ctx: TurnContext, type_: EventType, **data: Any) -> None:
@@ -328,16 +366,17 @@ class Graph:
     # -- tools node -------------------------------------------------------------------------
 
     async def tools(self, state: AgentState, runtime: Runtime[TurnContext]) -> dict:
-        """Run every tool call of the last reply concurrently; one result per call, in order."""
+        """Run the last reply's calls concurrently (those the confirm node left open); one
+        result per call, in order."""
         ctx = runtime.context
-        reply = state["messages"][-1]
-        assert isinstance(reply, AIMessage)  # route_after_agent: an AI reply with tool calls
-        by_name = {t.name: t for t in ctx.tools}
+        reply, open_calls = unanswered_calls(state["messages"])
+        assert reply is not None  # route_after_agent/confirm: an AI reply with open calls
+        by_name = {t.name: t for t in (*ctx.unlisted_tools, *ctx.tools)}
         unparsed = reply.additional_kwargs.get(UNPARSED_CALLS) or {}
         tainted = CALL_TAINTED.set(marked(reply))  # copied into every gathered call
         try:
             outcomes = await asyncio.gather(
-                *(self._run_call(ctx, by_name, c, c["id"] in unparsed) for c in reply.tool_calls)
+                *(self._run_call(ctx, by_name, c, c["id"] in unparsed) for c in open_calls)
             )
         finally:
             CALL_TAINTED.reset(tainted)
@@ -464,6 +503,13 @@ def route_after_agent(state: AgentState) -> str:
     return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
 
+def route_checked(state: AgentState) -> str:
+    """As `route_after_agent`, through the confirm node when the reply is tainted or
+    nobody is present."""
+    route = route_after_agent(state)
+    return "confirm" if route == "tools" and needs_confirm(state) else route
+
+
 def route_after_tools(state: AgentState) -> str:
     """Back to the agent, unless the tools node ended the turn with a reply (link)."""
     return END if isinstance(state["messages"][-1], AIMessage) else "agent"
@@ -472,12 +518,17 @@ def route_after_tools(state: AgentState) -> str:
 def build_graph(
     config: GraphConfig,
 ) -> CompiledStateGraph[AgentState, TurnContext, AgentState, AgentState]:
-    """Compile the agent graph: START → agent → (tools → agent)* → END."""
+    """Compile the agent graph: START → agent → (confirm? → tools → agent)* → END."""
     nodes = Graph(config)
     builder = StateGraph(AgentState, context_schema=TurnContext)
     builder.add_node("agent", nodes.agent)
     builder.add_node("tools", nodes.tools)
     builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", route_after_agent, ["tools", END])
+    if config.taint_checks:
+        builder.add_node("confirm", ConfirmNode(config.clock, config.proposals))
+        builder.add_conditional_edges("agent", route_checked, ["confirm", "tools", END])
+        builder.add_conditional_edges("confirm", route_after_confirm, ["tools", "agent"])
+    else:
+        builder.add_conditional_edges("agent", route_after_agent, ["tools", END])
     builder.add_conditional_edges("tools", route_after_tools, ["agent", END])
     return builder.compile(checkpointer=config.checkpointer)

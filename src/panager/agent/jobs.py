@@ -25,6 +25,8 @@ from zoneinfo import ZoneInfo
 from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
+from panager.agent.confirm import proposals_text
+from panager.agent.tidy import MemoryTidyJob
 from panager.errors import ModelUnavailable
 from panager.framing import frame
 from panager.llm import decide_with_retries
@@ -89,6 +91,10 @@ class SystemJobs:
             return await self._agent(user, webhook_instruction(job))
         if job.kind == "briefing":
             return await self._agent(user, BRIEFING_INSTRUCTION)
+        if job.kind == "tidy":
+            tidy = MemoryTidyJob(self.deps, self.assistant.model_for(user))
+            await tidy.run(user, job, due)
+            return AgentAnswer("")  # the person is not messaged; /memory shows the result
         log.warning("unknown system job kind %s", job.kind)
         return AgentAnswer("")
 
@@ -96,7 +102,7 @@ class SystemJobs:
         result = await self.assistant.run_turn(
             user, instruction, is_system_trigger=True, wait_for_lock=False
         )
-        return AgentAnswer(result.text, ok=result.ok)
+        return AgentAnswer(result.text + proposals_text(result.proposals), ok=result.ok)
 
     # -- heartbeat ------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 
+from panager.agent.taint import is_outside, marked
 from panager.services.joining import (
     JoinError,
     JoinPlan,
@@ -212,9 +213,11 @@ class Linking:
         messages = list((snapshot.values or {}).get("messages", []))
         where = ", ".join(platform_label(p) for p, _ in await self.deps.users.identities(person))
         until = (snapshot.created_at or "")[:10]
-        chunks = summary_chunks(messages, where, until)
-        if chunks:
-            await memory.save_many(person, chunks, source="link", category=SUMMARY_CATEGORY)
+        # Outside content in the conversation (a relayed message, a web page…) may have
+        # shaped its answers: the summary carries the mark on, like any memory written then.
+        tainted = any(marked(m) or is_outside(m) for m in messages)
+        for chunk in summary_chunks(messages, where, until):
+            await memory.save(person, chunk, SUMMARY_CATEGORY, source="link", tainted=tainted)
 
     async def unlink(self, user: User, identity: Identity) -> str:
         """Move this identity to a new, empty person (the joined data stays)."""

@@ -19,27 +19,41 @@ import json
 import logging
 import unicodedata
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.types import Durability
+from langgraph.types import Command, Durability
 
+from panager.agent import approvals
+from panager.agent.attachments import Images, media_refs, notes_for, turn_messages
+from panager.agent.confirm import (
+    EXPIRED,
+    NEW_MESSAGE,
+    PendingCall,
+    Question,
+    check_answer,
+    pending_question,
+)
+from panager.agent.confirm_node import PROPOSALS_KEY
 from panager.agent.deps import AgentDeps
 from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
 from panager.agent.interrupted import ShownText, keep_interrupted
 from panager.agent.state import SCHEDULED_RUN, TurnContext
-from panager.agent.taint import TAINT_KEY
-from panager.agent.threads import Threads
-from panager.agent.tools import build_tools
-from panager.errors import ModelUnavailable
+from panager.agent.taint import marked
+from panager.agent.threads import OPEN_QUESTION, Threads
+from panager.agent.tools import tools_for_turn
+from panager.errors import ModelUnavailable, UserBusy
+from panager.framing import frame
 from panager.llm import NO_MODEL_MESSAGE
+from panager.services.media.intake import Attachment
+from panager.services.media.vision import sees_images
 from panager.services.users import User
 
 log = logging.getLogger(__name__)
@@ -53,6 +67,11 @@ ModelSelector = Callable[[User], BaseChatModel | None]
 SYSTEM_TRIGGER_PREFIX = (
     "[Scheduled task started by the scheduler, not a message from the user; the task "
     "text is quoted data] "
+)
+OUTSIDE_TASK = "scheduled task written while reading outside content"
+WAITING = (
+    "A question from me is waiting for your answer (approve or deny the action I asked "
+    "about); this waits until then."
 )
 
 
@@ -71,7 +90,9 @@ class TurnResult:
     link: dict | None = None  # {"url", "label"} when the user must follow a link
     tool_calls: list[str] = field(default_factory=list)
     model_calls: int = 0
-    tainted: bool = False  # the answer was written from outside content (no link previews)
+    question: Question | None = None  # the turn stopped to ask the person (agent/confirm.py)
+    proposals: tuple[PendingCall, ...] = ()  # calls an unattended run held for approval
+    tainted: bool = False  # the answer was written with outside content: no link previews
 
 
 def clean_text(text: str) -> str:
@@ -121,9 +142,25 @@ class Assistant:
         `wait=False` raises UserBusy instead of waiting for a running turn."""
         return self.threads.user_lock(user_id, wait=wait)
 
-    def check_message(self, text: str) -> str | None:
+    def sees_images(self, user: User) -> bool:
+        """Whether the person's model takes images (the name table, then `vision` config)."""
+        return sees_images(self.model_name(user), self.deps.config.vision)
+
+    def model_name(self, user: User) -> str:
+        """The name of the model the person's turns use."""
+        model = self.model_for(user)
+        return str(getattr(model, "model_name", None) or user.model or self.deps.settings.model)
+
+    def attachment_notes(self, user: User, attachments: Sequence[Attachment]) -> list[str]:
+        """Lines to show before the answer: what was heard, what could not be used."""
+        return notes_for(attachments, sees_images=self.sees_images(user),
+                         model_name=self.model_name(user))
+
+    def check_message(self, text: str, attachments: Sequence[Attachment] = ()) -> str | None:
         """A user-facing refusal for unusable input, or None when it is fine."""
         limit = self.deps.config.max_message_chars
+        if not text and attachments:
+            return None
         if not text:
             return "Your message was empty — what can I do for you?"
         if len(text) > limit:
@@ -144,28 +181,134 @@ class Assistant:
         message_key: str | None = None,
         resume: bool = False,
         wait_for_lock: bool = True,
+        unattended: bool | None = None,
+        tainted: bool = False,
+        attachments: Sequence[Attachment] = (),
     ) -> TurnResult:
         """Answer `text` from `user` (or run a scheduled task when is_system_trigger).
 
         `message_key` ids the user's message in the thread; with `resume` a message
         already answered under that key gets the stored answer (see the module doc).
-        `wait_for_lock=False` (scheduled runs) raises UserBusy while another turn runs."""
+        `wait_for_lock=False` (scheduled runs) raises UserBusy while another turn runs,
+        or while a question to the person is open. `unattended` (default: a system
+        trigger) runs no consequential call; `tainted` frames a system trigger's text
+        (a schedule written while reading outside content).
+        `attachments` come from `MediaIntake.take` (agent/attachments.py says how they
+        enter the thread); the front end shows `attachment_notes` first."""
         text = clean_text(text)
-        refusal = self.check_message(text)
+        refusal = self.check_message(text, attachments)
         if refusal:
             return TurnResult(refusal, ok=False)
         model = self.model_for(user)
         if model is None:
             return TurnResult(NO_MODEL_MESSAGE, ok=False)
         async with self.user_lock(user.id, wait=wait_for_lock):
+            if user.id not in self._clean_threads or await self._asked_elsewhere(user):
+                asked = await self._open_question(
+                    user, is_system_trigger, replay, message_key if resume else None
+                )
+                if asked is not None:
+                    return asked
             if resume and message_key:
                 found = await self._resumed(user, message_key)
                 if isinstance(found, TurnResult):
                     return found
                 replay, message_key = found
-            return await self._run_locked(
-                user, text, model, emitter, is_system_trigger, replay, message_key
-            )
+            ctx = await self._context(user, model, emitter, is_system_trigger, text, tainted)
+            ctx.unattended = is_system_trigger if unattended is None else unattended
+            return await self._run_locked(ctx, text, replay, message_key, attachments)
+
+    async def _open_question(
+        self, user: User, is_system_trigger: bool, replay: bool, resumed_key: str | None
+    ) -> TurnResult | None:
+        """A question left open in the thread: shown again (a resumed message), waited
+        for (replays; scheduled runs raise UserBusy until it expires), or declined first
+        (a new message from the person). None: go on with the turn."""
+        snapshot = await self.graph.aget_state(self.config_for(user))
+        question = pending_question(snapshot.interrupts)
+        if question is None:
+            return None
+        messages = (snapshot.values or {}).get("messages", [])
+        if resumed_key and any(m.id == resumed_key for m in messages):
+            # the message that led to the question, seen again after a restart
+            return TurnResult(approvals.shown(question), question=question, tainted=True)
+        if replay:
+            return TurnResult(WAITING, ok=False, question=question)
+        expired = question.expired(self.deps.clock.now())
+        if is_system_trigger and not expired:
+            raise UserBusy(user.id)
+        await approvals.decline(self, user, question, EXPIRED if expired else NEW_MESSAGE)
+        return None
+
+    async def _asked_elsewhere(self, user: User) -> bool:
+        """Whether the thread waits on a question (asked by another process, perhaps)."""
+        async with self.deps.pool.connection() as conn:
+            row = await (await conn.execute(OPEN_QUESTION, {"t": user.thread_id})).fetchone()
+        if row and row["asking"]:
+            self._clean_threads.discard(user.id)
+            return True
+        return False
+
+    async def pending_question(self, user: User) -> Question | None:
+        """The question the user's thread waits on (None: none)."""
+        snapshot = await self.graph.aget_state(self.config_for(user))
+        return pending_question(snapshot.interrupts)
+
+    async def _context(
+        self,
+        user: User,
+        model: BaseChatModel,
+        emitter: EventEmitter | None,
+        is_system_trigger: bool,
+        text: str | None,
+        tainted: bool = False,
+    ) -> TurnContext:
+        instruction = text if is_system_trigger else None
+        if instruction is not None and tainted:
+            instruction = frame(OUTSIDE_TASK, instruction)
+        window = self.deps.runtime.compactor.usable_window(user.model or self.deps.settings.model)
+        offered, unlisted = await tools_for_turn(self.deps, user, window)
+        return TurnContext(
+            user=user,
+            tools=offered,
+            unlisted_tools=unlisted,
+            emitter=emitter or self.emitter,
+            model=model,
+            is_system_trigger=is_system_trigger,
+            system_instruction=instruction,
+            user_text=None if is_system_trigger else text,
+        )
+
+    async def answer(
+        self,
+        user: User,
+        key: str,
+        decisions: Mapping[str, str],
+        *,
+        emitter: EventEmitter | None = None,
+    ) -> TurnResult:
+        """Resume the turn that asked question `key` with the person's decisions
+        ({call id: "approve" | "deny"}; calls not named are denied), in any process.
+
+        The question is read from the checkpoint under the person's lock; a stale or
+        foreign key or call id is refused and nothing runs. An answer after the question
+        expired counts as Deny for every call."""
+        model = self.model_for(user)
+        if model is None:
+            return TurnResult(NO_MODEL_MESSAGE, ok=False)
+        async with self.user_lock(user.id):
+            question = await self.pending_question(user)
+            if question is None:
+                return TurnResult(approvals.NO_QUESTION, ok=False)
+            value = check_answer(question, key, decisions, self.deps.clock.now())
+            if isinstance(value, str):
+                return TurnResult(value, ok=False, question=question)
+            ctx = await self._context(user, model, emitter, False, None)
+            return await self._invoke(ctx, Command(resume=value), None)
+
+    async def approve_proposal(self, user: User, proposal_id: str) -> TurnResult:
+        """Run exactly the call an unattended run held as `proposal_id`, once."""
+        return await approvals.approve(self, user, proposal_id)
 
     async def _resumed(self, user: User, key: str) -> TurnResult | tuple[bool, str | None]:
         """For a message seen before a restart: its answer if one was given, else how to
@@ -187,46 +330,46 @@ class Assistant:
 
     async def _run_locked(
         self,
-        user: User,
+        ctx: TurnContext,
         text: str,
-        model: BaseChatModel,
-        emitter: EventEmitter | None,
-        is_system_trigger: bool,
         replay: bool,
         message_key: str | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> TurnResult:
-        emitter = emitter or self.emitter
-        ctx = TurnContext(
-            user=user,
-            tools=build_tools(self.deps, user),
-            emitter=emitter,
-            model=model,
-            is_system_trigger=is_system_trigger,
-            system_instruction=text if is_system_trigger else None,
-            user_text=None if is_system_trigger else text,
-        )
+        if self.deps.mcp is not None:
+            await self.deps.mcp.refresh()  # approvals made elsewhere count from this turn on
+        if ctx.user.id not in self._clean_threads:
+            await self.repair_thread(ctx.user)
+        inputs = self._inputs(ctx, text, replay, message_key, attachments)
+        ctx.extra["images"] = await self._images(ctx.user, inputs["messages"])
+        new = inputs["messages"][-1] if inputs["messages"] else None
+        return await self._invoke(ctx, inputs, new)
+
+    async def _invoke(
+        self, ctx: TurnContext, inputs: dict[str, Any] | Command, new: HumanMessage | None
+    ) -> TurnResult:
+        """Run the graph with `inputs` (a new turn, or a resume) and shape the result."""
+        user, emitter = ctx.user, ctx.emitter or self.emitter
         config = self.config_for(user)
-        if user.id not in self._clean_threads:
-            await self.repair_thread(user)
-        inputs = self._inputs(text, is_system_trigger, replay, message_key)
-        new = inputs["messages"][0] if inputs["messages"] else None
         await emitter(
             "agent_start",
             user.id,
-            system_trigger=is_system_trigger,
+            system_trigger=ctx.is_system_trigger,
             text=new.content if new else None,
             message_id=new.id if new else None,
         )
         self._clean_threads.discard(user.id)  # until this turn ends normally
-        scheduled = SCHEDULED_RUN.set(is_system_trigger)
+        scheduled = SCHEDULED_RUN.set(ctx.is_system_trigger)
         shown = ShownText(user.id)
         unsubscribe = emitter.subscribe(shown.on_event)
         try:
             state = await self.graph.ainvoke(
                 inputs, config=config, context=ctx, **self.invoke_options
             )
-            self._clean_threads.add(user.id)
-            return _with_live_links(_result(state), ctx.extra.get("live_links"))
+            result = _result(state, ctx.extra.get(PROPOSALS_KEY, ()))
+            if result.question is None:
+                self._clean_threads.add(user.id)
+            return _with_live_links(result, ctx.extra.get("live_links"))
         except asyncio.CancelledError:  # Ctrl+C mid-answer: keep what the person saw
             await keep_interrupted(self.graph, config, shown.text, new)
             raise
@@ -242,25 +385,55 @@ class Assistant:
             await emitter("agent_end", user.id)
 
     def _inputs(
-        self, text: str, is_system_trigger: bool, replay: bool, message_key: str | None = None
+        self,
+        ctx: TurnContext,
+        text: str,
+        replay: bool,
+        message_key: str | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> dict:
         if replay:  # the user's message is already in the thread (pending replay)
-            return {"messages": [], "model_calls": 0}
-        if is_system_trigger:
+            return {"messages": [], "model_calls": 0, "unattended": ctx.unattended}
+        if attachments and not ctx.is_system_trigger:
+            key = message_key or str(uuid.uuid4())
+            seen = self.sees_images(ctx.user)
+            messages = turn_messages(text, attachments, key, sees_images=seen)
+            return {"messages": messages, "model_calls": 0, "unattended": ctx.unattended}
+        if ctx.is_system_trigger:
+            instruction = ctx.system_instruction or text
+            framed = instruction != text  # written while reading outside content
+            quoted = instruction if framed else json.dumps(text, ensure_ascii=False)
             msg = HumanMessage(
-                SYSTEM_TRIGGER_PREFIX + json.dumps(text, ensure_ascii=False),
+                SYSTEM_TRIGGER_PREFIX + quoted,
                 name="scheduler",
                 additional_kwargs={"panager_system_trigger": True},
                 id=str(uuid.uuid4()),
             )
         else:
             msg = HumanMessage(text, id=message_key or str(uuid.uuid4()))
-        return {"messages": [msg], "model_calls": 0}
+        return {"messages": [msg], "model_calls": 0, "unattended": ctx.unattended}
+
+    async def _images(self, user: User, messages: list) -> Images:
+        """This turn's images, read from the person's store, when their model sees images."""
+        media = self.deps.media
+        refs = [(m.id, r) for m in messages for r in media_refs(m)]
+        if not refs or media is None or not self.sees_images(user):
+            return {}
+        images: dict[str, list[tuple[str, bytes]]] = {}
+        for message_id, ref in refs:
+            found = await media.store.get(user.id, str(ref["id"]))
+            if found is not None:
+                images.setdefault(message_id, []).append((found.mime, found.data))
+        return images
 
     async def repair_thread(self, user: User) -> int:
-        """Answer tool calls left without results (crash, cancel); returns how many."""
+        """Answer tool calls left without results (crash, cancel); returns how many.
+
+        A thread waiting on a question is left alone: its open calls are the question."""
         config = self.config_for(user)
         snapshot = await self.graph.aget_state(config)
+        if pending_question(snapshot.interrupts) is not None:
+            return 0
         messages = snapshot.values.get("messages", []) if snapshot.values else []
         dangling = dangling_tool_calls(messages)
         if not dangling:
@@ -288,9 +461,17 @@ def _with_live_links(result: TurnResult, live: dict[str, str] | None) -> TurnRes
     return result
 
 
-def _result(state: dict) -> TurnResult:
+def _result(state: dict, proposals: Any = ()) -> TurnResult:  # Any: a list from ctx.extra
     messages = state.get("messages", [])
     last = messages[-1] if messages else None
+    question = pending_question(state.get("__interrupt__") or ())
+    if question is not None:
+        return TurnResult(
+            approvals.shown(question, last),
+            question=question,
+            model_calls=state.get("model_calls", 0),
+            tainted=True,
+        )
     if not isinstance(last, AIMessage):
         return TurnResult("(no answer)", ok=False)
     link = last.additional_kwargs.get("panager_link")
@@ -298,5 +479,6 @@ def _result(state: dict) -> TurnResult:
         last.text or "(empty answer)",
         link=link,
         model_calls=state.get("model_calls", 0),
-        tainted=bool(last.additional_kwargs.get(TAINT_KEY)),
+        proposals=tuple(proposals),
+        tainted=marked(last),
     )

@@ -108,6 +108,7 @@ def build_runtime(
         history_max_tokens=config.history_max_tokens,
         usage=services.usage,
         memory=services.memory,
+        clock=services.clock,
     )
     return AgentRuntime(
         effects=effects,

@@ -23,8 +23,12 @@ class AgentState(TypedDict):
 
     messages: Annotated[list[AnyMessage], add_messages]
     summary: NotRequired[str]  # running summary of compacted (removed) history
+    compactions: NotRequired[int]  # summaries made for this thread (shown by /debug)
+    last_compaction: NotRequired[str]  # ISO time of the latest one
     loaded_skills: NotRequired[list[str]]
     model_calls: NotRequired[int]  # model calls in the current turn (reset by each input)
+    summary_tainted: NotRequired[bool]  # the summary was written from outside content
+    unattended: NotRequired[bool]  # nobody is present in this run (set by each input)
 
 
 # True while a turn started by the scheduler runs (tools read it: a scheduled agent run
@@ -44,10 +48,16 @@ class TurnContext:
     """
 
     user: User
-    tools: Sequence[BaseTool] = ()
+    tools: Sequence[BaseTool] = ()  # offered to the model (their schemas are sent)
+    # Not offered, but run if the model calls one anyway: Google's tools where they cannot
+    # work yet (not linked, not configured), so a stray call still gets the link or the reason.
+    unlisted_tools: Sequence[BaseTool] = ()
     emitter: EventEmitter | None = None
     model: BaseChatModel | None = None  # per-user override; None means the graph's default
     is_system_trigger: bool = False
     system_instruction: str | None = None  # what the scheduler asked for, for system triggers
     user_text: str | None = None  # the user's original message this turn (pending replay)
+    # Nobody is present (scheduled runs, heartbeats, webhooks): no consequential call runs;
+    # each becomes a proposal the person approves later (agent/confirm.py).
+    unattended: bool = False
     extra: dict[str, Any] = field(default_factory=dict)

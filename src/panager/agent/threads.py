@@ -70,10 +70,35 @@ async def thread_values(owner: ThreadOwner, user: User) -> dict[str, Any]:
     return dict(snapshot.values or {})
 
 
-async def update_thread(owner: ThreadOwner, user: User, values: dict[str, Any]) -> None:
-    """Apply a partial state update to the user's thread, under the turn lock."""
+# Whether the newest checkpoint of a thread holds an open interrupt (a question): one
+# indexed look-up in the checkpointer's own tables, much cheaper than reading the state.
+OPEN_QUESTION = """
+SELECT EXISTS (
+    SELECT 1 FROM checkpoint_writes w
+     WHERE w.thread_id = %(t)s AND w.checkpoint_ns = '' AND w.channel = '__interrupt__'
+       AND w.checkpoint_id = (SELECT max(c.checkpoint_id) FROM checkpoints c
+                               WHERE c.thread_id = %(t)s AND c.checkpoint_ns = '')
+) AS asking
+"""
+
+
+async def thread_asking(owner: ThreadOwner, user: User) -> bool:
+    """Whether the user's thread waits on a question (an open LangGraph interrupt)."""
+    snapshot = await owner.graph.aget_state(owner.config_for(user))
+    return bool(snapshot.interrupts)
+
+
+async def update_thread(
+    owner: ThreadOwner, user: User, values: dict[str, Any], *, unless_asking: bool = False
+) -> bool:
+    """Apply a partial state update to the user's thread, under the turn lock; True when
+    applied. `unless_asking`: not while the thread waits on a question (an update would
+    drop the open interrupt)."""
     async with owner.user_lock(user.id):
+        if unless_asking and await thread_asking(owner, user):
+            return False
         await owner.graph.aupdate_state(owner.config_for(user), values)
+    return True
 
 
 async def replace_thread(

@@ -20,11 +20,11 @@ from contextlib import asynccontextmanager
 
 import psycopg
 
+from panager.db.locks import TURN_LOCK_NAMESPACE
 from panager.errors import UserBusy
 
 log = logging.getLogger(__name__)
 
-TURN_LOCK_NAMESPACE = 7_260_002
 POLL_SECONDS = 0.05
 TRY_LOCK = "SELECT pg_try_advisory_lock(%s, %s) AS ok"
 UNLOCK = "SELECT pg_advisory_unlock(%s, %s)"

@@ -1,7 +1,9 @@
 """`panager ask`: one turn for the local user, streamed to stdout or returned as JSON.
 
 Plain mode writes the answer's pieces as they arrive (plain text, no escape
-sequences) and the link, if any, on its own line. `--json` prints one object
+sequences) and the link, if any, on its own line. A turn that stops to ask
+(an action chosen while reading outside content) is answered "deny" — nobody
+is there to say yes — unless `--yes` approves every such action. `--json` prints one object
 when the turn is over: the answer, whether it succeeded, the tool calls with
 their status, the token usage of the turn and the link.
 """
@@ -12,6 +14,7 @@ import json
 import sys
 
 from panager.agent.commands import CommandContext, dispatch, is_command
+from panager.agent.confirm import APPROVE, DENY
 from panager.agent.events import Event
 from panager.app import App
 from panager.cli.live import PlainAnswer
@@ -58,8 +61,16 @@ def _follow(view: PlainAnswer, user_id: int):
     return on_event
 
 
-async def ask_once(settings: Settings, text: str, *, as_json: bool = False) -> bool:
-    """One turn (or command) for the local user; prints the answer; returns success."""
+DECLINED_NOTE = "(declined: nobody could approve it here; `panager ask --yes` approves)"
+MAX_QUESTIONS = 10  # one turn may ask again after an answer; this bounds the loop
+
+
+async def ask_once(
+    settings: Settings, text: str, *, as_json: bool = False, yes: bool = False
+) -> bool:
+    """One turn (or command) for the local user; prints the answer; returns success.
+
+    A question the turn asks is answered at once: deny, or approve with `yes`."""
     app = await App.start(settings)
     try:
         user = await app.local_user()
@@ -74,6 +85,17 @@ async def ask_once(settings: Settings, text: str, *, as_json: bool = False) -> b
         if not as_json:
             app.emitter.subscribe(_follow(view, user.id))
         result = await app.assistant.run_turn(user, text)
+        for _ in range(MAX_QUESTIONS):
+            question = result.question
+            if question is None:
+                break
+            if not as_json:
+                view.finish(result.text)
+                print("(approved with --yes)" if yes else DECLINED_NOTE, flush=True)
+                view = PlainAnswer()
+            verdict = APPROVE if yes else DENY
+            decisions = {call.id: verdict for call in question.calls}
+            result = await app.assistant.answer(user, question.key, decisions)
         if as_json:
             _print_result(result.text, result.ok, result.link, turn, as_json)
         else:

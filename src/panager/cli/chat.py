@@ -7,6 +7,11 @@ a terminal, plain text in a pipe). Ctrl+C stops a running turn: what was shown
 stays in the thread, marked as interrupted, and the thread stays valid (the next
 turn repairs an unanswered tool call); Ctrl+C or Ctrl+D at an empty prompt
 exits, as do `exit`, `quit` and `/q`.
+
+A turn that stops to ask (an action chosen while reading outside content, see
+agent/confirm.py) prints the question and asks y/N per action; anything but
+y/yes counts as no, and a whole new message instead declines the question and
+is answered as usual.
 """
 
 from __future__ import annotations
@@ -17,23 +22,27 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from rich.console import Console as RichConsole
 from rich.text import Text
 
 from panager.agent.commands import CommandContext, dispatch, is_command
+from panager.agent.confirm import APPROVE, DENY, Question
 from panager.agent.events import Event
 from panager.agent.messaging import tool_status_label
 from panager.app import App
+from panager.cli.attach import USAGE, is_attach, parse_attach, take_file
 from panager.cli.live import SPEAKER, AnswerView, LiveAnswer, PlainAnswer, no_echo
 from panager.config import Settings
+from panager.services.media.intake import Attachment
 from panager.services.users import LOCAL_USER_ID, User, UserService
 from panager.web.server import start_for_terminal
 
 log = logging.getLogger(__name__)
 
 EXIT_WORDS = {"exit", "quit", "/q", "/quit", "/exit"}
+YES, NO = {"y", "yes"}, {"n", "no", ""}
 CANCELLED = "(stopped — what was shown is kept in the conversation; ask again any time)"
 
 
@@ -162,16 +171,24 @@ class Repl:
         self.user = user
         self.console = console
         self.debug = debug
+        self.asking: Question | None = None  # a question waiting for y/N answers
+        self.decisions: dict[str, str] = {}
         self.app.emitter.subscribe(self._on_event)
 
     async def handle(self, text: str) -> bool:
         """Handle one message; returns False when the user wants to leave."""
         stripped = text.strip()
+        if self.asking is not None and stripped.lower() in YES | NO:
+            await self._decide(stripped.lower() in YES)
+            return True
+        self.asking = None  # a new message instead: the turn declines the question first
         if not stripped:
             return True
         if stripped.lower() in EXIT_WORDS:
             return False
-        if is_command(stripped):
+        if is_attach(stripped):
+            await self._attach(stripped)
+        elif is_command(stripped):
             await self._command(stripped)
         else:
             await self._turn(text)
@@ -188,9 +205,51 @@ class Repl:
         person = await users.person_id("terminal", LOCAL_USER_ID)
         self.user = (await users.get(person) if person is not None else None) or self.user
 
-    async def _turn(self, text: str) -> None:
+    async def _attach(self, text: str) -> None:
+        """`/attach PATH [message]`: read the file, show what was heard or refused, answer."""
+        parsed = parse_attach(text)
+        media = self.app.deps.media
+        if parsed is None or media is None:
+            self.console.say(USAGE)
+            return
+        path, message = parsed
+        attachment = await take_file(media, self.user.id, path)
+        for line in self.app.assistant.attachment_notes(self.user, [attachment]):
+            self.console.say(line)
+        if message or attachment.kind != "rejected":
+            await self._turn(message, [attachment])
+
+    async def _decide(self, approve: bool) -> None:
+        """One y/N answer; after the last call of the question, resume the turn."""
+        question = self.asking
+        assert question is not None
+        call = question.calls[len(self.decisions)]
+        self.decisions[call.id] = APPROVE if approve else DENY
+        if len(self.decisions) < len(question.calls):
+            self._prompt_next()
+            return
+        decisions, self.asking, self.decisions = self.decisions, None, {}
+        await self._turn(None, answer=(question.key, decisions))
+
+    def _prompt_next(self) -> None:
+        assert self.asking is not None
+        n, total = len(self.decisions) + 1, len(self.asking.calls)
+        which = "" if total == 1 else f" {n} of {total}"
+        self.console.say(f"Approve{which}? [y/N]")
+
+    async def _turn(
+        self,
+        text: str | None,
+        attachments: Sequence[Attachment] = (),
+        answer: tuple[str, dict] | None = None,
+    ) -> None:
         view = self.console.view = self.console.answer_view()
-        task = asyncio.create_task(self.app.assistant.run_turn(self.user, text))
+        assistant = self.app.assistant
+        if answer is not None:
+            run = assistant.answer(self.user, answer[0], answer[1])
+        else:
+            run = assistant.run_turn(self.user, text or "", attachments=attachments)
+        task = asyncio.create_task(run)
         view.start()
         try:
             with _cancel_on_sigint(task), no_echo_if(self.console.interactive):
@@ -208,6 +267,9 @@ class Repl:
         view.finish(result.text)
         if result.link:
             self.console.say(f"  {result.link.get('label', 'Link')}: {result.link['url']}")
+        if result.question is not None:
+            self.asking, self.decisions = result.question, {}
+            self._prompt_next()
         if self.debug:
             await self._print_debug()
 

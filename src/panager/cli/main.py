@@ -96,13 +96,20 @@ def ask(
     as_json: bool = typer.Option(
         False, "--json", help="print one JSON object: answer, ok, tool_calls, usage, link"
     ),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        help="approve actions the assistant would otherwise ask about (sending, deleting, "
+        "scheduling chosen while reading outside text); without it they are declined. "
+        "In cron this approves whatever a calendar invitation or message talks it into.",
+    ),
 ) -> None:
     """Run one turn for the local user; stream the answer to stdout (exit 1 on failure)."""
     settings = settings_or_exit()
     setup_logging()
     from panager.cli.ask import ask_once
 
-    ok = run_async(lambda: ask_once(settings, " ".join(text), as_json=as_json))
+    ok = run_async(lambda: ask_once(settings, " ".join(text), as_json=as_json, yes=yes))
     raise typer.Exit(0 if ok else 1)
 
 
@@ -155,6 +162,7 @@ EXTENSION_MODULES: list[str] = [
     "panager.cli.run",
     "panager.cli.access",
     "panager.cli.memory",
+    "panager.cli.mcp",
 ]
 
 

@@ -3,14 +3,15 @@
 With no `DATABASE_URL`, Panager keeps a private PostgreSQL under
 `$PANAGER_HOME/pgdata`. `pgserver` starts it on a Unix socket on first use and,
 with `cleanup_mode="stop"`, stops it when the last process using it exits; data
-survives restarts.
+survives restarts. Its runtime directory (XDG_RUNTIME_DIR, for platformdirs) is
+`$PANAGER_HOME/run` unless a private one is already set.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import tempfile
+import stat
 import warnings
 from pathlib import Path
 
@@ -19,20 +20,39 @@ from panager.config import ConfigError
 log = logging.getLogger(__name__)
 
 
-def _ensure_runtime_dir() -> None:
-    """Give platformdirs a private XDG_RUNTIME_DIR so its warning never reaches the chat screen."""
+def _ensure_runtime_dir(base: Path) -> None:
+    """Give platformdirs a private XDG_RUNTIME_DIR so its warning never reaches the chat screen.
+
+    A usable one (ours, 0700) is kept. Otherwise `base/run` is made — under PANAGER_HOME,
+    not a predictable /tmp name another local account could create first — and checked:
+    a directory (not a link), owned by this user, mode 0700."""
     current = os.environ.get("XDG_RUNTIME_DIR")
-    if current and Path(current).is_dir() and (Path(current).stat().st_mode & 0o777) == 0o700:
+    if current and _private_dir(Path(current)):
         return
-    path = Path(tempfile.gettempdir()) / f"panager-runtime-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
+    path = base / "run"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.is_symlink() or path.stat().st_uid != os.getuid():
+        raise ConfigError(
+            f"{path} is not a directory owned by this user; remove it (it should be a private "
+            "directory Panager creates) and start again."
+        )
     path.chmod(0o700)
     os.environ["XDG_RUNTIME_DIR"] = str(path)
 
 
+def _private_dir(path: Path) -> bool:
+    """A real directory owned by this user that only this user can enter."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and (
+        stat.S_IMODE(info.st_mode) == 0o700)
+
+
 def start_embedded(data_dir: Path) -> str:
     """Start (or attach to) the embedded server in `data_dir`; return its libpq URI."""
-    _ensure_runtime_dir()
+    _ensure_runtime_dir(data_dir.parent)
     try:
         import pgserver
     except ImportError:

@@ -16,11 +16,11 @@ import logging
 
 import psycopg
 
+from panager.db.locks import LEADER_NS
 from panager.db.presence import KEEPALIVE, SessionLock
 
 log = logging.getLogger(__name__)
 
-LEADER_NS = 7_260_003  # first key of the two-key advisory lock (7_260_001/2 are taken)
 TRY_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS ok"
 
 

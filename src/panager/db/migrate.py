@@ -21,10 +21,10 @@ from sqlalchemy.exc import DBAPIError
 
 from panager.config import ConfigError
 from panager.db.extension import ensure_vector
+from panager.db.locks import MIGRATION_LOCK_KEY
 from panager.db.pool import Pool
 from panager.db.queries import one
 
-MIGRATION_LOCK_KEY = 7_260_001
 ALEMBIC_DIR = Path(__file__).parent / "alembic"
 
 

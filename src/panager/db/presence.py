@@ -21,9 +21,10 @@ import logging
 
 import psycopg
 
+from panager.db.locks import PRESENCE_NS
+
 log = logging.getLogger(__name__)
 
-PRESENCE_NS = 7_260_002  # first key of the two-key advisory lock; MIGRATION_LOCK_KEY is 7_260_001
 CHECK_SECONDS = 1.0
 LOCK = "SELECT pg_advisory_lock(%s, hashtext(%s))"
 # Server-side keepalive on this session, so a vanished host (not just a killed process)

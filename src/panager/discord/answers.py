@@ -2,8 +2,11 @@
 
 `DiscordChat` is one stored DM's channel: replies in chunks with the link
 button last and nonces derived from the message id, the typing indicator, the
-tool-status message and the streamed answer. `DiscordAnswerer` adds what only
-Discord has: slash commands picked in Discord's command UI.
+tool-status message, the streamed answer (Approve/Deny buttons on a question,
+no link previews when the answer was written from outside content) and the
+DM's files fetched from Discord's CDN (discord/attachments.py).
+`DiscordAnswerer` adds what only Discord has: slash commands picked in
+Discord's command UI.
 """
 
 from __future__ import annotations
@@ -13,18 +16,22 @@ from typing import TYPE_CHECKING
 import discord
 
 from panager.adapters.answering import ATTACHMENT_NOTE, OPEN_COMMANDS, Answerer, Incoming
+from panager.discord.attachments import DiscordAttachments
+from panager.discord.questions import question_view
 from panager.discord.replies import nonce, send_followup, send_reply
 from panager.discord.status import StatusMessage, typing
 from panager.discord.streaming import streamed_reply
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Sequence
     from contextlib import AbstractAsyncContextManager
 
     from panager.adapters.streaming import StreamedReply
     from panager.agent.runner import TurnResult
     from panager.app import App
     from panager.services.inbox import InboxMessage, InboxService
+    from panager.services.media.intake import Attachment
     from panager.services.users import User
 
 __all__ = ["ATTACHMENT_NOTE", "DiscordAnswerer", "DiscordChat", "incoming"]
@@ -44,19 +51,31 @@ class DiscordChat:
         row: InboxMessage,
         inbox: InboxService,
         status_interval: float,
+        app: App,
     ) -> None:
         self.channel = channel
         self.row = row
         self.inbox = inbox
         self.status_interval = status_interval
+        self.app = app
 
     async def reply(self, text: str, link: dict | None = None) -> None:
         """Post the reply in chunks (nonces `<message id>.<n>`)."""
         await send_reply(self.channel, text, link=link, nonce_base=self.row.message_id)
 
-    async def attachments(self, user: User) -> None:
-        """Discord files are not read yet: say so."""
-        await self.channel.send(ATTACHMENT_NOTE, nonce=nonce(self.row.message_id, "a"))
+    async def attachments(self, user: User) -> Sequence[Attachment]:
+        """Stickers get a note; files are downloaded from Discord's CDN and taken in."""
+        if self.row.attachments:  # stickers
+            await self.channel.send(ATTACHMENT_NOTE, nonce=nonce(self.row.message_id, "a"))
+        media = self.app.deps.media
+        if not self.row.attachment_refs or media is None:
+            return []
+        hosts = self.app.settings.runtime.discord_cdn_hosts
+        return await DiscordAttachments(media, hosts).take_all(user.id, self.row.attachment_refs)
+
+    async def note(self, text: str) -> None:
+        """A line before the answer (nonces `<message id>n.<n>`)."""
+        await send_reply(self.channel, text, nonce_base=f"{self.row.message_id}n")
 
     def typing(self) -> AbstractAsyncContextManager[None]:
         """Discord's typing indicator."""
@@ -79,8 +98,10 @@ class DiscordChat:
         )
 
     async def finish(self, reply: StreamedReply[discord.Message], result: TurnResult) -> None:
-        """The final text with the link button last."""
-        await reply.finish(result.text, result.link)
+        """The final text with the link button (or the question's buttons) last; link
+        previews only in an answer not written from outside content."""
+        view = question_view(result.question) if result.question is not None else None
+        await reply.finish(result.text, result.link, buttons=view, previews=not result.tainted)
 
     async def _reference(self) -> discord.MessageReference | None:
         if not await self.inbox.queued_count(self.row.user_id):
@@ -100,7 +121,7 @@ class DiscordAnswerer(Answerer):
 
     async def answer_row(self, row: InboxMessage, channel: discord.PartialMessageable) -> None:
         """Answer one stored DM in its channel."""
-        chat = DiscordChat(channel, row, self.inbox, self.status_interval)
+        chat = DiscordChat(channel, row, self.inbox, self.status_interval, self.app)
         await self.answer(incoming(row), chat)
 
     async def interaction(

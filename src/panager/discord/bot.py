@@ -52,7 +52,9 @@ from panager.adapters.intake import (
     store_patiently,
 )
 from panager.adapters.reclaim import reclaim_loop, start_presence
+from panager.discord import questions
 from panager.discord.answers import ATTACHMENT_NOTE, DiscordAnswerer
+from panager.discord.attachments import describe
 from panager.discord.messenger import DiscordMessenger
 from panager.discord.replies import nonce
 from panager.discord.slash import build_tree, sync_if_changed
@@ -220,7 +222,8 @@ class PanagerBot(discord.Client):
             username=message.author.name,
             display_name=message.author.global_name,
             content=message.content,
-            attachments=bool(message.attachments or message.stickers),
+            attachments=bool(message.stickers),
+            attachment_refs=describe(message),
         )
 
         async def tell(text: str, suffix: str) -> None:
@@ -266,6 +269,20 @@ class PanagerBot(discord.Client):
             await self.answerer.interaction(interaction, name, args, lock)
         except Exception:
             log.exception("slash command /%s failed", name)
+            with contextlib.suppress(discord.HTTPException):
+                await interaction.followup.send(ERROR_MESSAGE)
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        """A pressed Approve/Deny button (any process, after a restart too)."""
+        if interaction.type != discord.InteractionType.component:
+            return
+        if not questions.ours(questions.custom_id_of(interaction)):
+            return
+        try:
+            lock = self._conversations[interaction.user.id]
+            await questions.handle_press(self.app, interaction, lock)
+        except Exception:
+            log.exception("a button press failed")
             with contextlib.suppress(discord.HTTPException):
                 await interaction.followup.send(ERROR_MESSAGE)
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import discord
 
+from panager.agent.confirm import proposal_ids
+from panager.discord.questions import proposal_view
 from panager.discord.replies import send_reply
 from panager.services.users import LOCAL_USER_ID
 
@@ -46,6 +48,7 @@ class DiscordMessenger:
     ) -> bool:
         """Deliver `text` (and a link button) as a DM; False when it cannot be delivered.
 
+        Held calls of a scheduled answer (`/approve ID` lines) get an Approve button each.
         With a `key`, each chunk carries the nonce `<key>.<n>`: Discord answers a repeated
         send (a delivery retried after a crash) with the first message instead of a copy."""
         if user.status == "blocked" or self.client.is_closed() or self.client.user is None:
@@ -55,7 +58,12 @@ class DiscordMessenger:
             return False  # the terminal user, or a person who has no Discord id (Telegram)
         try:
             channel = await self.client.create_dm(discord.Object(id=discord_id))
-            await send_reply(channel, text, link=link, nonce_base=key)
+            view = None if link else proposal_view(proposal_ids(text))
+            # Proactive messages (scheduled answers may have read outside content) never
+            # unfurl links: a preview is a fetch nobody approved.
+            await send_reply(
+                channel, text, link=link, nonce_base=key, view=view, suppress_embeds=True
+            )
         except discord.HTTPException as exc:
             log.warning("could not DM user %s: %s", user.id, exc)
             return False

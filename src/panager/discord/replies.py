@@ -63,13 +63,20 @@ async def send_reply(
     link: dict | None = None,
     nonce_base: int | str | None = None,
     reference: discord.MessageReference | None = None,
+    view: discord.ui.View | None = None,
+    suppress_embeds: bool = False,
 ) -> list[discord.Message]:
-    """Post `text` as ordered chunks; the link button goes on the last chunk."""
+    """Post `text` as ordered chunks; the link button (or `view`) goes on the last chunk.
+
+    `suppress_embeds`: no link previews (an answer written with outside content: an
+    unfurled link is a fetch nobody approved)."""
     chunks = split_message(with_link_text(text, link)) or ["(empty answer)"]
-    view = link_view(link)
+    view = view or link_view(link)
     sent = []
     for i, chunk in enumerate(chunks):
         kwargs: dict = {"nonce": nonce(nonce_base, i)} if nonce_base is not None else {}
+        if suppress_embeds:
+            kwargs["suppress_embeds"] = True
         if view is not None and i == len(chunks) - 1:
             kwargs["view"] = view
         if reference is not None and i == 0:

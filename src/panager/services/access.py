@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, overload
 
@@ -202,6 +203,28 @@ class AccessService:
         (self._admin_people if listed else self._not_admins).add(user_id)
         (self._not_admins if listed else self._admin_people).discard(user_id)
         return listed
+
+    def has_admin_rights(self, user_id: int) -> bool:
+        """Admin rights, decided from the configuration now (PANAGER_ADMIN_IDS, and the
+        terminal's local user), never from the role stored in the database: an id removed
+        from the list loses the rights on its next request, from any front end."""
+        return user_id == LOCAL_USER_ID or self.is_admin(user_id)
+
+    def model_of(self, user: User, default: str, allowed: Collection[str] | None) -> str:
+        """The model `user` gets now: their stored /model choice while it is still permitted
+        (admins: any; others: `allowed`, else only `default`), else `default`. Asked at every
+        turn, so a narrowed allowed_models or a removed admin id takes effect at once."""
+        choice = user.model
+        if not choice or choice == default:
+            return default
+        if self.is_admin(user.id) or choice in (allowed or (default,)):
+            return choice
+        return default
+
+    def with_rights(self, user: User) -> User:
+        """`user` with `role` set from the configuration (see `has_admin_rights`)."""
+        role = "admin" if self.has_admin_rights(user.id) else "user"
+        return user if user.role == role else replace(user, role=role)
 
     async def admit(
         self, user_id: int, username: str, display_name: str | None = None

@@ -39,10 +39,10 @@ from panager.db.queries import one
 
 ACCEPT = """
 INSERT INTO {inbox}
-    (message_id, user_id, channel_id, username, display_name, content, attachments, payload,
-     received_at)
+    (message_id, user_id, channel_id, username, display_name, content, attachments,
+     attachment_refs, payload, received_at)
 VALUES (%(message_id)s, %(user_id)s, %(channel_id)s, %(username)s, %(display_name)s,
-        %(content)s, %(attachments)s, %(payload)s, %(now)s)
+        %(content)s, %(attachments)s, %(refs)s, %(payload)s, %(now)s)
 ON CONFLICT (message_id) DO NOTHING
 RETURNING message_id
 """
@@ -61,7 +61,8 @@ UPDATE {inbox} SET lease_until = %(lease_until)s
  WHERE message_id = %(message_id)s AND status = 'processing' AND claimed_by = %(worker)s
 """
 FINISH = """
-UPDATE {inbox} SET status = %(status)s, content = '', payload = NULL, finished_at = %(now)s,
+UPDATE {inbox} SET status = %(status)s, content = '', attachment_refs = NULL, payload = NULL,
+       finished_at = %(now)s,
        lease_until = NULL
  WHERE message_id = %(message_id)s
 """
@@ -100,7 +101,10 @@ EXPIRE = """
 UPDATE {inbox} SET lease_until = %(past)s
  WHERE message_id = %(message_id)s AND status = 'processing'
 """
-CLEAR_ABANDONED_TEXT = "UPDATE {inbox} SET content = '', payload = NULL WHERE message_id = ANY(%s)"
+CLEAR_ABANDONED_TEXT = (
+    "UPDATE {inbox} SET content = '', attachment_refs = NULL, payload = NULL "
+    "WHERE message_id = ANY(%s)"
+)
 REMEMBER = """
 UPDATE {inbox} SET payload = coalesce(payload, '{}'::jsonb) || %(patch)s
  WHERE message_id = %(message_id)s
@@ -157,6 +161,9 @@ class InboxMessage:
     status: str
     received_at: datetime
     attempts: int = 0  # times it was queued again after its processor died
+    # What Discord said about each attachment: filename, url, content_type, size, voice,
+    # forwarded (discord/attachments.py downloads them when the message is answered).
+    attachment_refs: list[dict] | None = None
     payload: dict[str, Any] | None = None  # what is not text: button data, reply ids, file ids
 
 
@@ -218,6 +225,7 @@ class InboxService:
         display_name: str | None,
         content: str,
         attachments: bool = False,
+        attachment_refs: list[dict] | None = None,
         payload: dict[str, Any] | None = None,
     ) -> bool:
         """Store a new message; False when this message id was seen before (a replay)."""
@@ -229,6 +237,7 @@ class InboxService:
             "display_name": storable(display_name) if display_name is not None else None,
             "content": storable(content),
             "attachments": attachments,
+            "refs": Jsonb(attachment_refs) if attachment_refs else None,
             "payload": Jsonb(payload) if payload is not None else None,
             "now": self.clock.now(),
         }

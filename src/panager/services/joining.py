@@ -27,11 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from panager.db.locks import LINK_LOCK_NAMESPACE, SAVE_LOCK_NAMESPACE
 from panager.db.pool import Pool
 from panager.services.memory.text import normalise
 
-LINK_LOCK_NAMESPACE = 7_260_022
-SAVE_LOCK_NAMESPACE = 7_260_004  # services/memory/service.py: one writer of memories per person
 LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 
 # Every column that holds a person id, and what a join does with it. Columns that hold a
@@ -61,6 +60,15 @@ PERSON_COLUMNS: dict[tuple[str, str], str] = {
     ("heartbeat_seen", "user_id"): "moved (what either already announced stays announced)",
     ("link_codes", "user_id"): "deleted (codes of either person end with the join)",
     ("link_codes", "claimed_user_id"): "deleted with the codes",
+    ("proposals", "user_id"): "moved (a held call can still be approved, once)",
+    ("media_files", "user_id"): "moved",
+    ("documents", "user_id"): "moved; a document keep already has (the same bytes) merged away",
+    ("document_chunks", "user_id"): "moved with their documents",
+    ("document_terms", "user_id"): "rebuilt from the joined documents",
+    ("document_stats", "user_id"): "rebuilt from the joined documents",
+    ("profile_sections", "user_id"): "moved; a section both have keeps keep's text, gone's "
+    "text goes into its history",
+    ("profile_proposals", "user_id"): "moved",
     ("discord_inbox", "user_id"): "not a person: the Discord sender id",
     ("telegram_inbox", "user_id"): "not a person: the Telegram sender id",
 }
@@ -77,6 +85,9 @@ MOVED = (
     ("web_links", "user_id"),
     ("web_sessions", "user_id"),
     ("google_accounts", "user_id"),
+    ("proposals", "user_id"),
+    ("media_files", "user_id"),
+    ("profile_proposals", "user_id"),
 )
 
 MERGE_USER = """
@@ -87,8 +98,17 @@ UPDATE users k SET role = CASE WHEN %(admin)s THEN 'admin' ELSE 'user' END,
   FROM users g WHERE k.id = %(keep)s AND g.id = %(gone)s
 """
 DELETE_USER = "DELETE FROM users WHERE id = %(gone)s"
-MEMORIES = "SELECT id, user_id, content FROM memories WHERE user_id IN (%(keep)s, %(gone)s)"
+MEMORIES = """
+SELECT id, user_id, content, tainted FROM memories WHERE user_id IN (%(keep)s, %(gone)s)
+ ORDER BY superseded_by IS NOT NULL, created_at
+"""
 DELETE_MEMORIES = "DELETE FROM memories WHERE id = ANY(%(ids)s)"
+# The merged copy stands for the deleted one: what pointed at it points at the copy, and the
+# copy counts as the person's own words if either was.
+MERGED_INTO = """
+UPDATE memories SET superseded_by = %(kept)s WHERE superseded_by = %(dup)s;
+UPDATE memories SET tainted = tainted AND %(dup_tainted)s WHERE id = %(kept)s
+"""
 REBUILD_TERMS = """
 DELETE FROM memory_terms WHERE user_id IN (%(keep)s, %(gone)s);
 DELETE FROM memory_stats WHERE user_id IN (%(keep)s, %(gone)s);
@@ -150,6 +170,32 @@ DELETE FROM link_codes WHERE user_id IN (%(keep)s, %(gone)s)
                           OR claimed_user_id IN (%(keep)s, %(gone)s)
 """
 STATUSES = "SELECT status FROM users WHERE id IN (%(keep)s, %(gone)s) FOR UPDATE"
+DOCUMENTS = """
+DELETE FROM documents g WHERE g.user_id = %(gone)s AND EXISTS
+  (SELECT 1 FROM documents k WHERE k.user_id = %(keep)s AND k.original = g.original);
+UPDATE documents SET user_id = %(keep)s WHERE user_id = %(gone)s;
+UPDATE document_chunks SET user_id = %(keep)s WHERE user_id = %(gone)s;
+DELETE FROM document_terms WHERE user_id IN (%(keep)s, %(gone)s);
+DELETE FROM document_stats WHERE user_id IN (%(keep)s, %(gone)s);
+INSERT INTO document_terms (user_id, lexeme, df)
+SELECT c.user_id, l.lexeme, count(*) FROM document_chunks c,
+       unnest(tsvector_to_array(c.content_tsv)) AS l(lexeme)
+ WHERE c.user_id = %(keep)s GROUP BY 1, 2;
+INSERT INTO document_stats (user_id, n, total_len)
+SELECT user_id, count(*), sum(length(content_tsv)) FROM document_chunks
+ WHERE user_id = %(keep)s GROUP BY 1
+"""
+PROFILE = """
+UPDATE profile_sections k
+   SET history = k.history || jsonb_build_array(jsonb_build_object(
+           'text', g.text, 'replaced_at', now(), 'joined_from', %(gone)s))
+  FROM profile_sections g
+ WHERE k.user_id = %(keep)s AND g.user_id = %(gone)s AND g.section = k.section
+   AND g.text <> k.text;
+DELETE FROM profile_sections g WHERE g.user_id = %(gone)s AND EXISTS
+  (SELECT 1 FROM profile_sections k WHERE k.user_id = %(keep)s AND k.section = g.section);
+UPDATE profile_sections SET user_id = %(keep)s WHERE user_id = %(gone)s
+"""
 GOOGLE_COUNT = "SELECT count(*) AS n FROM google_accounts WHERE user_id IN (%(keep)s, %(gone)s)"
 THREAD_TABLES = ("checkpoint_writes", "checkpoint_blobs", "checkpoints")
 DROP_THREAD = "DELETE FROM {table} WHERE thread_id = %s"
@@ -226,7 +272,7 @@ async def join_people(conn: Any, plan: JoinPlan) -> None:
     await conn.execute(MOVE.format(table="schedules", column="user_id"), params)
     await conn.execute(REDEMPTIONS, params)
     await conn.execute(MOVE.format(table="invite_redemptions", column="user_id"), params)
-    for sql in (USAGE, RELAY_BLOCKS, WEBHOOK_NAMES, HEARTBEAT_SEEN, END_CODES):
+    for sql in (USAGE, RELAY_BLOCKS, WEBHOOK_NAMES, HEARTBEAT_SEEN, END_CODES, DOCUMENTS, PROFILE):
         await _run(conn, sql, params)
     await conn.execute(MOVE.format(table="webhooks", column="user_id"), params)
     for table, column in MOVED:
@@ -245,15 +291,18 @@ async def _run(conn: Any, script: str, params: dict[str, Any]) -> None:
 async def _memories(conn: Any, params: dict[str, Any]) -> None:
     """Move gone's memories; a memory keep already has (same words) is merged away."""
     rows = await (await conn.execute(MEMORIES, params)).fetchall()
-    kept = {normalise(r["content"]) for r in rows if r["user_id"] == params["keep"]}
+    kept = {normalise(r["content"]): r for r in rows if r["user_id"] == params["keep"]}
     duplicates = []
     for row in rows:
         if row["user_id"] != params["gone"]:
             continue
         key = normalise(row["content"])
-        if key in kept:
-            duplicates.append(row["id"])
-        kept.add(key)
+        if key not in kept:
+            kept[key] = row
+            continue
+        duplicates.append(row["id"])
+        merge = {"kept": kept[key]["id"], "dup": row["id"], "dup_tainted": row["tainted"]}
+        await _run(conn, MERGED_INTO, merge)
     if duplicates:
         await conn.execute(DELETE_MEMORIES, {"ids": duplicates})
     await conn.execute(MOVE.format(table="memories", column="user_id"), params)

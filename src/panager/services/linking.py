@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from panager.clock import Clock
+from panager.db.locks import LINK_LOCK_NAMESPACE
 from panager.db.pool import Pool
 from panager.db.queries import fetch_all, fetch_one
 from panager.services.users import User
@@ -36,7 +37,6 @@ MAX_FAILURES = 3  # wrong codes per identity per FAILURE_WINDOW
 FAILURE_WINDOW = timedelta(minutes=10)
 CHAT_PLATFORMS = ("discord", "telegram")
 NOTIFY_CHOICES = ("auto", *CHAT_PLATFORMS)
-LINK_LOCK_NAMESPACE = 7_260_022
 
 IDENTITY_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s || ':' || %s::text))"
 RECENT_FAILURES = """
@@ -158,8 +158,13 @@ class LinkService:
             await self._check_not_locked(conn, platform, platform_id, now)
             found = await (await conn.execute(FIND_PERSON, (platform, platform_id))).fetchone()
             person = found["user_id"] if found else None
-            params = {"platform": platform, "platform_id": platform_id, "person": person,
-                      "now": now, "hash": code_hash(code)}
+            params = {
+                "platform": platform,
+                "platform_id": platform_id,
+                "person": person,
+                "now": now,
+                "hash": code_hash(code),
+            }
             row = await (await conn.execute(CLAIM_CODE, params)).fetchone()
             if row is not None:
                 return _request(row)

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from panager.db.locks import RELAY_LOCK_NAMESPACE
 from panager.db.pool import Pool
 from panager.db.queries import one
-
-RELAY_LOCK_NAMESPACE = 7_260_012
 
 SET_OFF = "UPDATE users SET relays_off = %s, updated_at = now() WHERE id = %s"
 BLOCK = """

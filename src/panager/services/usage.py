@@ -1,15 +1,16 @@
-"""Token usage per user, per local day, per model (table `token_usage`).
+"""Token usage per user, per day, per model (table `token_usage`).
 
 Every model call adds its prompt/completion tokens with one upsert (committed
-without waiting for the disk flush: it is on every turn's path). Days are the
-user's local dates, so "today" and a daily budget follow the user's midnight,
-not the server's.
+without waiting for the disk flush: it is on every turn's path). Days are UTC
+dates, the same for everyone and not moved by a time zone: were "today" the
+person's local date, changing zone (`set_timezone` is a tool) would start a
+fresh day — and a fresh daily budget — at once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from panager.clock import Clock
@@ -92,16 +93,20 @@ class UsageService:
         self.pool = pool
         self.clock = clock
 
-    def local_day(self, user: User) -> date:
-        """The user's current local date."""
-        return self.clock.now().astimezone(user.zone).date()
+    def today(self) -> date:
+        """The current usage day: today's UTC date."""
+        return self.clock.now().astimezone(UTC).date()
+
+    def resets_at(self) -> datetime:
+        """When the usage day (and the daily budget) next starts afresh: UTC midnight."""
+        return datetime.combine(self.today() + timedelta(days=1), time(), tzinfo=UTC)
 
     async def record(self, user: User, model: str, usage: dict[str, Any] | None) -> None:
         """Add one model call's tokens to today's row for (user, model)."""
         prompt, completion, total = tokens_of(usage)
         params = {
             "user_id": user.id,
-            "day": self.local_day(user),
+            "day": self.today(),
             "model": model,
             "prompt": prompt,
             "completion": completion,
@@ -114,12 +119,12 @@ class UsageService:
     async def today_total(self, user: User) -> int:
         """Tokens the user has used today (all models)."""
         async with self.pool.connection() as conn:
-            cur = await conn.execute(DAY_TOTAL, (user.id, self.local_day(user)))
+            cur = await conn.execute(DAY_TOTAL, (user.id, self.today()))
             return int(one(await cur.fetchone())["total"])
 
     async def report(self, user: User) -> UsageReport:
         """Per-model usage today, this month and all time."""
-        today = self.local_day(user)
+        today = self.today()
         periods = (today, today.replace(day=1), date(1970, 1, 1))
         async with self.pool.connection() as conn:
             results = []
@@ -138,7 +143,7 @@ def _usage(row: dict) -> ModelUsage:
 
 @dataclass(frozen=True)
 class DayUsage:
-    """Tokens of one local day, per model."""
+    """Tokens of one usage day (UTC), per model."""
 
     day: date
     by_model: dict[str, int]
@@ -160,8 +165,8 @@ class UserUsage:
 
 
 async def daily(service: UsageService, user: User, days: int = 30) -> list[DayUsage]:
-    """The last `days` local days (oldest first, empty days included), tokens per model."""
-    today = service.local_day(user)
+    """The last `days` usage days (oldest first, empty days included), tokens per model."""
+    today = service.today()
     first = today - timedelta(days=days - 1)
     async with service.pool.connection() as conn:
         rows = await (await conn.execute(DAILY_SINCE, (user.id, first))).fetchall()
@@ -172,7 +177,7 @@ async def daily(service: UsageService, user: User, days: int = 30) -> list[DayUs
 
 
 async def per_user(service: UsageService, since: date) -> list[UserUsage]:
-    """Every user's tokens since `since` (all days are users' local dates), most first."""
+    """Every user's tokens since `since` (days are UTC dates), most first."""
     async with service.pool.connection() as conn:
         rows = await (await conn.execute(PER_USER_SINCE, (since,))).fetchall()
     return [UserUsage(r["user_id"], int(r["total"]), int(r["calls"]), r["last_used"])

@@ -7,15 +7,23 @@ snowflake and the terminal user is `LOCAL_USER_ID`; every other new person
 counts down from -1, so no new id can ever equal a (positive) snowflake.
 Everything per person — threads (`str(id)`), memories, schedules — is keyed
 by the person id, never by a platform id.
+
+Usernames are unique ignoring case (a unique index since migration 0014), so
+"@name" in a relayed message or a `send_user_message` call names one person.
+A new or renamed user whose wanted name is taken by someone else gets the
+first free "-2", "-3", … suffix (`_free_username`); the oldest holder keeps it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import overload
+from typing import Any, overload
 from zoneinfo import ZoneInfo
 
+from psycopg.errors import UniqueViolation
+
+from panager.db.locks import IDENTITY_LOCK_NAMESPACE
 from panager.db.pool import Pool
 from panager.db.queries import one
 
@@ -25,7 +33,9 @@ PLATFORMS = ("discord", "telegram", "terminal")
 SAME_ID_PLATFORMS = ("discord", "terminal")
 
 FIND_IDENTITY = "SELECT user_id FROM identities WHERE platform = %s AND platform_id = %s"
-LOCK_IDENTITY = "SELECT pg_advisory_xact_lock(hashtext('identity:' || %s || ':' || %s::text))"
+LOCK_IDENTITY = (
+    f"SELECT pg_advisory_xact_lock({IDENTITY_LOCK_NAMESPACE}, hashtext(%s || ':' || %s::text))"
+)
 NEXT_PERSON_ID = "SELECT nextval('person_ids') AS id"
 INSERT_IDENTITY = """
 INSERT INTO identities (platform, platform_id, user_id, last_seen_at)
@@ -35,8 +45,8 @@ ON CONFLICT (platform, platform_id) DO NOTHING
 IDENTITIES_OF = "SELECT platform, platform_id FROM identities WHERE user_id = %s ORDER BY platform"
 
 GET_USER = "SELECT * FROM users WHERE id = %s"
-# The common case in one statement: a known identity, its person's names refreshed.
-# …and the identity's last message noted (where `/notify auto` delivers).
+# The common case: a known identity, its person's names refreshed (under a free name), and
+# the identity's last message noted (where `/notify auto` delivers).
 TOUCH_KNOWN = """
 WITH seen AS (
     UPDATE identities SET last_seen_at = now()
@@ -45,7 +55,7 @@ WITH seen AS (
 )
 UPDATE users SET username = %(username)s,
        display_name = COALESCE(%(display_name)s, users.display_name), updated_at = now()
- WHERE id = (SELECT user_id FROM seen)
+ WHERE id = (SELECT user_id FROM seen) AND id = %(id)s
 RETURNING *
 """
 GET_BY_USERNAME = (
@@ -68,6 +78,8 @@ INSERT INTO users (id, username, timezone, role, status)
 VALUES (%(id)s, %(username)s, %(timezone)s, 'user', %(status)s)
 ON CONFLICT (id) DO NOTHING
 """
+NAME_HOLDER = "SELECT id FROM users WHERE lower(username) = lower(%s)"
+MAX_NAME_TRIES = 5  # a name taken between the check and the write: look again
 SET_TIMEZONE = "UPDATE users SET timezone = %s, updated_at = now() WHERE id = %s RETURNING *"
 SET_STATUS = "UPDATE users SET status = %s, updated_at = now() WHERE id = %s RETURNING *"
 SET_ROLE = "UPDATE users SET role = %s, updated_at = now() WHERE id = %s RETURNING *"
@@ -106,6 +118,17 @@ class User:
     def with_timezone(self, tz: str) -> User:
         """A copy with another zone."""
         return replace(self, timezone=tz)
+
+
+async def _free_username(conn: Any, wanted: str, user_id: int) -> str:
+    """`wanted`, or the first `wanted-N` (N = 2, 3, …) that no other user holds."""
+    candidate, suffix = wanted, 1
+    while True:
+        rows = await (await conn.execute(NAME_HOLDER, (candidate,))).fetchall()
+        if all(r["id"] == user_id for r in rows):
+            return candidate
+        suffix += 1
+        candidate = f"{wanted}-{suffix}"
 
 
 @overload
@@ -155,7 +178,11 @@ class UserService:
         status: str = "active",
         timezone: str | None = None,
     ) -> User:
-        """Create the user if new (keeping zone/role/status of an existing one); return it."""
+        """Create the user if new (keeping zone/role/status of an existing one); return it.
+
+        `user_id` is a Discord person's snowflake (or `LOCAL_USER_ID`): the person gets
+        that identity too, as migration 0016 gave every existing person. Other front
+        ends' people are made by `ensure_identity`."""
         params = {
             "id": user_id,
             "username": username,
@@ -164,8 +191,12 @@ class UserService:
             "role": role,
             "status": status,
         }
-        async with self.pool.connection() as conn:
-            return _user(one(await (await conn.execute(UPSERT_USER, params)).fetchone()))
+        user = _user(one(await self._write_named(UPSERT_USER, params)))
+        if user_id > 0:
+            platform = "terminal" if user_id == LOCAL_USER_ID else "discord"
+            async with self.pool.connection() as conn:
+                await conn.execute(INSERT_IDENTITY, (platform, user_id, user_id, True))
+        return user
 
     async def person_id(self, platform: str, platform_id: int) -> int | None:
         """The person behind this identity, or None when it has never been seen."""
@@ -191,17 +222,40 @@ class UserService:
         (created by an admin's allow/block before the person wrote) is never renamed."""
         if platform not in PLATFORMS:
             raise ValueError(f"unknown platform {platform!r}")
+        for attempt in range(MAX_NAME_TRIES):
+            try:
+                return await self._ensure_identity_once(
+                    platform, platform_id, username, display_name, role, status, placeholder
+                )
+            except UniqueViolation:  # the free name was taken meanwhile: look again
+                if attempt == MAX_NAME_TRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _ensure_identity_once(
+        self,
+        platform: str,
+        platform_id: int,
+        username: str,
+        display_name: str | None,
+        role: str,
+        status: str,
+        placeholder: bool,
+    ) -> User:
         if not placeholder:
-            known = {
-                "platform": platform,
-                "platform_id": platform_id,
-                "username": username,
-                "display_name": display_name,
-            }
             async with self.pool.connection() as conn:
-                found = await (await conn.execute(TOUCH_KNOWN, known)).fetchone()
-            if found is not None:
-                return _user(found)
+                row = await (await conn.execute(FIND_IDENTITY, (platform, platform_id))).fetchone()
+                if row is not None:
+                    known = {
+                        "platform": platform,
+                        "platform_id": platform_id,
+                        "id": row["user_id"],
+                        "username": await _free_username(conn, username, row["user_id"]),
+                        "display_name": display_name,
+                    }
+                    found = await (await conn.execute(TOUCH_KNOWN, known)).fetchone()
+                    if found is not None:
+                        return _user(found)
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(LOCK_IDENTITY, (platform, platform_id))
             row = await (await conn.execute(FIND_IDENTITY, (platform, platform_id))).fetchone()
@@ -213,7 +267,7 @@ class UserService:
                 person = one(await (await conn.execute(NEXT_PERSON_ID)).fetchone())["id"]
             params = {
                 "id": person,
-                "username": username,
+                "username": await _free_username(conn, username, person),
                 "display_name": display_name,
                 "timezone": self.default_timezone,
                 "role": role,
@@ -242,8 +296,21 @@ class UserService:
             "timezone": self.default_timezone,
             "status": status,
         }
-        async with self.pool.connection() as conn:
-            await conn.execute(INSERT_PLACEHOLDER, params)
+        await self._write_named(INSERT_PLACEHOLDER, params)
+
+    async def _write_named(self, sql: str, params: dict) -> dict | None:
+        """Run an insert/upsert of `params["username"]` under a name no one else holds."""
+        wanted = params["username"]
+        for attempt in range(MAX_NAME_TRIES):
+            try:
+                async with self.pool.connection() as conn:
+                    name = await _free_username(conn, wanted, params["id"])
+                    cur = await conn.execute(sql, {**params, "username": name})
+                    return await cur.fetchone() if cur.description else None
+            except UniqueViolation:
+                if attempt == MAX_NAME_TRIES - 1:
+                    raise
+        return None
 
     async def _update(self, sql: str, value: object, user_id: int) -> User | None:
         async with self.pool.connection() as conn:

@@ -127,6 +127,11 @@ class WebSessionService:
             await conn.execute(INSERT_SESSION, params)
         return token
 
+    @staticmethod
+    def key(token: str) -> bytes:
+        """What identifies a session cookie in storage (its SHA-256; never the cookie)."""
+        return _hash(token)
+
     async def lookup(self, token: str | None) -> WebSession | None:
         """The live session for a cookie value (None: unknown, idle too long, user blocked)."""
         if not token:

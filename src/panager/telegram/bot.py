@@ -35,7 +35,7 @@ from aiogram.exceptions import (
 )
 from aiogram.types import BotCommand, BotCommandScopeAllPrivateChats, Update
 
-from panager.adapters.answering import Answerer, AttachmentIntake
+from panager.adapters.answering import Answerer
 from panager.adapters.intake import (
     ERROR_MESSAGE,
     abandoned_notice,
@@ -53,6 +53,7 @@ from panager.services.telegram_updates import (
     read_update,
     store_update,
 )
+from panager.telegram import questions
 from panager.telegram.api import close_bot, make_bot
 from panager.telegram.buttons import Buttons
 from panager.telegram.chat import TelegramChat, incoming
@@ -68,6 +69,7 @@ log = logging.getLogger(__name__)
 ALLOWED_UPDATES = ["message", "callback_query"]
 WEBHOOK_PATH = "/telegram/webhook"
 COMMAND_NAME = r"^[a-z0-9_]{1,32}$"
+DOWNLOAD_TIMEOUT = 30
 
 
 def webhook_url(app: App) -> str | None:
@@ -118,12 +120,12 @@ class TelegramFrontEnd:
         self.state = TelegramState(app.pool)
         self.answerer = Answerer(app, "telegram")
         self.buttons = Buttons(self)
+        questions.register(self.buttons)
         self.messenger = TelegramMessenger(self.bot, app.deps.users)
         self.poll_timeout = poll_timeout or settings.runtime.telegram_poll_seconds
         self.poll_interval = poll_interval
         self.leader = Leadership(app.url, f"telegram-poller:{self.bot.id}")
         self.username = ""
-        self.attachment_intake: AttachmentIntake | None = None
         self.polled = 0  # getUpdates calls that returned (tests, metrics)
 
     # ------------------------------------------------------------------ lifecycle
@@ -230,12 +232,16 @@ class TelegramFrontEnd:
             if (row.payload or {}).get("kind") == "button":
                 await self.buttons.press(row)
             else:
-                await self.answerer.answer(incoming(row), TelegramChat(self, row))
+                await self.answerer.answer(incoming(row), self.chat(row))
         except Exception:
             log.exception("failed to handle Telegram update %s", row.message_id)
             await self.tell(row.channel_id, ERROR_MESSAGE)
             return "failed"
         return "done"
+
+    def chat(self, row: InboxMessage) -> TelegramChat:
+        """The private chat of one stored update."""
+        return TelegramChat(self, row)
 
     async def _notify_abandoned(self, row: InboxMessage) -> None:
         await self.tell(row.channel_id, abandoned_notice(row))
@@ -247,17 +253,19 @@ class TelegramFrontEnd:
         except Exception as exc:
             log.warning("could not send a notice: %s", exc)
 
-    async def download(self, file_id: str) -> bytes | None:
-        """A file's bytes (the file URL holds the token: it stays inside this method)."""
+    async def download(self, file_id: str, cap: int | None = None) -> bytes | None:
+        """A file's bytes; None when it cannot be fetched or is larger than `cap` (the file
+        URL holds the token: it stays inside this method and is never logged)."""
         try:
             file = await self.bot.get_file(file_id)
-            if not file.file_path:
+            if not file.file_path or (cap is not None and (file.file_size or 0) > cap):
                 return None
-            buffer = await self.bot.download_file(file.file_path)
+            buffer = await self.bot.download_file(file.file_path, timeout=DOWNLOAD_TIMEOUT)
         except Exception as exc:
             log.warning("could not download a Telegram file: %s", type(exc).__name__)
             return None
-        return buffer.getvalue() if buffer is not None else None  # type: ignore[attr-defined]
+        data = buffer.getvalue() if buffer is not None else None  # type: ignore[attr-defined]
+        return None if data is None or (cap is not None and len(data) > cap) else data
 
     def invite_link(self, code: str) -> str:
         """The deep link that opens the bot with `/start CODE`."""

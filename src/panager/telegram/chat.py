@@ -3,8 +3,9 @@
 `TelegramChat` is the private chat of one stored update: replies and the
 streamed answer through `TelegramSurface` (HTML with a plain-text fallback,
 link previews off while streaming and in tainted answers), the typing action
-repeated every few seconds while a turn runs, and files handed to the
-attachment intake as bytes.
+repeated every few seconds while a turn runs, and files downloaded through
+the Bot API (the file URL holds the token and stays inside `download`) and
+handed to the media intake as bytes.
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from panager.adapters.answering import ATTACHMENT_NOTE, Attachment, Incoming
+from panager.adapters.answering import ATTACHMENT_NOTE, Incoming
 from panager.adapters.streaming import StreamedReply
+from panager.services.media.intake import Attachment, refused
+from panager.services.media.sniff import clean_name
+from panager.telegram.questions import result_keyboard
 from panager.telegram.surface import TelegramSurface
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from contextlib import AbstractAsyncContextManager
 
     from panager.agent.runner import TurnResult
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TYPING_EVERY = 4.0  # Telegram shows the action for about five seconds
+UNREADABLE = ("sticker",)  # said in words instead
 
 
 def incoming(row: InboxMessage) -> Incoming:
@@ -62,24 +68,40 @@ class TelegramChat:
         """Post a whole reply (chunks, the link as a button)."""
         await StreamedReply(self.surface(previews=False)).finish(text, link)
 
-    async def attachments(self, user: User) -> None:
-        """Hand each file to the intake as bytes, or say files can't be read yet."""
-        intake = self.front.attachment_intake
+    async def attachments(self, user: User) -> Sequence[Attachment]:
+        """Each file downloaded and taken in; a sticker gets a note instead."""
         files = self.payload.get("files") or []
-        if intake is None or not files:
+        if any(item.get("kind") in UNREADABLE for item in files):
             await self.front.tell(self.row.channel_id, ATTACHMENT_NOTE)
-            return
+        media = self.front.app.deps.media
+        taken: list[Attachment] = []
         for item in files:
-            data = await self.front.download(item.get("file_id") or "")
-            if data is None:
-                await self.front.tell(self.row.channel_id, "Sorry, I couldn't fetch that file.")
+            if item.get("kind") in UNREADABLE or media is None:
                 continue
-            about = Attachment(
-                item.get("kind", "document"), item.get("name"), item.get("mime"), item.get("size")
-            )
-            note = await intake(user, data, about)
-            if note:
-                await self.reply(note)
+            taken.append(await self._take(media, user, item))
+        return taken
+
+    async def _take(self, media: Any, user: User, item: dict[str, Any]) -> Attachment:
+        kind = str(item.get("kind") or "document")
+        name = clean_name(str(item.get("name") or _default_name(kind)))
+        cap = media.limits.max_bytes
+        size = int(item.get("size") or 0)
+        if size > cap:
+            return refused(Attachment("rejected", name, size=size),
+                           f"it is larger than the {cap / 1e6:g} MB limit")
+        data = await self.front.download(str(item.get("file_id") or ""), cap)
+        if data is None:
+            return refused(Attachment("rejected", name, size=size),
+                           f"it could not be downloaded from Telegram (or is over "
+                           f"{cap / 1e6:g} MB)")
+        return await media.take(
+            user.id, name, data, declared_type=item.get("mime"),
+            forwarded=bool(self.payload.get("forwarded")), voice=kind == "voice",
+        )
+
+    async def note(self, text: str) -> None:
+        """A line before the answer."""
+        await self.front.tell(self.row.channel_id, text)
 
     def typing(self) -> AbstractAsyncContextManager[None]:
         """The typing action, repeated while the block runs."""
@@ -113,5 +135,12 @@ class TelegramChat:
         )
 
     async def finish(self, reply: StreamedReply[Any], result: TurnResult) -> None:
-        """The final text; link previews only in an answer not written from outside content."""
-        await reply.finish(result.text, result.link, previews=not result.tainted)
+        """The final text (the question's buttons last); link previews only in an answer not
+        written from outside content."""
+        await reply.finish(
+            result.text, result.link, buttons=result_keyboard(result), previews=not result.tainted
+        )
+
+
+def _default_name(kind: str) -> str:
+    return {"photo": "photo.jpg", "voice": "voice-message.ogg"}.get(kind, "file")

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from aiogram.exceptions import TelegramAPIError
 
 from panager.adapters.streaming import StreamedReply
+from panager.agent.confirm import proposal_ids
+from panager.telegram.questions import proposal_keyboard
 from panager.telegram.surface import TelegramSurface
 
 if TYPE_CHECKING:
@@ -36,7 +38,9 @@ class TelegramMessenger:
     async def send(
         self, user: User, text: str, *, link: dict | None = None, key: str | None = None
     ) -> bool:
-        """Deliver `text` (and a link button); False when the person has no Telegram chat."""
+        """Deliver `text` (and a link button, or an Approve button per held call of a
+        scheduled answer); False when the person has no Telegram chat. Never with link
+        previews: a proactive answer may have been written from outside content."""
         if user.status == "blocked":
             return False
         chats = [
@@ -46,7 +50,8 @@ class TelegramMessenger:
             return False
         surface = TelegramSurface(self.bot, chats[0], previews=False)
         try:
-            await StreamedReply(surface).finish(text, link)
+            buttons = None if link else proposal_keyboard(proposal_ids(text))
+            await StreamedReply(surface).finish(text, link, buttons=buttons)
         except TelegramAPIError as exc:
             log.warning("could not message person %s on Telegram: %s", user.id, exc)
             return False

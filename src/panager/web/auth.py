@@ -2,21 +2,30 @@
 
 `/signin?token=…` (the link `/web` hands out) only shows a confirmation page
 with one button: chat apps fetch links to draw previews, and such a fetch
-must not use the link up. The button POSTs the token; the link is spent
-atomically, a session starts and its cookie is set (HttpOnly, SameSite=Lax,
-Secure when PANAGER_PUBLIC_URL is https). Link use is rate limited per client
-address. `Gate.page` wraps every page handler: no live session → a page
-saying how to sign in; a state-changing request without the session's CSRF
-token → 403; admin pages → 403 for everyone else.
+must not use the link up. The button POSTs the token; the POST must come
+from that page — its form carries a nonce equal to a SameSite=Strict cookie the
+page set, or the browser's `Sec-Fetch-Site`/`Origin` say this server — so
+another site cannot sign a visitor in as someone else (login CSRF). The link
+is spent atomically, a session starts and its cookie is set (HttpOnly, SameSite=Lax,
+Secure when PANAGER_PUBLIC_URL is https). Sign-in posts are rate limited per
+account (links that are no one's share one bucket), in bounded memory.
+`Gate.page` wraps every page handler: no live session → a page saying how to
+sign in; a state-changing request without the session's CSRF
+token → 403; admin pages → 403 for everyone but the admins
+`PANAGER_ADMIN_IDS` names at this request (the stored role is not trusted).
 """
 
 from __future__ import annotations
 
 import hmac
+import re
+import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -28,9 +37,12 @@ if TYPE_CHECKING:
     from panager.app import App
 
 COOKIE = "panager_session"
+NONCE_COOKIE = "panager_signin"  # set by the confirmation page; its form carries the same value
 COOKIE_MAX_AGE = 7 * 24 * 3600
-RATE_LIMIT = (10, 60.0)  # link uses per client address per this many seconds
+RATE_LIMIT = (10, 60.0)  # sign-in posts per account (or for unknown links) per this many s
+RATE_KEYS = 10_000  # the most keys the limiter remembers (oldest dropped first)
 SAFE_METHODS = ("GET", "HEAD")
+_NONCE = re.compile(r"[A-Za-z0-9_-]{32}")
 _MINUTES = int(LINK_TTL.total_seconds() // 60)
 _NEW_LINK = "Send /web to Panager (in Discord or the terminal) for a new link."
 REFUSALS = {
@@ -42,16 +54,21 @@ REFUSALS = {
     "expired": (410, "This sign-in link has expired",
                 f"Links work for {_MINUTES} minutes. " + _NEW_LINK),
     "blocked": (403, "Your access is blocked", "Ask the person running Panager."),
+    "elsewhere": (403, "Sign in from Panager's own page",
+                  "This sign-in was sent by another web site, so nothing happened. Open your "
+                  "sign-in link yourself and press the button there. " + _NEW_LINK),
 }
 
 PageHandler = Callable[[web.Request, WebSession], Awaitable[web.StreamResponse]]
 
 
 class RateLimit:
-    """At most `limit` events per `window` seconds per key (in this process)."""
+    """At most `limit` events per `window` seconds per key (in this process), remembering
+    at most `max_keys` keys: past that, keys with nothing in the window go, then the
+    oldest, so memory stays bounded whatever the keys."""
 
-    def __init__(self, limit: int, window: float) -> None:
-        self.limit, self.window = limit, window
+    def __init__(self, limit: int, window: float, max_keys: int = RATE_KEYS) -> None:
+        self.limit, self.window, self.max_keys = limit, window, max_keys
         self._seen: dict[str, deque[float]] = {}
 
     def allow(self, key: str) -> bool:
@@ -63,9 +80,14 @@ class RateLimit:
         if len(seen) >= self.limit:
             return False
         seen.append(now)
-        if len(self._seen) > 10_000:
-            self._seen = {k: v for k, v in self._seen.items() if v}
+        if len(self._seen) > self.max_keys:
+            self._seen = {k: v for k, v in self._seen.items() if v and now - v[-1] <= self.window}
+            for old in list(self._seen)[: max(0, len(self._seen) - self.max_keys)]:
+                del self._seen[old]
         return True
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 class Gate:
@@ -76,6 +98,8 @@ class Gate:
         self.sessions = app.deps.web_sessions
         self.secure = app.settings.public_url.lower().startswith("https://")
         self.limiter = RateLimit(*RATE_LIMIT)
+        public = urlsplit(app.settings.public_url)
+        self.public_origin = f"{public.scheme}://{public.netloc}".lower()
 
     def routes(self) -> list[web.RouteDef]:
         """The sign-in and sign-out routes."""
@@ -92,6 +116,8 @@ class Gate:
             session = await self.sessions.lookup(request.cookies.get(COOKIE))
             if session is None:
                 return signed_out_page()
+            # Admin rights follow PANAGER_ADMIN_IDS on every request, not the stored role.
+            session = replace(session, user=self.app.deps.access.with_rights(session.user))
             if request.method not in SAFE_METHODS and not await csrf_ok(request, session):
                 return message_page(
                     403, "This form has expired",
@@ -114,16 +140,28 @@ class Gate:
         user = await self.app.deps.users.get(found.user_id)
         if user is None or user.status != "active":
             return _refusal("blocked")
-        return render("signin.html", title="Sign in", token=token, who=user.name,
-                      session=None, nav=None)
+        nonce = request.cookies.get(NONCE_COOKIE, "")
+        if not _NONCE.fullmatch(nonce):  # kept when present, so two open links both work
+            nonce = secrets.token_urlsafe(24)
+        response = render("signin.html", title="Sign in", token=token, who=user.name,
+                          nonce=nonce, session=None, nav=None)
+        response.set_cookie(NONCE_COOKIE, nonce, max_age=int(LINK_TTL.total_seconds()),
+                            httponly=True, samesite="Strict", secure=self.secure, path=SIGNIN_PATH)
+        return response
 
     async def signin(self, request: web.Request) -> web.Response:
         """Spend the link, start a session, set the cookie and go home."""
-        if not self.limiter.allow(request.remote or "unknown"):
+        form = await request.post()
+        token = str(form.get("token", ""))
+        # Per account (or one bucket for links that are no one's), not per client address:
+        # behind a reverse proxy every visitor has the proxy's address.
+        owner = (await self.sessions.peek_link(token)).user_id
+        if not self.limiter.allow(f"user:{owner}" if owner is not None else "unknown"):
             return message_page(429, "Too many sign-in attempts",
                                 "Wait a minute, then open your link again.")
-        form = await request.post()
-        used = await self.sessions.use_link(str(form.get("token", "")))
+        if not (_nonce_ok(request, form.get("nonce")) or self._same_origin(request)):
+            return _refusal("elsewhere")  # login CSRF: another site posting its own link
+        used = await self.sessions.use_link(token)
         if used.refusal or used.user_id is None:
             return _refusal(used.refusal or "unknown")
         user = await self.app.deps.users.get(used.user_id)
@@ -133,7 +171,18 @@ class Gate:
         response = web.HTTPSeeOther("/")
         response.set_cookie(COOKIE, cookie, max_age=COOKIE_MAX_AGE, httponly=True,
                             samesite="Lax", secure=self.secure, path="/")
+        response.del_cookie(NONCE_COOKIE, path=SIGNIN_PATH)
         raise response
+
+    def _same_origin(self, request: web.Request) -> bool:
+        """The browser says the POST came from a page of this server: `Sec-Fetch-Site`
+        when it sends one, else `Origin` naming this server (PANAGER_PUBLIC_URL or the
+        address the request came in on)."""
+        site = request.headers.get("Sec-Fetch-Site")
+        if site is not None:
+            return site == "same-origin"
+        origin = request.headers.get("Origin", "").rstrip("/").lower()
+        return origin in (self.public_origin, f"{request.scheme}://{request.host}".lower())
 
     async def signout(self, request: web.Request, session: WebSession) -> web.Response:
         """End this browser's session."""
@@ -151,6 +200,14 @@ async def csrf_ok(request: web.Request, session: WebSession) -> bool:
     ):
         sent = (await request.post()).get("csrf")
     return isinstance(sent, str) and hmac.compare_digest(sent, session.csrf_token)
+
+
+def _nonce_ok(request: web.Request, sent: object) -> bool:
+    """The form's nonce equals the cookie the confirmation page set (SameSite=Strict: a
+    page of another site can neither read it nor make the browser send it)."""
+    kept = request.cookies.get(NONCE_COOKIE, "")
+    return bool(_NONCE.fullmatch(kept)) and isinstance(sent, str) and hmac.compare_digest(
+        sent, kept)
 
 
 def signed_out_page() -> web.Response:

@@ -11,6 +11,7 @@ from panager.web.auth import Gate
 from panager.web.pages.admin import AdminPages
 from panager.web.pages.chat import ChatPage
 from panager.web.pages.connections import ConnectionsPage
+from panager.web.pages.files import FilesPage
 from panager.web.pages.home import HomePage
 from panager.web.pages.memories import MemoriesPage
 from panager.web.pages.schedules import SchedulesPage
@@ -33,7 +34,8 @@ def add_pages(web_app: web.Application, app: App, spawn: Callable) -> Gate:
     """Register every page of the web UI on `web_app`; returns the session gate."""
     gate = Gate(app)
     pages: list[Page] = [
-        HomePage(app), SchedulesPage(app), MemoriesPage(app), ChatPage(app, spawn),
+        HomePage(app), SchedulesPage(app), MemoriesPage(app), FilesPage(app),
+        ChatPage(app, spawn),
         UsagePage(app), ConnectionsPage(app), AdminPages(app),
     ]
     routes = gate.routes()

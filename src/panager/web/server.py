@@ -2,7 +2,11 @@
 
 `start_web(app)` binds PANAGER_HTTP_HOST/PANAGER_HTTP_PORT (port 0 picks a
 free port; the bound one is on the returned server) and registers the server's
-closer in `app.closers`. The callback completes the link in this process and
+closer in `app.closers`. A Google link continued in a browser signed in to
+Panager must be that user's, and is bound to that web session: the callback
+must come with it (a forwarded consent address fails elsewhere); a callback
+in a browser signed in as someone else is refused too. The callback
+completes the link in this process and
 replays the user's pending message here too, in a background task the closer
 waits for. The access log never contains a query string: the callback's
 carries the authorization code and the state.
@@ -25,12 +29,20 @@ from aiohttp.abc import AbstractAccessLogger
 
 from panager.services.google.service import (
     CALLBACK_PATH,
-    SCOPE_NAMES,
     START_PATH,
-    STATE_TTL,
+    BrowserSession,
     LinkOutcome,
 )
+from panager.services.web_sessions import WebSessionService
+from panager.web.auth import COOKIE
 from panager.web.hooks import WebhookEndpoint, log_path
+from panager.web.oauth_pages import (
+    CONFIRM_FORM,
+    CONFIRM_TEXT,
+    PAGE,
+    SECURITY_HEADERS,
+    render_page,
+)
 from panager.web.telegram_hook import TelegramWebhook
 
 if TYPE_CHECKING:
@@ -40,111 +52,6 @@ log = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT = 2.0
 REPLAY_DRAIN_SECONDS = 30.0
-_MINUTES = int(STATE_TTL.total_seconds() // 60)
-_AGAIN = "Send /connect google to Panager for a new link."
-
-# reason -> (HTTP status, title, explanation)
-PAGES: dict[str, tuple[int, str, str]] = {
-    "linked": (
-        200,
-        "Google account linked",
-        "Panager can now use the Google {scopes}{who} for @{owner}.",
-    ),
-    "blocked": (
-        403,
-        "Linking is not available",
-        "This Panager account has no access, so nothing was stored.",
-    ),
-    "already_linked": (
-        409,
-        "This Google account is already linked",
-        "It is linked to another Panager user, and one Google account can be linked to one "
-        "user at a time. Nothing was stored. Disconnect it there first (/disconnect google).",
-    ),
-    "missing_state": (
-        400,
-        "This link is not valid",
-        "The address is missing its security code, so nothing was stored. " + _AGAIN,
-    ),
-    "forged": (
-        400,
-        "This link is not valid",
-        "Its security code was not issued by Panager or was altered, so nothing was stored. "
-        + _AGAIN,
-    ),
-    "expired": (
-        400,
-        "This link has expired",
-        f"Links work for {_MINUTES} minutes. Nothing was stored. " + _AGAIN,
-    ),
-    "replayed": (
-        400,
-        "This link was already used",
-        "Each link works once. Nothing was changed. " + _AGAIN,
-    ),
-    "denied": (
-        200,
-        "Access not granted",
-        "You did not allow access, so nothing was stored. If you change your mind: "
-        "/connect google.",
-    ),
-    "exchange_failed": (
-        502,
-        "Google did not complete the sign-in",
-        "Google refused the sign-in code, so nothing was stored. " + _AGAIN,
-    ),
-    "no_scopes": (
-        400,
-        "No access was granted",
-        "Calendar and Tasks were both unticked, so nothing was stored. " + _AGAIN,
-    ),
-    "no_refresh_token": (
-        400,
-        "Google did not grant lasting access",
-        "Nothing was stored. Please sign in once more and confirm the consent screen.",
-    ),
-    "not_configured": (
-        404,
-        "Google is not configured",
-        "This Panager instance has no Google OAuth client (GOOGLE_CLIENT_ID).",
-    ),
-    "error": (
-        500,
-        "Something went wrong",
-        "Panager could not finish linking, and nothing was stored. " + _AGAIN,
-    ),
-}
-
-PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title} · Panager</title>
-<style>body{{font-family:system-ui,sans-serif;max-width:34rem;margin:4rem auto;padding:0 1rem;
-line-height:1.5;color:#222}}h1{{font-size:1.4rem}}a.button{{display:inline-block;
-padding:.5rem 1rem;background:#1a73e8;color:#fff;border-radius:.3rem;text-decoration:none}}
-</style></head>
-<body><h1>{icon} {title}</h1><p>{text}</p>{extra}</body></html>
-"""
-CONFIRM_TEXT = (
-    "This link connects a Google account to the Panager user @{owner} on {instance}. "
-    "Continue only if you are @{owner}: whoever continues gives @{owner} access to the "
-    "Calendar and Tasks of the Google account they sign in with."
-)
-CONFIRM_FORM = (
-    '<form method="post" action="{action}"><input type="hidden" name="state" value="{state}">'
-    '<button class="button" type="submit">Continue to Google</button></form>'
-)
-SECURITY_HEADERS = {
-    "Cache-Control": "no-store",
-    "Referrer-Policy": "no-referrer",
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Content-Security-Policy": (
-        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self' https: http:"
-    ),
-}
-
-
 class PathOnlyAccessLogger(AbstractAccessLogger):
     """Access log lines without query strings (they may carry codes and state)."""
 
@@ -199,33 +106,13 @@ class WebServer:
         await self.stop()
 
 
-def render_page(
-    reason: str, outcome: LinkOutcome | None = None, owner: str | None = None
-) -> web.Response:
-    """The small HTML page for a callback outcome."""
-    status, title, text = PAGES.get(reason, PAGES["error"])
-    extra = ""
-    if outcome is not None and outcome.ok:
-        names = " and ".join(SCOPE_NAMES.get(s, s) for s in outcome.scopes)
-        who = f" of {outcome.email}" if outcome.email else " account"
-        text = text.format(scopes=names or "account", who=who, owner=owner or "you")
-        if len(outcome.scopes) < len(SCOPE_NAMES):
-            text += " Only part of the access was allowed; /connect google again to add the rest."
-        text += " You can close this tab — your answer arrives in the chat."
-    if outcome is not None and outcome.retry_link:
-        url = html.escape(outcome.retry_link, quote=True)
-        extra = f'<p><a class="button" href="{url}">Try again</a></p>'
-    icon = "✅" if status == 200 and reason == "linked" else "⚠️"
-    body = PAGE.format(title=html.escape(title), text=html.escape(text), icon=icon, extra=extra)
-    return web.Response(
-        text=body, status=status, content_type="text/html", headers=SECURITY_HEADERS
-    )
-
-
 def build_web_app(app: App, server: WebServer) -> web.Application:
     """The aiohttp application with its routes."""
     handlers = _Handlers(app, server)
-    web_app = web.Application(middlewares=[handlers.count_requests])
+    from panager.web.pages.chat import MAX_UPLOADS  # a chat post may carry attachments
+
+    upload_cap = app.settings.runtime.attachment_max_bytes * MAX_UPLOADS + 1_000_000
+    web_app = web.Application(middlewares=[handlers.count_requests], client_max_size=upload_cap)
     web_app.add_routes(
         [
             web.get("/healthz", handlers.healthz),
@@ -281,6 +168,26 @@ class _Handlers:
         user = await self.app.deps.users.get(user_id) if user_id is not None else None
         return user.username if user is not None else "unknown"
 
+    async def _browser(self, request: web.Request) -> BrowserSession | None:
+        """The Panager web session this browser is signed in with, if any."""
+        cookie = request.cookies.get(COOKIE)
+        session = await self.app.deps.web_sessions.lookup(cookie)
+        if session is None or not cookie:
+            return None
+        return BrowserSession(session.user.id, WebSessionService.key(cookie))
+
+    async def _bind(
+        self, state: str | None, owner: int, browser: BrowserSession
+    ) -> str | LinkOutcome:
+        """Continue pressed in a signed-in browser: only the link's own user's, and the
+        callback must then come with this same session."""
+        google = self.app.deps.google
+        assert google is not None
+        if browser.user_id != owner:
+            return LinkOutcome(False, "other_browser", owner)
+        await google.oauth.bind_state(state, browser.key)
+        return await google.consent_url(state)
+
     async def google_start(self, request: web.Request) -> web.Response:
         """A page naming the Panager user the link belongs to, with a Continue button."""
         google = self.app.deps.google
@@ -312,10 +219,13 @@ class _Handlers:
         if google is None:
             return render_page("not_configured")
         state = str((await request.post()).get("state") or "") or None
+        browser = await self._browser(request)
         try:
             row = await google.oauth.check_state(state)
             if not isinstance(row, LinkOutcome) and not await google.may_link(row["user_id"]):
                 target: str | LinkOutcome = LinkOutcome(False, "blocked", row["user_id"])
+            elif not isinstance(row, LinkOutcome) and browser is not None:
+                target = await self._bind(state, row["user_id"], browser)
             else:
                 target = await google.consent_url(state)
         except Exception as exc:
@@ -334,7 +244,8 @@ class _Handlers:
         query = request.query
         try:
             outcome = await google.complete_link(
-                state=query.get("state"), code=query.get("code"), error=query.get("error")
+                state=query.get("state"), code=query.get("code"), error=query.get("error"),
+                browser=await self._browser(request),
             )
         except Exception:
             log.exception("Google callback failed")

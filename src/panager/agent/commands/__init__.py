@@ -1,8 +1,9 @@
 """Slash commands, shared by Discord and the terminal; answered with zero model calls.
 
 Each domain module registers its commands with `@command(...)`; `dispatch`
-parses `/name args`, checks the caller's role and runs the handler. Unknown
-commands get a helpful answer listing what exists.
+parses `/name args`, checks the caller's admin rights (from the configuration,
+at every command) and runs the handler. Unknown commands get a helpful answer
+listing what exists.
 """
 
 from __future__ import annotations
@@ -100,16 +101,23 @@ def is_command(text: str) -> bool:
     return parsed is not None and parsed[0].replace("_", "").replace("-", "").isalnum()
 
 
-def available(user: User, front_end: str) -> list[Command]:
-    """Commands this user may run here, sorted by name."""
+def available(ctx: CommandContext) -> list[Command]:
+    """Commands the caller may run in this front end, sorted by name."""
+    admin = has_admin_rights(ctx)
     return sorted(
         (
             c
             for c in REGISTRY.values()
-            if front_end in c.front_ends and (not c.admin_only or user.role == "admin")
+            if ctx.front_end in c.front_ends and (admin or not c.admin_only)
         ),
         key=lambda c: c.name,
     )
+
+
+def has_admin_rights(ctx: CommandContext) -> bool:
+    """Whether the caller is an admin now: PANAGER_ADMIN_IDS (or the terminal's local user),
+    not the role stored for them, which may date from before they were removed."""
+    return ctx.deps.access.has_admin_rights(ctx.user.id)
 
 
 async def dispatch(ctx: CommandContext, text: str) -> CommandReply:
@@ -122,7 +130,7 @@ async def dispatch(ctx: CommandContext, text: str) -> CommandReply:
     cmd = REGISTRY.get(name)
     if cmd is None or ctx.front_end not in cmd.front_ends:
         return CommandReply(_unknown(name, ctx), ok=False)
-    if cmd.admin_only and ctx.user.role != "admin":
+    if cmd.admin_only and not has_admin_rights(ctx):
         return CommandReply(f"/{name} is for admins only.", ok=False)
     reply = await cmd.handler(ctx, args)
     return CommandReply(reply) if isinstance(reply, str) else reply
@@ -131,7 +139,7 @@ async def dispatch(ctx: CommandContext, text: str) -> CommandReply:
 def _unknown(name: str, ctx: CommandContext) -> str:
     import difflib
 
-    names = [c.name for c in available(ctx.user, ctx.front_end)]
+    names = [c.name for c in available(ctx)]
     close = difflib.get_close_matches(name, names, n=1)
     hint = f" Did you mean /{close[0]}?" if close else ""
     return f"Unknown command /{name}.{hint} Type /help to see all commands."
@@ -162,6 +170,8 @@ COMMAND_MODULES: list[str] = [
     "panager.agent.commands.skills",
     "panager.agent.commands.relays",
     "panager.agent.commands.web",
+    "panager.agent.commands.tools",
     "panager.agent.commands.jobs",
+    "panager.agent.commands.profile",
     "panager.agent.commands.link",
 ]

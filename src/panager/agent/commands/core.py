@@ -1,4 +1,4 @@
-"""Core commands: /help, /clear, /timezone."""
+"""Core commands: /help, /clear, /timezone, /approve."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from panager.errors import ToolError
 @command("help", "/help", "list commands")
 async def help_command(ctx: CommandContext, args: str) -> str:
     """List the commands this user can run."""
-    rows = [(c.usage, c.help) for c in available(ctx.user, ctx.front_end)]
+    rows = [(c.usage, c.help) for c in available(ctx)]
     if ctx.front_end == "terminal":
         rows += [
             ("exit, quit, /q", "leave (Ctrl+D also works)"),
@@ -27,6 +27,12 @@ async def help_command(ctx: CommandContext, args: str) -> str:
 @command("clear", "/clear", "start a new conversation (memories are kept)")
 async def clear_command(ctx: CommandContext, args: str) -> str:
     """Forget the conversation thread; long-term memories and schedules stay."""
+    question = await ctx.assistant.pending_question(ctx.user)
+    if question is not None and not question.expired(ctx.deps.clock.now()):
+        return (
+            "A question from me is still open (approve or deny the action I asked about); "
+            "answer it first, or send a message to decline it, then /clear."
+        )
     await ctx.assistant.clear(ctx.user)
     return "Started a new conversation. Your memories and schedules are kept."
 
@@ -46,3 +52,12 @@ async def timezone_command(ctx: CommandContext, args: str) -> CommandReply | str
     assert user is not None  # the caller is a stored user
     local = now.astimezone(user.zone)
     return f"Time zone set to {zone} (local time {local:%a %Y-%m-%d %H:%M})."
+
+
+@command("approve", "/approve ID", "run an action a scheduled run held for your approval")
+async def approve_command(ctx: CommandContext, args: str) -> CommandReply | str:
+    """Run exactly the held call `ID` (from a scheduled answer), once."""
+    if not args.strip():
+        return CommandReply("Usage: /approve ID (the id is in the scheduled answer).", ok=False)
+    result = await ctx.assistant.approve_proposal(ctx.user, args.strip().split()[0])
+    return CommandReply(result.text, link=result.link, ok=result.ok)

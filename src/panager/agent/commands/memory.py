@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.tidy import tidy_line
 from panager.services.memory.service import (
     MemoryHit,
     MemoryInputError,
@@ -62,7 +63,18 @@ async def _list(ctx: CommandContext, service: MemoryService) -> str:
     shown = f"newest {len(hits)} of {total}" if total > len(hits) else f"{total}"
     lines = [f"Your memories ({shown}):", *(_line(h) for h in hits)]
     lines.append("Forget one with /memory forget ID; search with /memory search TEXT.")
+    tidied = await _tidied(ctx)
+    if tidied:
+        lines.append(tidied)
     return "\n".join(lines)
+
+
+async def _tidied(ctx: CommandContext) -> str | None:
+    """What the last nightly tidy-up did, and profile changes waiting."""
+    jobs, profiles = ctx.deps.system_jobs, ctx.deps.profiles
+    job = await jobs.job(ctx.user.id, "tidy") if jobs is not None else None
+    waiting = len(await profiles.pending(ctx.user.id)) if profiles is not None else 0
+    return tidy_line(job, waiting)
 
 
 async def _search(ctx: CommandContext, service: MemoryService, query: str) -> str:

@@ -27,14 +27,17 @@ async def relays_command(ctx: CommandContext, args: str) -> CommandReply | str:
 
 
 async def _block(ctx: CommandContext, relays: RelayService, word: str, name: str) -> CommandReply:
+    """Block or unblock a sender by name. The answer is the same whether or not someone has
+    that name (and whether a block existed), so the command cannot probe who uses Panager."""
     if not name:
         return CommandReply(f"Whom? {USAGE}", ok=False)
     sender = await ctx.deps.users.by_username(name)
-    if sender is None or sender.id == ctx.user.id:
-        return CommandReply(f"No user named @{name}.", ok=False)
+    if sender is not None and sender.id != ctx.user.id:
+        if word == "block":
+            await relays.block(ctx.user.id, sender.id)
+        else:
+            await relays.unblock(ctx.user.id, sender.id)
     if word == "block":
-        await relays.block(ctx.user.id, sender.id)
-        return CommandReply(f"Blocked: @{name} can no longer message you via Panager.")
-    if await relays.unblock(ctx.user.id, sender.id):
-        return CommandReply(f"Unblocked @{name}.")
-    return CommandReply(f"@{name} was not blocked.", ok=False)
+        return CommandReply(f"Done: if @{name} uses Panager, they can no longer message you "
+                            "through it.")
+    return CommandReply(f"Done: if @{name} uses Panager, they can message you through it again.")

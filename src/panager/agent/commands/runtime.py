@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
+from typing import Any
 
 from langchain_core.messages import RemoveMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.effects.budget import TokenBudget
+from panager.agent.effects.summary import summary_tainted
 from panager.agent.effects.windows import window_for
 from panager.agent.threads import thread_values, update_thread
 from panager.services.usage import ModelUsage, UsageReport
@@ -31,7 +35,7 @@ async def usage_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """Show the user's token usage per model."""
     usage = ctx.deps.usage
     report = await usage.report(ctx.user)
-    lines = _usage_lines(f"Today ({usage.local_day(ctx.user):%Y-%m-%d})", report.today)
+    lines = _usage_lines(f"Today ({usage.today():%Y-%m-%d}, UTC)", report.today)
     lines += _usage_lines("This month", report.month)
     lines += _usage_lines("All time", report.all_time)
     budget = ctx.deps.config.daily_token_budget
@@ -48,7 +52,9 @@ def allowed_models(ctx: CommandContext) -> list[str]:
 
 
 def _current_model(ctx: CommandContext) -> str:
-    return ctx.user.model or ctx.deps.settings.model
+    """The model the caller's turns use now (a stored choice no longer permitted is not)."""
+    deps = ctx.deps
+    return deps.access.model_of(ctx.user, deps.settings.model, deps.config.allowed_models)
 
 
 @command("model", "/model [name|default]", "show or choose your chat model")
@@ -56,7 +62,7 @@ async def model_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """Show the user's model, or set a per-user override (`default` clears it)."""
     if not args:
         name = _current_model(ctx)
-        origin = "your choice" if ctx.user.model else "the instance default"
+        origin = "your choice" if name != ctx.deps.settings.model else "the instance default"
         window = window_for(name)
         size = f"; context window {window.tokens:,} tokens, {window.source}"
         return f"Model: {name} ({origin}{size}). Change it with /model NAME."
@@ -89,6 +95,19 @@ def _window_line(ctx: CommandContext, configured: int | None) -> str:
     return f"context window: {window.tokens:,} tokens ({window.source})"
 
 
+def _compactions_line(values: dict, zone: Any) -> str:
+    """How many summarising calls this conversation made, and when the latest ran."""
+    count = int(values.get("compactions") or 0)
+    if not count:
+        return "compactions: none"
+    line = f"compactions: {count} (summarising model calls, counted in usage)"
+    try:
+        last = datetime.fromisoformat(str(values.get("last_compaction")))
+    except ValueError:
+        return line
+    return line + f"; last {last.astimezone(zone):%Y-%m-%d %H:%M:%S}"
+
+
 @command("debug", "/debug", "snapshot of the conversation state")
 async def debug_command(ctx: CommandContext, args: str) -> str:
     """Message count, token estimate, summary, loaded skills, usage and recent actions."""
@@ -100,6 +119,7 @@ async def debug_command(ctx: CommandContext, args: str) -> str:
         f"model: {_current_model(ctx)}",
         f"messages: {len(messages)} (≈ {count_tokens_approximately(messages):,} tokens)",
         "summary: " + (f"{len(summary):,} chars — {summary[:300]}" if summary else "none"),
+        _compactions_line(values, ctx.user.zone),
         "loaded skills: " + (", ".join(values.get("loaded_skills") or []) or "none"),
     ]
     lines.append(_window_line(ctx, runtime.context_window))
@@ -114,9 +134,22 @@ async def debug_command(ctx: CommandContext, args: str) -> str:
     return "\n".join(lines)
 
 
+async def _over_budget(ctx: CommandContext) -> str | None:
+    """The token_budget effect's refusal for the caller, when it is configured and spent."""
+    for effect in ctx.deps.runtime.effects:
+        if isinstance(effect, TokenBudget):
+            return await effect.refusal(ctx.user)
+    return None
+
+
 @command("compact", "/compact", "summarise older messages now to free context")
 async def compact_command(ctx: CommandContext, args: str) -> CommandReply | str:
-    """Run compaction on demand: summarise and remove all but the recent messages."""
+    """Run compaction on demand: summarise and remove all but the recent messages.
+
+    The summary is a model call, so it is refused like a turn once the daily budget is used."""
+    refused = await _over_budget(ctx)
+    if refused is not None:
+        return CommandReply(refused, ok=False)
     values = await thread_values(ctx.assistant, ctx.user)
     messages = values.get("messages", [])
     assistant = ctx.assistant
@@ -127,10 +160,16 @@ async def compact_command(ctx: CommandContext, args: str) -> CommandReply | str:
         ctx.user, model, name, messages, values.get("summary"),
         keep_tokens=compactor.on_demand_keep(name), budget=compactor.usable_window(name),
     )
-    if result is None:
+    if result is None or not result.removed:
         return "Nothing to compact yet: the conversation is short."
     removals = [RemoveMessage(id=m.id) for m in result.removed if m.id]  # stored: all have ids
-    await update_thread(assistant, ctx.user, {"messages": removals, "summary": result.summary})
+    update = {
+        "messages": [*removals, *result.shortened],
+        **compactor.stats_patch(values, result),
+        "summary_tainted": summary_tainted(values, result.removed),
+    }
+    if not await update_thread(assistant, ctx.user, update, unless_asking=True):
+        return "A question from me is still open; answer it first, then /compact."
     kept = len(messages) - len(result.removed)
     how = "deterministic digest (the summariser failed)" if result.fallback else "summary"
     saved = f"; saved {len(result.memories)} memories" if result.memories else ""

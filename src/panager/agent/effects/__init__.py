@@ -43,6 +43,7 @@ class ModelCall:
     stop_reply: str | None = None  # set to end the turn with this text, no model call
     system_notes: list[str] = field(default_factory=list)  # appended to the system prompt
     model: BaseChatModel | None = None  # the model this call goes to (e.g. for summaries)
+    system_tokens: int | None = None  # the system prompt without the summary, when known
     count_tokens: Callable[[Sequence[BaseMessage]], int] = count_tokens_approximately
 
     @property

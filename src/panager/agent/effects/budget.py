@@ -2,10 +2,12 @@
 
 On by default for everyone else (`daily_token_budget`, 200,000; 0 = unlimited).
 
-Before every model call the user's tokens for their local day are read from
-`token_usage`; at or over the cap the turn ends with a clear refusal and no
-model call (slash commands still work, they never use the model). The first
-answer that takes the user past `warn_at` of the cap carries a one-line notice.
+Before every model call the user's tokens for the usage day (a UTC date, so a
+change of time zone cannot start a fresh day) are read from `token_usage`; at
+or over the cap the turn ends with a clear refusal and no model call. Slash
+commands still work; the one that calls the model, `/compact`, asks `refusal`
+first. The first answer that takes the user past `warn_at` of the cap carries
+a one-line notice.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from panager.agent.effects import ModelCall
 
 if TYPE_CHECKING:
     from panager.services.usage import UsageService
+    from panager.services.users import User
 
 log = logging.getLogger(__name__)
 
 REFUSAL = (
     "You have used today's token budget ({used:,} of {cap:,} tokens), so I can't answer "
-    "with the model until it resets at midnight your time. Slash commands still work."
+    "with the model until it resets at midnight UTC ({reset:%H:%M} your time). Slash "
+    "commands still work."
 )
 WARNING = "\n\n(Heads-up: you have used {pct}% of today's token budget — {used:,} of {cap:,}.)"
 
@@ -52,37 +56,45 @@ class TokenBudget:
         self.warn_at = warn_at
         self.usage = usage
         self.admin_ids = frozenset(admin_ids)  # PANAGER_ADMIN_IDS: never capped
-        self._warned: set[tuple[int, Any]] = set()  # (user id, local day)
+        self._warned: set[tuple[int, Any]] = set()  # (user id, usage day)
 
-    async def _used(self, call: ModelCall) -> int | None:
+    async def _used(self, user: User) -> int | None:
         if self.usage is None:
             return None
         try:
-            return await self.usage.today_total(call.user)
+            return await self.usage.today_total(user)
         except Exception:
             log.exception("could not read today's usage; not enforcing the budget")
             return None
 
-    def _exempt(self, call: ModelCall) -> bool:
-        return call.user.id in self.admin_ids
+    def _exempt(self, user: User) -> bool:
+        return user.id in self.admin_ids
+
+    async def refusal(self, user: User) -> str | None:
+        """The refusal when `user` is at or over today's cap, else None."""
+        if self._exempt(user):
+            return None
+        used = await self._used(user)
+        if used is None or used < self.daily_tokens or self.usage is None:
+            return None
+        reset = self.usage.resets_at().astimezone(user.zone)
+        return REFUSAL.format(used=used, cap=self.daily_tokens, reset=reset)
 
     async def before_model(self, call: ModelCall) -> None:
         """At or over the cap: stop the turn with the refusal (no model call)."""
-        if self._exempt(call):
-            return
-        used = await self._used(call)
-        if used is not None and used >= self.daily_tokens:
-            call.stop_reply = REFUSAL.format(used=used, cap=self.daily_tokens)
+        refused = await self.refusal(call.user)
+        if refused is not None:
+            call.stop_reply = refused
 
     async def after_model(self, call: ModelCall) -> None:
         """Past the warning level on a final answer: append the notice, once a day."""
         response = call.response
-        if response is None or response.tool_calls or self._exempt(call):
+        if response is None or response.tool_calls or self._exempt(call.user):
             return
-        used = await self._used(call)
+        used = await self._used(call.user)
         if used is None or self.usage is None or used < self.warn_at * self.daily_tokens:
             return
-        key = (call.user.id, self.usage.local_day(call.user))
+        key = (call.user.id, self.usage.today())
         if key in self._warned:
             return
         self._warned.add(key)

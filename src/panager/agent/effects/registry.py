@@ -7,7 +7,7 @@ effects:                       # omit for the defaults; [] for none
   - kind: trim_tool_results
     params: {max_result_length: 500, preserve_recent: 4}
   - kind: compact
-    params: {threshold: 0.8}
+    params: {threshold: 0.8, target: 0.4}
   - kind: token_budget
     params: {daily_tokens: 200000, warn_at: 0.8}
   - kind: loop_detect
@@ -35,6 +35,7 @@ from panager.agent.effects.windows import context_window_for
 from panager.config import ConfigError, EffectSpec, RuntimeConfig
 
 if TYPE_CHECKING:
+    from panager.clock import Clock
     from panager.services.memory.service import MemoryService
     from panager.services.usage import UsageService
 
@@ -120,6 +121,7 @@ class EffectServices:
     usage: UsageService | None = None
     memory: MemoryService | None = None
     admin_ids: tuple[int, ...] = ()  # exempt from the daily token budget
+    clock: Clock | None = None  # when compactions ran (shown by /debug)
 
 
 def _injected(kind: str, config: RuntimeConfig, services: EffectServices) -> dict[str, Any]:
@@ -129,6 +131,7 @@ def _injected(kind: str, config: RuntimeConfig, services: EffectServices) -> dic
             "history_max_tokens": config.history_max_tokens,
             "usage": services.usage,
             "memory": services.memory,
+            "clock": services.clock,
         }
     if kind == "token_budget":
         return {"usage": services.usage, "admin_ids": services.admin_ids}

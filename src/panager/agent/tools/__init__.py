@@ -13,11 +13,15 @@ from collections.abc import Callable
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.google import google_tools
+from panager.agent.tools.documents import document_tools
+from panager.agent.tools.google import google_tools, offered_google_tools
+from panager.agent.tools.mcp import SOURCE_KEY, mcp_tools
 from panager.agent.tools.memory import memory_tools
 from panager.agent.tools.messaging import messaging_tools
 from panager.agent.tools.profile import profile_tools
 from panager.agent.tools.schedule import schedule_tools
+from panager.agent.tools.search import DEFERRED_KEY, TURN_TOOLS_KEY
+from panager.agent.tools.web import web_tools
 from panager.services.users import User
 
 ToolFactory = Callable[[AgentDeps, User], list[BaseTool]]
@@ -26,8 +30,11 @@ TOOL_FACTORIES: list[ToolFactory] = [
     profile_tools,
     schedule_tools,
     memory_tools,
+    document_tools,
     google_tools,
     messaging_tools,
+    web_tools,
+    mcp_tools,
 ]
 
 
@@ -36,4 +43,38 @@ def build_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     tools: list[BaseTool] = []
     for factory in TOOL_FACTORIES:
         tools.extend(factory(deps, user))
+    for made in tools:  # docstring indentation and line breaks are tokens the model pays for
+        made.description = " ".join(made.description.split())
+    _attach_turn_tools(tools)
     return tools
+
+
+def _attach_turn_tools(tools: list[BaseTool]) -> None:
+    """Point tool_search at the list the turn offers, so the tools it loads join it."""
+    for made in list(tools):
+        attach = (made.metadata or {}).get(TURN_TOOLS_KEY)
+        if callable(attach):
+            attach(tools)
+
+
+async def tools_for_turn(
+    deps: AgentDeps, user: User, window: int | None = None
+) -> tuple[list[BaseTool], list[BaseTool]]:
+    """(offered, unlisted) for one turn in a context `window` (tokens): only tools that can
+    work are offered; the unlisted ones still run when called (link, reason or result)."""
+    offered, unlisted = await offered_google_tools(deps, user, build_tools(deps, user), window)
+    _attach_turn_tools(offered)
+    return offered, unlisted
+
+
+def tools_by_source(deps: AgentDeps, user: User) -> list[tuple[str, list[str]]]:
+    """`user`'s tool names grouped by where they come from (built-in domains, MCP servers)."""
+    groups: dict[str, list[str]] = {}
+    for factory in TOOL_FACTORIES:
+        for made in factory(deps, user):
+            domain = factory.__module__.rsplit(".", 1)[-1]
+            source = (made.metadata or {}).get(SOURCE_KEY) or f"built-in: {domain}"
+            deferred = (made.metadata or {}).get(DEFERRED_KEY) or []
+            shown = [made.name, *(t.name for t in deferred)]
+            groups.setdefault(str(source), []).extend(shown)
+    return list(groups.items())

@@ -24,7 +24,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 from langchain_core.tools import BaseTool, StructuredTool
 
@@ -50,6 +50,7 @@ class CallView:
 
 Classifier = Callable[[Mapping[str, Any], CallView], ToolClass]
 Describer = Callable[[Mapping[str, Any]], str]
+ToolT = TypeVar("ToolT", bound=BaseTool)
 
 
 def _make(function: Callable[..., Any]) -> StructuredTool:
@@ -92,8 +93,8 @@ def tool(
 
 
 def declare(
-    made: BaseTool, classify: ToolClass | Classifier, describe: Describer | None = None
-) -> BaseTool:
+    made: ToolT, classify: ToolClass | Classifier, describe: Describer | None = None
+) -> ToolT:
     """Attach a class (or rule) and a describer to a tool built elsewhere (e.g. MCP tools)."""
     made.metadata = {**(made.metadata or {}), CLASSIFY_KEY: classify, DESCRIBE_KEY: describe}
     return made

@@ -6,10 +6,19 @@ synchronous operation from `services.google_api` to `GoogleService.call`,
 which runs it with this user's tokens only. When the user has not linked
 Google, the service raises `GoogleAuthRequired` and the graph answers with a
 link instead; when the instance has no Google client, the tools say so.
+
+Eight schemas are a large part of a small context window, so they are offered
+only where they can work (`offered_google_tools`): not at all without a Google
+client, and as the one argument-free `google_connect` to a person who has not
+linked Google. Where the window is so small that all schemas would take more
+than a quarter of it, a linked person's model gets `google_load` instead, which
+adds the eight for the rest of the turn. The eight still run if the model calls
+one anyway (unlisted), which ends in the same link, reason or result.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -17,10 +26,17 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, tool
+from panager.agent.history import schema_tokens
+from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, Describer, shown_text, tool
 from panager.errors import ToolError
+from panager.framing import frame
 from panager.services.google import api
-from panager.services.google.service import CALENDAR_SCOPE, NOT_CONFIGURED, TASKS_SCOPE
+from panager.services.google.service import (
+    CALENDAR_SCOPE,
+    NOT_CONFIGURED,
+    TASKS_SCOPE,
+    GoogleAuthRequired,
+)
 from panager.services.users import User
 
 GOOGLE_TOOL_NAMES = frozenset(
@@ -35,6 +51,10 @@ GOOGLE_TOOL_NAMES = frozenset(
         "calendar_delete_event",
     }
 )
+GOOGLE_CONNECT = "google_connect"  # offered instead of the eight until Google is linked
+GOOGLE_LOAD = "google_load"  # offered instead of the eight where the window is small
+FIXED_SHARE = 0.25  # of a small window: the most the system prompt and tool schemas may take
+PROMPT_TOKENS = 250  # the system prompt's own text (persona, time), for that share
 DEFAULT_WINDOW = timedelta(days=7)
 MAX_TITLE = 1_000
 MAX_TEXT = 8_000
@@ -171,6 +191,17 @@ def task_patch(
     return body
 
 
+def describe_change(what: str, key: str) -> Describer:
+    """Plain words for a change or deletion: the item's id, then any new values."""
+
+    def describe(args: Mapping[str, Any]) -> str:
+        rest = {k: v for k, v in args.items() if k != key and v is not None}
+        values = ", ".join(f"{k} = {shown_text(str(v))}" for k, v in rest.items())
+        return f"{what} {shown_text(str(args.get(key, '')))}" + (f": {values}" if values else "")
+
+    return describe
+
+
 def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     """The eight Google tools for `user`."""
     zone = user.zone
@@ -180,14 +211,18 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             raise ToolError(NOT_CONFIGURED)
         return await deps.google.call(user.id, scope, partial(operation, *args, **kwargs))
 
-    @tool(classify=ORDINARY)
-    async def calendar_list_events(start: str | None = None, end: str | None = None) -> dict:
-        """List events across all of the user's Google calendars, recurring events expanded.
+    async def read(scope: str, operation: Any, **kwargs: Any) -> str:
+        """A result holding fields anyone who can invite the user may have written (event
+        and task texts): framed once, whole, as outside content."""
+        source = "Google Calendar" if scope == CALENDAR_SCOPE else "Google Tasks"
+        return frame(source, await run(scope, operation, **kwargs))
 
-        start/end are ISO 8601 (no offset = the user's zone; a bare date covers that whole
-        day); the default is the next 7 days. Results carry event ids and calendar_id."""
+    @tool(classify=ORDINARY)
+    async def calendar_list_events(start: str | None = None, end: str | None = None) -> str:
+        """List the user's Google Calendar events (all calendars) with ids; start/end ISO
+        8601, a bare date is the whole day; default the next 7 days."""
         lo, hi = list_window(start, end, zone, deps.clock.now())
-        return await run(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
+        return await read(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
 
     @tool(classify=ORDINARY)
     async def calendar_create_event(
@@ -198,10 +233,8 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         location: str | None = None,
         calendar_id: str = "primary",
     ) -> dict:
-        """Create a Google Calendar event.
-
-        start/end are ISO 8601 date-times (no offset = the user's zone), or both dates for an
-        all-day event (end = last day, inclusive). Creating the same event twice is harmless."""
+        """Create a Google Calendar event; start/end ISO 8601, or two dates for an all-day
+        event (end inclusive)."""
         body = event_body(title, start, end, description, location, zone)
         cal = _calendar_id(calendar_id)
         event_id = api.event_id_for(user.id, cal, body["summary"], body["start"], body["end"])
@@ -214,7 +247,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             zone=zone,
         )
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Change the calendar event", "event_id"))
     async def calendar_update_event(
         event_id: str,
         calendar_id: str = "primary",
@@ -223,12 +256,11 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         end: str | None = None,
         description: str | None = None,
         location: str | None = None,
-    ) -> dict:
-        """Change an event: give its event_id (and calendar_id) plus only the fields to change.
-
-        Moving only the start keeps the event's duration. Times as in calendar_create_event."""
+    ) -> str:
+        """Change an event by event_id, giving only the fields to change (a new start alone
+        keeps the duration)."""
         fields, times = event_patch(title, start, end, description, location, zone)
-        return await run(
+        return await read(
             CALENDAR_SCOPE,
             api.update_event,
             calendar_id=_calendar_id(calendar_id),
@@ -238,9 +270,9 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             zone=zone,
         )
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Delete the calendar event", "event_id"))
     async def calendar_delete_event(event_id: str, calendar_id: str = "primary") -> dict:
-        """Delete an event by its event_id (and calendar_id, from calendar_list_events)."""
+        """Delete an event by its event_id."""
         return await run(
             CALENDAR_SCOPE,
             api.delete_event,
@@ -249,35 +281,33 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         )
 
     @tool(classify=ORDINARY)
-    async def task_list(show_completed: bool = False) -> dict:
-        """List the user's Google Tasks (default list) with their ids; open tasks only unless
-        show_completed is true."""
-        return await run(TASKS_SCOPE, api.list_tasks, show_completed=show_completed, zone=zone)
+    async def task_list(show_completed: bool = False) -> str:
+        """List the user's Google Tasks with their ids (open ones unless show_completed)."""
+        return await read(TASKS_SCOPE, api.list_tasks, show_completed=show_completed, zone=zone)
 
     @tool(classify=ORDINARY)
     async def task_create(title: str, due: str | None = None, notes: str | None = None) -> dict:
-        """Add a Google Task. due is an ISO 8601 date (Google Tasks keeps only the date)."""
+        """Add a Google Task; due is an ISO 8601 date."""
         body = task_body(title, due, notes, zone)
         return await run(TASKS_SCOPE, api.create_task, body=body, zone=zone)
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Change the task", "task_id"))
     async def task_update(
         task_id: str,
         title: str | None = None,
         notes: str | None = None,
         due: str | None = None,
         completed: bool | None = None,
-    ) -> dict:
-        """Change a Google Task by task_id: title, notes, due date (empty clears it), or
-        completed true/false."""
+    ) -> str:
+        """Change a Google Task by task_id (due '' clears the date)."""
         body = task_patch(title, notes, due, completed, zone)
-        return await run(
+        return await read(
             TASKS_SCOPE, api.update_task, task_id=task_id.strip(), body=body, zone=zone
         )
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_change("Delete the task", "task_id"))
     async def task_delete(task_id: str) -> dict:
-        """Delete a Google Task by its task_id (from task_list)."""
+        """Delete a Google Task by its task_id."""
         return await run(TASKS_SCOPE, api.delete_task, task_id=task_id.strip())
 
     return [
@@ -290,3 +320,58 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         calendar_update_event,
         calendar_delete_event,
     ]
+
+
+def google_connect_tool(deps: AgentDeps, user: User) -> BaseTool:
+    """`google_connect`: the link to connect Google, for a person who has not linked it."""
+
+    @tool(classify=ORDINARY)
+    async def google_connect() -> dict:
+        """Connect the user's Google account (for Calendar and Tasks): they get a link."""
+        if deps.google is None:
+            raise ToolError(NOT_CONFIGURED)
+        raise GoogleAuthRequired()
+
+    return google_connect
+
+
+async def google_linked(deps: AgentDeps, user: User) -> bool:
+    """True when `user` has a connected Google account (a failed check counts as linked)."""
+    if deps.google is None:
+        return False
+    try:
+        account = await deps.google.account(user.id)
+    except Exception:
+        return True  # offer the tools; a call reports what is wrong
+    return account is not None and account.connected
+
+
+def google_load_tool(offered: list[BaseTool], google: Sequence[BaseTool]) -> BaseTool:
+    """`google_load`: adds the Google tools to `offered` (this turn's list) when called."""
+
+    @tool(classify=ORDINARY)
+    async def google_load() -> dict:
+        """Load the Google Calendar and Tasks tools; call it first for any calendar or task
+        request."""
+        offered.extend(t for t in google if t not in offered)
+        return {"ok": True, "loaded": [t.name for t in google]}
+
+    return google_load
+
+
+async def offered_google_tools(
+    deps: AgentDeps, user: User, tools: list[BaseTool], window: int | None = None
+) -> tuple[list[BaseTool], list[BaseTool]]:
+    """(offered, unlisted): `tools` with Google's eight offered only where they can work and,
+    in a `window` too small for every schema, only once the model asks for them."""
+    linked = deps.google is not None and await google_linked(deps, user)
+    room = FIXED_SHARE * window - PROMPT_TOKENS if window else None
+    if linked and (room is None or schema_tokens(tools) <= room):
+        return tools, []
+    offered = [t for t in tools if t.name not in GOOGLE_TOOL_NAMES]
+    unlisted = [t for t in tools if t.name in GOOGLE_TOOL_NAMES]
+    if linked:
+        offered.append(google_load_tool(offered, unlisted))
+    elif deps.google is not None:
+        offered.append(google_connect_tool(deps, user))
+    return offered, unlisted

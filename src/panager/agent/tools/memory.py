@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, tool
+from panager.agent.taint import CALL_TAINTED
+from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, shown_text, tool
 from panager.errors import ToolError
+from panager.framing import frame
 from panager.services.memory.service import (
     MAX_SEARCH_LIMIT,
     MemoryHit,
@@ -29,24 +31,36 @@ def _as_tool_errors() -> Iterator[None]:
         raise ToolError(str(exc)) from None
 
 
+OUTSIDE_MEMORY = "memory saved while reading outside content"
+
+
 def _brief(hit: MemoryHit, score: bool = False) -> dict:
+    """A memory for the model; one written from outside content is framed again (reading
+    it back taints the call, so nothing launders through memory)."""
     item: dict[str, Any] = {
         "id": hit.id,
-        "content": hit.content,
+        "content": frame(OUTSIDE_MEMORY, hit.content) if hit.tainted else hit.content,
         "category": hit.category,
         "saved": f"{hit.created_at:%Y-%m-%d}",
     }
     if hit.updated_at.date() != hit.created_at.date():
         item["updated"] = f"{hit.updated_at:%Y-%m-%d}"
     if hit.previous is not None:
-        item["was"] = hit.previous
+        item["was"] = frame(OUTSIDE_MEMORY, hit.previous) if hit.tainted else hit.previous
     if score:
         item["score"] = round(hit.score, 4)
     return item
 
 
 def _related(hit: MemoryHit) -> dict:
-    return {"id": hit.id, "content": hit.content, "date": f"{hit.updated_at:%Y-%m-%d}"}
+    content = frame(OUTSIDE_MEMORY, hit.content) if hit.tainted else hit.content
+    return {"id": hit.id, "content": content, "date": f"{hit.updated_at:%Y-%m-%d}"}
+
+
+async def _ensure_tidy(deps: AgentDeps, user: User) -> None:
+    """A person with memories gets the nightly tidy-up (once; agent/tidy.py)."""
+    if deps.config.memory_tidy and deps.system_jobs is not None:
+        await deps.system_jobs.ensure(user, "tidy", deps.config.memory_tidy_at, "FREQ=DAILY")
 
 
 def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
@@ -57,14 +71,12 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool(classify=ORDINARY)
     async def memory_save(content: str, category: str = "general") -> dict:
-        """Save a lasting fact about the user (preference, person, date, plan) to long-term memory.
-
-        Write one self-contained sentence, e.g. "My sister Mina's birthday is March 3".
-        category: a short label such as general, people, preferences, health, work.
-        Only an exact repeat merges. If the result lists `related` memories and the user was
-        correcting one of them, memory_update or memory_forget that one now."""
+        """Save a lasting fact about the user as one self-contained sentence; category e.g.
+        general, people, preferences. If `related` come back and the user corrected one,
+        update or forget that one."""
         with _as_tool_errors():
-            result = await service.save(user.id, content, category)
+            result = await service.save(user.id, content, category, tainted=CALL_TAINTED.get())
+        await _ensure_tidy(deps, user)
         status = "already saved" if result.merged else "saved"
         reply: dict[str, Any] = {"ok": True, "status": status, "memory": _brief(result.memory)}
         if result.related:
@@ -77,9 +89,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool(classify=ORDINARY)
     async def memory_search(query: str, limit: int = 5) -> dict:
-        """Search the user's long-term memories by meaning and by keywords; best match first.
-
-        limit: how many results (1 to 50)."""
+        """Search the user's memories by meaning and keywords (limit 1-50)."""
         if limit < 1:
             raise ToolError(f"limit must be between 1 and {MAX_SEARCH_LIMIT}; got {limit}.")
         with _as_tool_errors():
@@ -91,10 +101,11 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool(classify=ORDINARY)
     async def memory_update(memory_id: str, content: str) -> dict:
-        """Replace the text of one long-term memory (by its id) when a fact changed or was
-        corrected; the previous text is kept and shown as `was`."""
+        """Replace a memory's text by its id when the fact changed."""
         with _as_tool_errors():
-            result = await service.update(user.id, memory_id, content)
+            result = await service.update(
+                user.id, memory_id, content, tainted=CALL_TAINTED.get()
+            )
         if result is None:
             raise ToolError(
                 f"No memory with id {memory_id!r}. Use memory_search to find the id of the "
@@ -102,9 +113,9 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         return {"ok": True, "status": "updated", "memory": _brief(result.memory)}
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_forget)
     async def memory_forget(memory_id: str) -> dict:
-        """Delete one long-term memory by its id (from memory_search)."""
+        """Delete a memory by its id."""
         with _as_tool_errors():
             gone = await service.forget(user.id, memory_id)
         if gone is None:
@@ -115,3 +126,8 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         return {"ok": True, "forgotten": _brief(gone)}
 
     return [memory_save, memory_search, memory_update, memory_forget]
+
+
+def describe_forget(args: Mapping[str, Any]) -> str:
+    """The deletion a confirmation question shows."""
+    return f"Forget (delete) the memory with id {shown_text(str(args.get('memory_id', '')))}"

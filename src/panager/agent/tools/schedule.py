@@ -10,6 +10,7 @@ from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.state import SCHEDULED_RUN
+from panager.agent.taint import CALL_TAINTED
 from panager.agent.tools.base import (
     CONSEQUENTIAL,
     ORDINARY,
@@ -37,15 +38,10 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         kind: Literal["reminder", "agent"] = "reminder",
         repeat: str | None = None,
     ) -> dict:
-        """Schedule a reminder or a task for later, once or repeating.
-
-        message: for kind="reminder", the exact text to send the user at that time (no model
-        call); for kind="agent", an instruction you will carry out then (e.g. "summarise
-        today's calendar") and whose answer is sent to the user.
-        at: ISO 8601 time of the (first) run, e.g. "2026-11-25T09:00" (user's local time),
-        "2026-11-25T09:00+09:00", "2026-11-25" (09:00) or "09:00" (the next 09:00).
-        repeat: optional RFC 5545 RRULE, e.g. "FREQ=WEEKLY;BYDAY=MO" or "FREQ=DAILY;COUNT=5".
-        Tell the user the returned confirmation."""
+        """Schedule a message for later. kind=reminder: message is sent as written;
+        kind=agent: message is an instruction you carry out then, sending the answer.
+        at: ISO 8601 local time ('2026-11-25T09:00'; '09:00' = the next 09:00). repeat: an
+        RRULE, e.g. 'FREQ=WEEKLY;BYDAY=MO'. Tell the user the returned confirmation."""
         if kind == "agent" and SCHEDULED_RUN.get():
             raise ToolError(
                 "Limit: a scheduled task cannot create further scheduled tasks (kind='agent'); "
@@ -53,7 +49,9 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         current = await deps.users.get(user.id) or user  # the zone may have just changed
         try:
-            created = await service.create(current, message, at, kind=kind, repeat=repeat)
+            created = await service.create(
+                current, message, at, kind=kind, repeat=repeat, tainted=CALL_TAINTED.get()
+            )
         except ScheduleInputError as exc:
             raise ToolError(str(exc)) from None
         now = deps.clock.now()
@@ -68,15 +66,14 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool(classify=ORDINARY)
     async def schedule_list() -> dict:
-        """List the user's active reminders and scheduled tasks (and recent failed or missed
-        ones), soonest first, with their ids."""
+        """List the user's reminders and scheduled tasks with their ids, soonest first."""
         now = deps.clock.now()
         items = [schedule_summary(s, now) for s in await service.list(user.id)]
         return {"schedules": items, "count": len(items)}
 
-    @tool(classify=CONSEQUENTIAL)
+    @tool(classify=CONSEQUENTIAL, describe=describe_cancel)
     async def schedule_cancel(schedule_id: str) -> dict:
-        """Cancel one of the user's schedules by its id (from schedule_list)."""
+        """Cancel a schedule by its id."""
         cancelled = await service.cancel(user.id, schedule_id)
         if cancelled is None:
             existing = await service.get(user.id, schedule_id)
@@ -125,3 +122,8 @@ def describe_schedule(args: Mapping[str, Any]) -> str:
     kind = "a scheduled task (the assistant acts on its own then)" if agent else "a reminder"
     repeat = f", repeating {args.get('repeat')}" if args.get("repeat") else ""
     return f"Create {kind} at {args.get('at')}{repeat}: {shown_text(str(args.get('message', '')))}"
+
+
+def describe_cancel(args: Mapping[str, Any]) -> str:
+    """The cancellation a confirmation question shows."""
+    return f"Cancel the schedule {shown_text(str(args.get('schedule_id', '')))}"

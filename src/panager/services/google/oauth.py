@@ -6,8 +6,10 @@ verifier (encrypted), in `oauth_states` — so any process can finish the flow,
 and neither a database reader nor a log reader can rebuild a usable state.
 The callback checks, in order: a state row exists and the signature matches
 (else "forged"), it was not used ("replayed"), it has not expired
-("expired"); then it marks the state used in the same statement that checks
-it, so two concurrent callbacks cannot both pass.
+("expired"), the browser is not signed in to Panager as someone else and, when
+a web session pressed Continue, it is that session ("other_browser"); then it
+marks the state used in the same statement that checks it, so two concurrent
+callbacks cannot both pass.
 
 Links always ask for offline access with forced consent, so Google returns a
 refresh token every time. google-auth-oauthlib's `Flow` makes the PKCE pair.
@@ -55,6 +57,10 @@ DELETE FROM oauth_states
  WHERE user_id = %s AND (used_at IS NOT NULL OR expires_at < %s)
 """
 GET_STATE = "SELECT * FROM oauth_states WHERE state_hash = %s"
+BIND_STATE = """
+UPDATE oauth_states SET web_session = %s
+ WHERE state_hash = %s AND used_at IS NULL AND web_session IS NULL
+"""
 USE_STATE = """
 UPDATE oauth_states SET used_at = %s
  WHERE state_hash = %s AND user_id = %s AND used_at IS NULL
@@ -79,7 +85,8 @@ class LinkOutcome:
 
     ok: bool
     reason: str  # linked | missing_state | forged | expired | replayed | denied |
-    #              exchange_failed | no_scopes | no_refresh_token | blocked | already_linked
+    #              exchange_failed | no_scopes | no_refresh_token | blocked | already_linked |
+    #              other_browser
     user_id: int | None = None
     email: str | None = None
     scopes: tuple[str, ...] = ()
@@ -140,6 +147,22 @@ def id_token_claims(id_token: str | None) -> dict:
     except (IndexError, ValueError, binascii.Error):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+@dataclass(frozen=True)
+class BrowserSession:
+    """The Panager web session a browser came with: whose, and the hash of its cookie."""
+
+    user_id: int
+    key: bytes
+
+
+def _same_browser(row: dict, browser: BrowserSession | None) -> bool:
+    """The callback's browser may finish this link (see `claim_state`)."""
+    if browser is not None and browser.user_id != row["user_id"]:
+        return False
+    bound = row.get("web_session")
+    return bound is None or (browser is not None and bytes(bound) == browser.key)
 
 
 def _state_hash(nonce: str) -> str:
@@ -248,8 +271,21 @@ class OAuthFlow:
             flow.oauth2session.close()
         return url
 
-    async def claim_state(self, state: str | None) -> tuple[int, str] | LinkOutcome:
-        """(user id, PKCE verifier) of a valid, now used, state — or why it is refused."""
+    async def bind_state(self, state: str | None, web_session: bytes) -> None:
+        """Tie a (checked) state to the Panager web session of the browser continuing it: the
+        callback must then come from that session (a first binding stays)."""
+        nonce = (state or "").partition(".")[0]
+        async with self.pool.connection() as conn:
+            await conn.execute(BIND_STATE, (web_session, _state_hash(nonce)))
+
+    async def claim_state(
+        self, state: str | None, browser: BrowserSession | None = None
+    ) -> tuple[int, str] | LinkOutcome:
+        """(user id, PKCE verifier) of a valid, now used, state — or why it is refused.
+
+        `browser` is the web session the callback came with (None: not signed in). It must
+        belong to the link's user, and be the session that continued the link if one did;
+        a refusal for this reason leaves the state unused for the right browser."""
         nonce, _, signature = (state or "").partition(".")
         if not nonce or not signature:
             return LinkOutcome(False, "missing_state" if not state else "forged")
@@ -265,6 +301,8 @@ class OAuthFlow:
             now = self.clock.now()
             if now > row["expires_at"]:
                 return LinkOutcome(False, "expired", user_id)
+            if not _same_browser(row, browser):
+                return LinkOutcome(False, "other_browser", user_id)
             used = await (
                 await conn.execute(USE_STATE, (now, _state_hash(nonce), user_id))
             ).fetchone()

@@ -40,6 +40,7 @@ from panager.services.google.oauth import (
     START_PATH,
     STATE_TTL,
     TASKS_SCOPE,
+    BrowserSession,
     GoogleEndpoints,
     LinkOutcome,
     OAuthFlow,
@@ -55,6 +56,7 @@ __all__ = [
     "START_PATH",
     "STATE_TTL",
     "TASKS_SCOPE",
+    "BrowserSession",
     "GoogleAccount",
     "GoogleAuthRequired",
     "GoogleEndpoints",
@@ -216,10 +218,12 @@ class GoogleService:
         return await self.oauth.consent_url(state)
 
     async def complete_link(
-        self, *, state: str | None, code: str | None, error: str | None = None
+        self, *, state: str | None, code: str | None, error: str | None = None,
+        browser: BrowserSession | None = None,
     ) -> LinkOutcome:
-        """Finish the OAuth callback: validate `state`, exchange `code`, store the tokens."""
-        claimed = await self.oauth.claim_state(state)
+        """Finish the OAuth callback: validate `state` (and the browser's web session, see
+        `OAuthFlow.claim_state`), exchange `code`, store the tokens."""
+        claimed = await self.oauth.claim_state(state, browser)
         if isinstance(claimed, LinkOutcome):
             return claimed
         user_id, verifier = claimed

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from panager.config import ConfigError, Settings
+from panager.db.locks import BIND_LOCK_KEY
 from panager.db.pool import DictConnection, Pool
 from panager.db.queries import one
 from panager.embeddings import ROLES_SUFFIX, Embedder, legacy_embedder, make_embedder
 
 log = logging.getLogger(__name__)
 
-BIND_LOCK_KEY = 7_260_003
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 HNSW_MAX_DIM = 2000  # pgvector's limit for an HNSW index on `vector`
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 1000  # as migration 0012 builds it (BENCHMARKS.md, "Memory")

@@ -1,70 +1,134 @@
 """Fusing the two legs of a hybrid memory search into one ranking.
 
-    score = (similarity − CROWD_WEIGHT · crowd) / spread
-            + LEXICAL_WEIGHT · coverage · rank / best rank
+Two families, both described by a `Fusion`:
 
-- `similarity`: cosine similarity to the query (the vector leg; the lexical leg
-  computes it for its own hits too).
-- `crowd`: the memory's mean similarity to its CROWD_K nearest fellow candidates
-  of the vector leg (queries.py). A memory much like many others near the query
-  ("Caroline: How are you doing?", "Caroline: Thanks!", said a dozen times) is a
-  hub that e5 puts close to every question about Caroline; the memory that says
-  something the others do not stands apart. Subtracting part of it is hubness
-  reduction (as CSLS does for word vectors), over the candidates only. A
-  lexical-only hit gets the median crowd of the vector leg.
-- `spread`: the standard deviation of the vector leg's similarities, so the
+- **score** (`kind="score"`):
+
+      score = (similarity − crowd_weight · crowd) / spread
+              + lexical_weight · [coverage ·] rank / best rank
+
+  `similarity` is the cosine similarity to the query (the lexical leg computes
+  it for its own hits too). `crowd` is the memory's mean similarity to its
+  CROWD_K nearest fellow candidates of the vector leg (queries.py): a memory
+  much like many others near the query ("Caroline: How are you doing?" said a
+  dozen times) is a hub that e5 puts close to every question; subtracting part
+  of it is hubness reduction (as CSLS does for word vectors), over the
+  candidates only; a lexical-only hit gets the vector leg's median crowd.
+  `spread` is the standard deviation of the vector leg's similarities, so the
   lexical term weighs the same against e5 (similarities bunched within ~0.1)
-  and MiniLM (spread over ~0.3).
-- the lexical term: the hit's BM25 rank relative to the best lexical hit, times
-  its coverage (the share of the query's idf its words match), so a memory
-  matching only a common word of the query barely counts.
+  and MiniLM. The lexical term is the hit's BM25 rank relative to the best
+  lexical hit, optionally times its coverage (the share of the query's idf its
+  words match).
+- **rrf** (`kind="rrf"`): reciprocal rank fusion, Σ weight / (k + rank) over
+  the top `depth` of each leg (the vector leg ordered by similarity minus
+  crowd_weight · crowd).
 
-The first fusion was reciprocal rank fusion. RRF ignores how close the vector
-scores are: a lexical hit sharing one word with a paraphrased question
-reordered memories the vector leg had nearly tied, and hybrid found the right
-memory first less often than the vector leg alone (R@1 0.55 vs 0.70 on
-tests/data/memory_pairs.jsonl). The weights were chosen on half of
-bench/memory_recall.py's conversations, with those pairs as a check, and are
-reported on the other half (BENCHMARKS.md). `similarity` itself is left as it
-is: the recall bar is calibrated on it.
+The default (DEFAULT_FUSION) is chosen by leave-one-conversation-out
+cross-validation over two sets of long conversations (bench/memory_recall.py;
+the numbers and the rule are in docs/memory.md and BENCHMARKS.md). The
+earlier score fusion (crowd 0.25, lexical 1.5 × coverage) had been tuned on
+one generated set and lost to its own lexical leg on conversations it had not
+seen. Ties go to the newer memory, then the text, then the id. `similarity`
+itself is left as it is: the injection bar is calibrated on it.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from panager.services.memory.queries import MemoryHit, hit, tie_key
 
-CROWD_WEIGHT = 0.25
-LEXICAL_WEIGHT = 1.5
 MIN_SPREAD = 1e-6
 
 
-def fuse(vector: Sequence[dict], lexical: Sequence[dict], limit: int) -> list[MemoryHit]:
-    """The best `limit` memories of both legs by the module's score; ties go to the newer
+@dataclass(frozen=True)
+class Fusion:
+    """How the two legs are combined (see the module docstring)."""
+
+    kind: Literal["score", "rrf"] = "score"
+    crowd_weight: float = 0.0
+    lexical_weight: float = 1.0  # score: weight of the lexical term; rrf: of the lexical leg
+    coverage: bool = True  # score: multiply the lexical term by the query's idf covered
+    rrf_k: float = 60.0
+    depth: int = 30  # rrf: ranks counted per leg
+
+    def label(self) -> str:
+        """A short name for tables."""
+        if self.kind == "rrf":
+            crowd = f", crowd {self.crowd_weight:g}" if self.crowd_weight else ""
+            return f"RRF k={self.rrf_k:g} top {self.depth}, lexical ×{self.lexical_weight:g}{crowd}"
+        cov = " × coverage" if self.coverage else ""
+        return f"score: crowd {self.crowd_weight:g}, lexical {self.lexical_weight:g}{cov}"
+
+
+PLAIN_RRF = Fusion(kind="rrf", rrf_k=60.0, depth=20)
+# Chosen by leave-one-conversation-out cross-validation over 12 conversations
+# (bench/memory_recall.py, BENCHMARKS.md "Memory recall"); the score fusion used before
+# (crowd 0.25, lexical 1.5 × coverage) had been tuned on three generated conversations.
+DEFAULT_FUSION = Fusion(kind="score", crowd_weight=0.5, lexical_weight=1.0, coverage=False)
+
+
+def fuse(
+    vector: Sequence[dict], lexical: Sequence[dict], limit: int,
+    fusion: Fusion = DEFAULT_FUSION,
+) -> list[MemoryHit]:
+    """The best `limit` memories of both legs by `fusion`'s score; ties go to the newer
     memory, then by text, then by id (never to a random id alone)."""
-    rows: dict = {}
-    scores: dict = {}
+    rows: dict = {r["id"]: r for r in lexical}
+    rows.update((r["id"], r) for r in vector)
+    scores = ranking(vector, lexical, fusion)
+    return [hit(rows[key], score) for key, score in scores[:limit]]
+
+
+def ranking(
+    vector: Sequence[dict], lexical: Sequence[dict], fusion: Fusion = DEFAULT_FUSION
+) -> list[tuple]:
+    """(id, fused score) of every candidate, best first (the order `fuse` returns)."""
+    rows: dict = {r["id"]: r for r in lexical}
+    rows.update((r["id"], r) for r in vector)
+    combine = _rrf if fusion.kind == "rrf" else _score
+    scores = combine(vector, lexical, fusion)
+    order = sorted(scores, key=lambda key: (-scores[key], tie_key(rows[key])))
+    return [(key, scores[key]) for key in order]
+
+
+def _score(vector: Sequence[dict], lexical: Sequence[dict], fusion: Fusion) -> dict:
     spread, crowd = _scale(vector)
-    for row in vector:
-        rows[row["id"]] = row
-        scores[row["id"]] = (row["similarity"] - CROWD_WEIGHT * (row.get("crowd") or 0.0)) / spread
+    scores = {
+        r["id"]: (r["similarity"] - fusion.crowd_weight * (r.get("crowd") or 0.0)) / spread
+        for r in vector
+    }
     best = max((float(r["rank"]) for r in lexical), default=0.0) or 1.0
     for row in lexical:
         key = row["id"]
         if key not in scores:
-            rows[key] = row
-            scores[key] = (float(row["similarity"] or 0.0) - CROWD_WEIGHT * crowd) / spread
-        scores[key] += LEXICAL_WEIGHT * float(row["coverage"]) * float(row["rank"]) / best
-    order = sorted(scores, key=lambda key: (-scores[key], tie_key(rows[key])))
-    return [hit(rows[key], scores[key]) for key in order[:limit]]
+            scores[key] = (float(row["similarity"] or 0.0) - fusion.crowd_weight * crowd) / spread
+        share = float(row["coverage"]) if fusion.coverage else 1.0
+        scores[key] += fusion.lexical_weight * share * float(row["rank"]) / best
+    return scores
+
+
+def _rrf(vector: Sequence[dict], lexical: Sequence[dict], fusion: Fusion) -> dict:
+    ranked = sorted(
+        vector, key=lambda r: -(r["similarity"] - fusion.crowd_weight * (r.get("crowd") or 0.0))
+    ) if fusion.crowd_weight else list(vector)
+    scores: dict = {}
+    for weight, leg in ((1.0, ranked), (fusion.lexical_weight, list(lexical))):
+        for place, row in enumerate(leg[: fusion.depth], start=1):
+            scores[row["id"]] = scores.get(row["id"], 0.0) + weight / (fusion.rrf_k + place)
+    return scores
 
 
 def _scale(vector: Sequence[dict]) -> tuple[float, float]:
     """(spread of the vector leg's similarities, its median crowd)."""
     if not vector:
         return 1.0, 0.0
-    spread = statistics.pstdev(float(r["similarity"]) for r in vector)
+    sims = [float(r["similarity"]) for r in vector]
+    mean = sum(sims) / len(sims)
+    spread = math.sqrt(sum((s - mean) ** 2 for s in sims) / len(sims))  # pstdev, in floats
     crowd = statistics.median(float(r.get("crowd") or 0.0) for r in vector)
     return max(spread, MIN_SPREAD), crowd

@@ -42,109 +42,171 @@ CANDIDATE_ROWS = 300
 CROWD_K = 5  # crowding: mean similarity to this many nearest fellow candidates (fusion.py)
 
 COLUMNS = (
-    "id, content, category, source, created_at, updated_at, "
+    "id, content, category, source, created_at, updated_at, tainted, "
     "history -> -1 ->> 'content' AS previous"
 )
-M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in COLUMNS.split(", "))
-SEARCH_ANN = f"""
-SELECT {COLUMNS}, 1 - (embedding <=> %(v)s) AS similarity
-FROM memories WHERE user_id = %(user)s
-ORDER BY embedding <=> %(v)s LIMIT %(k)s
-"""  # only the indexed expression: any tie-break column would stop pgvector using the index
-SEARCH_EXACT = f"""
-SELECT {COLUMNS}, 1 - (embedding <=> %(v)s) AS similarity
-FROM memories WHERE user_id = %(user)s
-ORDER BY (embedding <=> %(v)s) + 0, updated_at DESC, id LIMIT %(k)s
-"""  # "+ 0": not the indexed expression, so the planner scans the user's rows exactly
-_NEAR = f"""
-WITH near AS MATERIALIZED (
-    SELECT {COLUMNS}, embedding, 1 - (embedding <=> %(v)s) AS similarity
-    FROM memories WHERE user_id = %(user)s
-    ORDER BY {{order}} LIMIT %(k)s
+
+
+@dataclass(frozen=True)
+class StoreTables:
+    """Where a searchable store lives: its rows, its BM25 statistics, the columns a hit reads
+    (`id, content, category, source, created_at, updated_at, previous`)."""
+
+    table: str
+    stats: str
+    terms: str
+    columns: str
+    m_columns: str  # the same, each prefixed with the row alias `m.`
+    # rows left out of every search while this column is set (memories: superseded ones)
+    hidden_by: str | None = None
+
+
+@dataclass(frozen=True)
+class SearchSQL:
+    """The search statements of one store (the same plan and ranking for every store)."""
+
+    search_ann: str
+    search_exact: str
+    search_ann_crowd: str
+    search_exact_crowd: str
+    search_text: str
+    search_text_only: str
+    bounded_count: str
+
+
+def search_sql(store: StoreTables) -> SearchSQL:
+    """The search statements for `store` (memories, or a document's chunks)."""
+    table, stats, terms = store.table, store.stats, store.terms
+    columns, m_columns = store.columns, store.m_columns
+    live = f" AND {store.hidden_by} IS NULL" if store.hidden_by else ""
+    live_c = f" AND c.{store.hidden_by} IS NULL" if store.hidden_by else ""
+    SEARCH_ANN = f"""
+    SELECT {columns}, 1 - (embedding <=> %(v)s) AS similarity
+    FROM {table} WHERE user_id = %(user)s{live}
+    ORDER BY embedding <=> %(v)s LIMIT %(k)s
+    """  # only the indexed expression: any tie-break column would stop pgvector using the index
+    SEARCH_EXACT = f"""
+    SELECT {columns}, 1 - (embedding <=> %(v)s) AS similarity
+    FROM {table} WHERE user_id = %(user)s{live}
+    ORDER BY (embedding <=> %(v)s) + 0, updated_at DESC, id LIMIT %(k)s
+    """  # "+ 0": not the indexed expression, so the planner scans the user's rows exactly
+    _NEAR = f"""
+    WITH near AS MATERIALIZED (
+        SELECT {columns}, embedding, 1 - (embedding <=> %(v)s) AS similarity
+        FROM {table} WHERE user_id = %(user)s{live}
+        ORDER BY {{order}} LIMIT %(k)s
+    )
+    SELECT n.id, n.content, n.category, n.source, n.created_at, n.updated_at, n.tainted,
+           n.previous, n.similarity, coalesce((
+               SELECT avg(s) FROM (
+                   SELECT 1 - (n.embedding <=> o.embedding) AS s FROM near o
+                   WHERE o.id <> n.id ORDER BY s DESC LIMIT {CROWD_K}) AS nearest), 0) AS crowd
+    FROM near n ORDER BY n.similarity DESC, n.updated_at DESC, n.id
+    """  # the vector leg of a hybrid search, with each hit's crowding (fusion.py)
+    SEARCH_ANN_CROWD = _NEAR.format(order="embedding <=> %(v)s")
+    SEARCH_EXACT_CROWD = _NEAR.format(order="(embedding <=> %(v)s) + 0, updated_at DESC, id")
+    _BM25 = f"""
+    WITH q AS (
+        SELECT term COLLATE "C" AS term, pre
+        FROM unnest(%(terms)s::text[], %(pre)s::bool[]) AS t(term, pre)
+    ), st AS (
+        SELECT n, total_len::float8 / greatest(n, 1) AS avgdl
+        FROM {stats} WHERE user_id = %(user)s AND n > 0
+    ), w AS (
+        SELECT q.term, q.pre, least(sum(d.df), st.n) AS df,
+               ln(1 + (st.n - least(sum(d.df), st.n) + 0.5)::float8
+                      / (least(sum(d.df), st.n) + 0.5)) AS idf
+        FROM q CROSS JOIN st
+        JOIN {terms} d ON d.user_id = %(user)s AND d.lexeme >= q.term
+             AND d.lexeme <= CASE WHEN q.pre THEN q.term || chr(1114111) ELSE q.term END
+        GROUP BY q.term, q.pre, st.n
+    ), pick AS (
+        SELECT term, pre, df, sum(df) OVER (ORDER BY df, term) - df AS before,
+               row_number() OVER (ORDER BY df, term) AS nth,
+               quote_literal(term) || CASE WHEN pre THEN ':*' ELSE '' END AS lit
+        FROM w
+    ), tq AS (
+        SELECT to_tsquery('simple', string_agg(lit, ' | ') FILTER (
+                   WHERE before = 0 OR before + df <= {CANDIDATE_ROWS})) AS rare,
+               to_tsquery('simple', string_agg(lit, ' & ') FILTER (WHERE nth <= 2)) AS rarest_two,
+               min(df) > {CANDIDATE_ROWS} AS common
+        FROM pick
+    ), cand AS (
+        (SELECT c.id, c.updated_at, c.content_tsv FROM tq, {table} c
+         WHERE NOT (SELECT common FROM tq) AND c.user_id = %(user)s AND c.content_tsv @@ tq.rare
+           {live_c}
+         ORDER BY c.updated_at DESC, c.id LIMIT {CANDIDATE_ROWS})
+        UNION ALL
+        (SELECT c.id, c.updated_at, c.content_tsv FROM tq, {table} c
+         WHERE (SELECT common FROM tq) AND c.user_id = %(user)s{live_c}
+           AND c.content_tsv @@ tq.rarest_two
+         LIMIT {CANDIDATE_ROWS})
+    ), scored AS (
+        SELECT m.id, m.updated_at, w.idf, length(m.content_tsv) AS dl,
+               sum(coalesce(array_length(u.positions, 1), 1)) AS tf
+        FROM cand AS m, unnest(m.content_tsv) AS u, w
+        WHERE u.lexeme = w.term OR (w.pre AND starts_with(u.lexeme, w.term))
+        GROUP BY m.id, m.updated_at, w.term, w.idf, m.content_tsv
+    ), ranked AS (
+        SELECT s.id, sum(s.idf * s.tf * {BM25_K1 + 1}
+                         / (s.tf + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * s.dl / st.avgdl)))
+                   AS rank,
+               sum(s.idf) / (SELECT sum(idf) FROM w) AS coverage
+        FROM scored s CROSS JOIN st GROUP BY s.id, s.updated_at
+        ORDER BY rank DESC, s.updated_at DESC, s.id LIMIT %(k)s
+    )
+    SELECT {m_columns}, r.rank, r.coverage, {{similarity}} AS similarity
+    FROM ranked r JOIN {table} m ON m.id = r.id
+    ORDER BY r.rank DESC, m.updated_at DESC, m.id
+    """  # ranked and cut to k before the join: only the k returned rows are read whole
+    SEARCH_TEXT = _BM25.format(similarity="1 - (m.embedding <=> %(v)s)")
+    SEARCH_TEXT_ONLY = _BM25.format(similarity="NULL::float8")
+    return SearchSQL(
+        search_ann=SEARCH_ANN,
+        search_exact=SEARCH_EXACT,
+        search_ann_crowd=SEARCH_ANN_CROWD,
+        search_exact_crowd=SEARCH_EXACT_CROWD,
+        search_text=SEARCH_TEXT,
+        search_text_only=SEARCH_TEXT_ONLY,
+        bounded_count=(
+            f"SELECT count(*) AS n FROM (SELECT 1 FROM {table} WHERE user_id = %s LIMIT %s) AS mine"
+        ),
+    )
+
+
+MEMORY_TABLES = StoreTables(
+    "memories", "memory_stats", "memory_terms", COLUMNS,
+    ", ".join(f"m.{c.strip()}" for c in COLUMNS.split(", ")),
+    hidden_by="superseded_by",  # the nightly tidy-up's marks (services/memory/tidy.py)
 )
-SELECT n.id, n.content, n.category, n.source, n.created_at, n.updated_at, n.previous,
-       n.similarity, coalesce((
-           SELECT avg(s) FROM (
-               SELECT 1 - (n.embedding <=> o.embedding) AS s FROM near o
-               WHERE o.id <> n.id ORDER BY s DESC LIMIT {CROWD_K}) AS nearest), 0) AS crowd
-FROM near n ORDER BY n.similarity DESC, n.updated_at DESC, n.id
-"""  # the vector leg of a hybrid search, with each hit's crowding (fusion.py)
-SEARCH_ANN_CROWD = _NEAR.format(order="embedding <=> %(v)s")
-SEARCH_EXACT_CROWD = _NEAR.format(order="(embedding <=> %(v)s) + 0, updated_at DESC, id")
-_BM25 = f"""
-WITH q AS (
-    SELECT term COLLATE "C" AS term, pre
-    FROM unnest(%(terms)s::text[], %(pre)s::bool[]) AS t(term, pre)
-), st AS (
-    SELECT n, total_len::float8 / greatest(n, 1) AS avgdl
-    FROM memory_stats WHERE user_id = %(user)s AND n > 0
-), w AS (
-    SELECT q.term, q.pre, least(sum(d.df), st.n) AS df,
-           ln(1 + (st.n - least(sum(d.df), st.n) + 0.5)::float8
-                  / (least(sum(d.df), st.n) + 0.5)) AS idf
-    FROM q CROSS JOIN st
-    JOIN memory_terms d ON d.user_id = %(user)s AND d.lexeme >= q.term
-         AND d.lexeme <= CASE WHEN q.pre THEN q.term || chr(1114111) ELSE q.term END
-    GROUP BY q.term, q.pre, st.n
-), pick AS (
-    SELECT term, pre, df, sum(df) OVER (ORDER BY df, term) - df AS before,
-           row_number() OVER (ORDER BY df, term) AS nth,
-           quote_literal(term) || CASE WHEN pre THEN ':*' ELSE '' END AS lit
-    FROM w
-), tq AS (
-    SELECT to_tsquery('simple', string_agg(lit, ' | ') FILTER (
-               WHERE before = 0 OR before + df <= {CANDIDATE_ROWS})) AS rare,
-           to_tsquery('simple', string_agg(lit, ' & ') FILTER (WHERE nth <= 2)) AS rarest_two,
-           min(df) > {CANDIDATE_ROWS} AS common
-    FROM pick
-), cand AS (
-    (SELECT c.id, c.updated_at, c.content_tsv FROM tq, memories c
-     WHERE NOT (SELECT common FROM tq) AND c.user_id = %(user)s AND c.content_tsv @@ tq.rare
-     ORDER BY c.updated_at DESC, c.id LIMIT {CANDIDATE_ROWS})
-    UNION ALL
-    (SELECT c.id, c.updated_at, c.content_tsv FROM tq, memories c
-     WHERE (SELECT common FROM tq) AND c.user_id = %(user)s
-       AND c.content_tsv @@ tq.rarest_two
-     LIMIT {CANDIDATE_ROWS})
-), scored AS (
-    SELECT m.id, m.updated_at, w.idf, length(m.content_tsv) AS dl,
-           sum(coalesce(array_length(u.positions, 1), 1)) AS tf
-    FROM cand AS m, unnest(m.content_tsv) AS u, w
-    WHERE u.lexeme = w.term OR (w.pre AND starts_with(u.lexeme, w.term))
-    GROUP BY m.id, m.updated_at, w.term, w.idf, m.content_tsv
-), ranked AS (
-    SELECT s.id, sum(s.idf * s.tf * {BM25_K1 + 1}
-                     / (s.tf + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * s.dl / st.avgdl))) AS rank,
-           sum(s.idf) / (SELECT sum(idf) FROM w) AS coverage
-    FROM scored s CROSS JOIN st GROUP BY s.id, s.updated_at
-    ORDER BY rank DESC, s.updated_at DESC, s.id LIMIT %(k)s
-)
-SELECT {M_COLUMNS}, r.rank, r.coverage, {{similarity}} AS similarity
-FROM ranked r JOIN memories m ON m.id = r.id
-ORDER BY r.rank DESC, m.updated_at DESC, m.id
-"""  # ranked and cut to k before the join: only the k returned rows are read whole
-SEARCH_TEXT = _BM25.format(similarity="1 - (m.embedding <=> %(v)s)")
-SEARCH_TEXT_ONLY = _BM25.format(similarity="NULL::float8")
+MEMORY_SQL = search_sql(MEMORY_TABLES)
+M_COLUMNS = MEMORY_TABLES.m_columns
+SEARCH_ANN = MEMORY_SQL.search_ann
+SEARCH_EXACT = MEMORY_SQL.search_exact
+SEARCH_ANN_CROWD = MEMORY_SQL.search_ann_crowd
+SEARCH_EXACT_CROWD = MEMORY_SQL.search_exact_crowd
+SEARCH_TEXT = MEMORY_SQL.search_text
+SEARCH_TEXT_ONLY = MEMORY_SQL.search_text_only
 SAVE_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
 SET_EF_SEARCH = "SELECT set_config('hnsw.ef_search', %s, true)"
 SET_ITERATIVE_SCAN = "SELECT set_config('hnsw.iterative_scan', %s, true)"
 VECTOR_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-BOUNDED_COUNT = (
-    "SELECT count(*) AS n FROM (SELECT 1 FROM memories WHERE user_id = %s LIMIT %s) AS mine"
-)
+BOUNDED_COUNT = MEMORY_SQL.bounded_count
 HAS_ANY = "SELECT EXISTS (SELECT 1 FROM memories WHERE user_id = %s) AS any"
 INSERT = f"""
-INSERT INTO memories (user_id, content, category, source, embedding, created_at, updated_at)
-VALUES (%(user)s, %(content)s, %(category)s, %(source)s, %(v)s, %(now)s, %(now)s)
+INSERT INTO memories (user_id, content, category, source, embedding, created_at, updated_at,
+                      tainted)
+VALUES (%(user)s, %(content)s, %(category)s, %(source)s, %(v)s, %(now)s, %(now)s, %(tainted)s)
 RETURNING {COLUMNS}
 """
 TOUCH = f"""
-UPDATE memories SET updated_at = %(now)s WHERE id = %(id)s AND user_id = %(user)s
+UPDATE memories SET updated_at = %(now)s, tainted = tainted AND %(tainted)s
+WHERE id = %(id)s AND user_id = %(user)s
 RETURNING {COLUMNS}
 """
 REPLACE = f"""
 UPDATE memories SET content = %(content)s, embedding = %(v)s, updated_at = %(now)s,
-       category = COALESCE(%(category)s, category),
+       tainted = %(tainted)s, category = COALESCE(%(category)s, category),
        history = history || jsonb_build_array(jsonb_build_object(
            'content', content, 'category', category, 'replaced_at', %(now)s))
 WHERE id = %(id)s AND user_id = %(user)s
@@ -181,6 +243,7 @@ class MemoryHit:
     source: str = "tool"
     similarity: float | None = None
     previous: str | None = None
+    tainted: bool = False  # written in a model call that had read outside content
 
 
 def hit(row: dict, score: float = 0.0) -> MemoryHit:
@@ -196,6 +259,7 @@ def hit(row: dict, score: float = 0.0) -> MemoryHit:
         source=row["source"],
         similarity=None if similarity is None else float(similarity),
         previous=row.get("previous"),
+        tainted=bool(row.get("tainted")),
     )
 
 

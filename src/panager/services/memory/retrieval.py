@@ -24,19 +24,14 @@ import numpy as np
 from panager.db.extension import supports_iterative_scan
 from panager.db.pool import DictConnection, Pool
 from panager.db.queries import one
-from panager.services.memory.fusion import fuse
+from panager.services.memory.fusion import DEFAULT_FUSION, Fusion, fuse
 from panager.services.memory.queries import (
-    BOUNDED_COUNT,
-    SEARCH_ANN,
-    SEARCH_ANN_CROWD,
-    SEARCH_EXACT,
-    SEARCH_EXACT_CROWD,
-    SEARCH_TEXT,
-    SEARCH_TEXT_ONLY,
+    MEMORY_SQL,
     SET_EF_SEARCH,
     SET_ITERATIVE_SCAN,
     VECTOR_VERSION,
     MemoryHit,
+    SearchSQL,
     hit,
 )
 from panager.services.memory.text import query_terms
@@ -56,11 +51,6 @@ IterativeScan = Literal["auto", "off", "strict_order", "relaxed_order"]
 ITERATIVE_SCAN_AUTO = ""
 
 
-def _exact_sql(params: dict) -> str:
-    """The exact scan, with each hit's crowding when the search is hybrid."""
-    return SEARCH_EXACT_CROWD if params.get("crowd") else SEARCH_EXACT
-
-
 def _by_similarity(rows: list[dict]) -> list[dict]:
     """Nearest first (a relaxed-order iterative scan may return rows slightly out of order)."""
     return sorted(rows, key=lambda r: -r["similarity"])
@@ -69,6 +59,10 @@ def _by_similarity(rows: list[dict]) -> list[dict]:
 class Retrieval:
     """Searches one store; keeps per-process plan state (user sizes, the scan mode)."""
 
+    def _exact_sql(self, params: dict) -> str:
+        """The exact scan, with each hit's crowding when the search is hybrid."""
+        return self.sql.search_exact_crowd if params.get("crowd") else self.sql.search_exact
+
     def __init__(
         self,
         pool: Pool,
@@ -76,8 +70,12 @@ class Retrieval:
         ef_search: int = EF_SEARCH,
         strategy: Strategy = "auto",
         iterative_scan: IterativeScan = "auto",
+        sql: SearchSQL = MEMORY_SQL,
+        fusion: Fusion = DEFAULT_FUSION,
     ) -> None:
         self.pool = pool
+        self.sql = sql  # the store searched: memories, or documents' chunks
+        self.fusion = fusion  # how hybrid searches merge the legs (fusion.py)
         self.ef_search = ef_search
         self.strategy = strategy  # "auto": exact scan for small users, HNSW for large ones
         self.exact_fallbacks = 0  # HNSW scans starved by the user filter (then scanned exactly)
@@ -88,18 +86,37 @@ class Retrieval:
     async def search(
         self, user_id: int, query: str, limit: int, mode: SearchMode, vector: np.ndarray | None
     ) -> list[MemoryHit]:
-        """Run the legs (see `_legs`); hybrid results are fused as fusion.py says."""
-        k = max(CANDIDATES, limit)
-        terms = query_terms(query) if mode != "vector" else []
-        params = {"user": user_id, "v": vector, "k": k, "crowd": mode == "hybrid",
-                  "terms": [t.text for t in terms], "pre": [t.prefix for t in terms]}
+        """Run the legs (see `_legs`); hybrid results are fused as `self.fusion` says."""
         if mode == "text":
-            rows = await self._lexical_leg(params, SEARCH_TEXT_ONLY) if terms else []
+            params = self._params(user_id, query, limit, None, lexical=True, crowd=False)
+            text_sql = self.sql.search_text_only
+            rows = await self._lexical_leg(params, text_sql) if params["terms"] else []
             return [hit(r, r["rank"]) for r in rows[:limit]]
-        vec_rows, text_rows = await self._legs(user_id, params, bool(terms))
         if mode == "vector":
+            params = self._params(user_id, query, limit, vector, lexical=False, crowd=False)
+            vec_rows, _ = await self._legs(user_id, params, False)
             return [hit(r, r["similarity"]) for r in vec_rows[:limit]]
-        return fuse(vec_rows, text_rows, limit)
+        vec_rows, text_rows = await self.candidates(
+            user_id, query, vector, limit, crowd=self.fusion.crowd_weight > 0
+        )
+        return fuse(vec_rows, text_rows, limit, self.fusion)
+
+    async def candidates(
+        self, user_id: int, query: str, vector: np.ndarray | None, limit: int = CANDIDATES,
+        *, crowd: bool = True,
+    ) -> tuple[list[dict], list[dict]]:
+        """Both legs' rows, best first (each at least CANDIDATES deep): the vector leg with
+        `similarity` (and `crowd` when asked), the lexical one with `rank`, `coverage` and
+        `similarity`. What a hybrid search fuses; benchmarks fuse them other ways."""
+        params = self._params(user_id, query, limit, vector, lexical=True, crowd=crowd)
+        return await self._legs(user_id, params, bool(params["terms"]))
+
+    @staticmethod
+    def _params(user_id: int, query: str, limit: int, vector: np.ndarray | None, *,
+                lexical: bool, crowd: bool) -> dict:
+        terms = query_terms(query) if lexical else []
+        return {"user": user_id, "v": vector, "k": max(CANDIDATES, limit), "crowd": crowd,
+                "terms": [t.text for t in terms], "pre": [t.prefix for t in terms]}
 
     async def _legs(self, user_id: int, params: dict, lexical: bool) -> tuple[list, list]:
         """(vector rows, BM25 rows). A user scanned exactly gets both queries in one pipelined
@@ -111,8 +128,9 @@ class Retrieval:
             async with self.pool.connection() as conn:
                 if not await self._use_index(conn, user_id):
                     async with conn.pipeline():
-                        vec_cur = await conn.execute(_exact_sql(params), params)
-                        text_cur = await conn.execute(SEARCH_TEXT, params) if lexical else None
+                        vec_cur = await conn.execute(self._exact_sql(params), params)
+                        text_sql = self.sql.search_text
+                        text_cur = await conn.execute(text_sql, params) if lexical else None
                     return (await vec_cur.fetchall(),
                             await text_cur.fetchall() if text_cur else [])
                 if not lexical:
@@ -120,7 +138,7 @@ class Retrieval:
         elif not lexical:
             return await self._index_leg(None, params), []
         vec_rows, text_rows = await asyncio.gather(
-            self._index_leg(None, params), self._lexical_leg(params, SEARCH_TEXT)
+            self._index_leg(None, params), self._lexical_leg(params, self.sql.search_text)
         )
         return vec_rows, text_rows
 
@@ -133,7 +151,7 @@ class Retrieval:
         scan = await self._iterative(conn)
         async with conn.pipeline(), conn.transaction():
             await self._set_index_scan(conn, params["k"], scan)
-            sql = SEARCH_ANN_CROWD if params.get("crowd") else SEARCH_ANN
+            sql = self.sql.search_ann_crowd if params.get("crowd") else self.sql.search_ann
             cur = await conn.execute(sql, params)
         rows = _by_similarity(await cur.fetchall())
         return rows if len(rows) >= params["k"] else await self._starved(conn, params)
@@ -162,7 +180,7 @@ class Retrieval:
         now = time.monotonic()
         size, at = self._sizes.get(user_id, (0, -SIZE_TTL))
         if now - at >= SIZE_TTL:
-            cur = await conn.execute(BOUNDED_COUNT, (user_id, EXACT_MAX + 1))
+            cur = await conn.execute(self.sql.bounded_count, (user_id, EXACT_MAX + 1))
             size = one(await cur.fetchone())["n"]
             self._sizes[user_id] = (size, now)
         return size > EXACT_MAX
@@ -187,7 +205,7 @@ class Retrieval:
     async def _starved(self, conn: DictConnection, params: dict) -> list[dict]:
         """The shared index returned too few of this user's rows: scan theirs exactly."""
         self.exact_fallbacks += 1
-        return await (await conn.execute(_exact_sql(params), params)).fetchall()
+        return await (await conn.execute(self._exact_sql(params), params)).fetchall()
 
     async def nearest(
         self, conn: DictConnection, user_id: int, vector: np.ndarray, k: int
@@ -195,7 +213,7 @@ class Retrieval:
         """The user's k nearest memories (inside a transaction): exact or HNSW, as in search."""
         params = {"user": user_id, "v": vector, "k": k}
         if not await self._use_index(conn, user_id):
-            return await (await conn.execute(SEARCH_EXACT, params)).fetchall()
+            return await (await conn.execute(self.sql.search_exact, params)).fetchall()
         await self._set_index_scan(conn, k, await self._iterative(conn))
-        rows = _by_similarity(await (await conn.execute(SEARCH_ANN, params)).fetchall())
+        rows = _by_similarity(await (await conn.execute(self.sql.search_ann, params)).fetchall())
         return rows if len(rows) >= k else await self._starved(conn, params)

@@ -98,9 +98,9 @@ LIST_FINISHED_FOR = timedelta(days=7)  # failed/missed schedules stay listed thi
 INSERT_SCHEDULE = f"""
 WITH created AS (
     INSERT INTO schedules (id, user_id, kind, message, timezone, rrule, anchor_local,
-                           next_run_at, created_at, updated_at)
+                           next_run_at, created_at, updated_at, tainted)
     VALUES (%(id)s, %(user_id)s, %(kind)s, %(message)s, %(timezone)s, %(rrule)s,
-            %(anchor_local)s, %(next_run_at)s, %(now)s, %(now)s)
+            %(anchor_local)s, %(next_run_at)s, %(now)s, %(now)s, %(tainted)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING *
 )
@@ -201,8 +201,12 @@ class ScheduleService:
         kind: str = "reminder",
         repeat: str | None = None,
         timezone: str | None = None,
+        tainted: bool = False,
     ) -> Schedule:
-        """Validate and store a schedule; raises ScheduleInputError saying what to fix."""
+        """Validate and store a schedule; raises ScheduleInputError saying what to fix.
+
+        `tainted`: written in a model call that had read outside content (its agent runs
+        are then tainted too)."""
         message = self._check_message(message)
         if kind not in KINDS:
             raise ScheduleInputError(f"kind must be 'reminder' or 'agent', not {kind!r}.")
@@ -210,12 +214,7 @@ class ScheduleService:
         now = self.clock.now()
         plan = plan_schedule(at, repeat, zone, now)
         self._check_interval(kind, plan, zone)
-        row = one(await fetch_one(self.pool, COUNT_ACTIVE, (user.id,)))
-        if row["n"] >= self.limits.max_active:
-            raise ScheduleInputError(
-                f"Limit reached: at most {self.limits.max_active} active schedules per user "
-                "(schedule_max_active_per_user); cancel some first."
-            )
+        await self._check_room(user.id)
         params = {
             "user_id": user.id,
             "kind": kind,
@@ -225,12 +224,22 @@ class ScheduleService:
             "anchor_local": plan.anchor_local,
             "next_run_at": plan.first_utc,
             "now": now,
+            "tainted": tainted,
         }
         while True:  # an id collision is astronomically rare; just draw again
             row = {**params, "id": new_schedule_id()}
             created = await fetch_one(self.pool, INSERT_SCHEDULE, row)
             if created is not None:
                 return schedule_from_row(created)
+
+    async def _check_room(self, user_id: int) -> None:
+        """Raise when one more active schedule would pass schedule_max_active_per_user."""
+        row = one(await fetch_one(self.pool, COUNT_ACTIVE, (user_id,)))
+        if row["n"] >= self.limits.max_active:
+            raise ScheduleInputError(
+                f"Limit reached: at most {self.limits.max_active} active schedules per user "
+                "(schedule_max_active_per_user); cancel some first."
+            )
 
     def _check_interval(self, kind: str, plan: SchedulePlan, zone: ZoneInfo) -> None:
         minimum = self.limits.min_interval(kind)
@@ -275,7 +284,8 @@ class ScheduleService:
         self, user: User, schedule_id: str, message: str, at: str, *, kind: str = "reminder",
         repeat: str | None = None, timezone: str | None = None,
     ) -> Schedule | None:
-        """Change text, time, rule and kind (validated like `create`); None if not theirs.
+        """Change text, time, rule and kind (validated like `create`: the minimum interval,
+        and the active cap when a failed or missed one becomes active); None if not theirs.
 
         Raises ScheduleInputError for bad input or while a worker is sending it."""
         message = self._check_message(message)
@@ -284,6 +294,10 @@ class ScheduleService:
         now = self.clock.now()
         zone = _user_zone(timezone or user.timezone, at)
         plan = plan_schedule(at, repeat, zone, now)
+        self._check_interval(kind, plan, zone)
+        current = await self.get(user.id, schedule_id)
+        if current is not None and current.status in ("failed", "missed"):
+            await self._check_room(user.id)
         params = {"id": _clean_id(schedule_id), "user_id": user.id, "message": message,
                   "kind": kind, "timezone": zone.key,
                   "rrule": plan.rule, "anchor_local": plan.anchor_local,
@@ -296,10 +310,13 @@ class ScheduleService:
         return await self._change(PAUSE_SCHEDULE, params)
 
     async def resume(self, user_id: int, schedule_id: str) -> Schedule | None:
-        """Let a paused schedule fire again from its next occurrence after now."""
+        """Let a paused schedule fire again from its next occurrence after now (within the
+        active cap)."""
         schedule = await self.get(user_id, schedule_id)
         if schedule is None:
             return None
+        if schedule.status == "paused":
+            await self._check_room(user_id)
         now = self.clock.now()
         due = schedule.next_run_at
         if schedule.status == "paused" and (due is None or due < now):

@@ -60,6 +60,25 @@ UPDATE schedules SET status = 'cancelled', claimed_by = NULL, lease_until = NULL
    AND status IN ('active', 'paused', 'failed', 'missed')
 RETURNING *
 """
+ENSURE_JOB = f"""
+WITH created AS (
+    INSERT INTO schedules (id, user_id, kind, message, timezone, rrule, anchor_local,
+                           next_run_at, params, created_at, updated_at)
+    VALUES (%(id)s, %(user_id)s, %(kind)s, %(message)s, %(timezone)s, %(rrule)s,
+            %(anchor_local)s, %(next_run_at)s, %(params)s, %(now)s, %(now)s)
+    ON CONFLICT (user_id, kind) WHERE kind IN ('heartbeat', 'briefing', 'tidy')
+                AND status IN ('active', 'paused', 'failed', 'missed') DO NOTHING
+    RETURNING *
+)
+SELECT created.*,
+       pg_notify('{NOTIFY_CHANNEL}', extract(epoch FROM created.next_run_at)::text) AS notified
+  FROM created
+"""
+NOTE_JOB = """
+UPDATE schedules SET params = coalesce(params, '{}'::jsonb) || %(values)s
+ WHERE user_id = %(user_id)s AND kind = %(kind)s
+   AND status IN ('active', 'paused', 'failed', 'missed')
+"""
 GET_JOB = """
 SELECT * FROM schedules WHERE user_id = %(user_id)s AND kind = %(kind)s
    AND status IN ('active', 'paused', 'failed', 'missed')
@@ -200,6 +219,23 @@ class SystemJobService:
             "next_run_at": plan.first_utc, "params": Jsonb(params), "now": now,
         }
         return schedule_from_row(one(await fetch_one(self.pool, INSERT_JOB, row)))
+
+    async def ensure(self, user: User, kind: str, at: str, rule: str) -> Schedule | None:
+        """Create the person's job of this kind unless one is live; the new one or None."""
+        zone = ZoneInfo(user.timezone)
+        now = self.clock.now()
+        plan = plan_schedule(at, rule, zone, now)
+        row = {
+            "id": new_schedule_id(), "user_id": user.id, "kind": kind, "message": kind,
+            "timezone": zone.key, "rrule": plan.rule, "anchor_local": plan.anchor_local,
+            "next_run_at": plan.first_utc, "params": Jsonb({}), "now": now,
+        }
+        return schedule_from_row(await fetch_one(self.pool, ENSURE_JOB, row))
+
+    async def note(self, user_id: int, kind: str, values: dict[str, Any]) -> None:
+        """Merge `values` into the job's params (what its last run did)."""
+        params = {"user_id": user_id, "kind": kind, "values": Jsonb(values)}
+        await execute(self.pool, NOTE_JOB, params)
 
     async def end(self, user_id: int, kind: str) -> bool:
         """Stop the person's job of this kind; whether one was running."""

@@ -38,6 +38,7 @@ class Schedule:
     created_at: datetime
     updated_at: datetime
     params: dict | None = None  # a system job's settings (services/schedules/system.py)
+    tainted: bool = False  # written in a model call that had read outside content
 
     @property
     def zone(self) -> ZoneInfo:

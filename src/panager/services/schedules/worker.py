@@ -85,8 +85,13 @@ class Delivery(Protocol):
         (Discord's message nonce) shows a re-send after a crash only once."""
         ...
 
-    async def run_agent(self, user: User, instruction: str) -> AgentAnswer:
-        """Run the graph as a system trigger in the user's thread; return the answer."""
+    async def run_agent(
+        self, user: User, instruction: str, *, tainted: bool = False
+    ) -> AgentAnswer:
+        """Run the graph as a system trigger in the user's thread; return the answer.
+
+        `tainted`: the instruction was written in a model call that had read outside
+        content (the run is tainted from its start)."""
         ...
 
     async def run_system(self, user: User, schedule: Schedule, due: datetime) -> AgentAnswer:
@@ -439,7 +444,9 @@ class SchedulerWorker:
             if schedule.kind in SYSTEM_KINDS:
                 answer = await self.delivery.run_system(user, schedule, due)
             else:
-                answer = await self.delivery.run_agent(user, schedule.message)
+                answer = await self.delivery.run_agent(
+                    user, schedule.message, tainted=schedule.tainted
+                )
         if not answer.ok:
             raise DeliveryFailed(f"the scheduled run failed: {short(answer.text, 200)}")
         return answer.text

@@ -26,6 +26,9 @@ NOTICES = {
     "blocked": "User blocked: their web sessions ended and their messages are refused.",
     "revoked": "Invite revoked.",
     "invited": "Invite created.",
+    "profile-saved": "Profile saved.",
+    "profile-approved": "Profile change applied.",
+    "profile-rejected": "Profile change rejected.",
     "heartbeat-on": "Heartbeat on: it writes only when something needs you.",
     "heartbeat-off": "Heartbeat off.",
     "heartbeat-invalid": (

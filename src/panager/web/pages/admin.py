@@ -1,7 +1,9 @@
-"""Admin pages: users, invites, usage per user, scheduler health, doctor.
+"""Admin pages: users, invites, usage per user, scheduler health, doctor, MCP servers.
 
 Every route is wrapped with `admin=True`: anyone but an admin gets 403.
-Changes go through AccessService, the same as `panager users|invite`.
+Changes go through AccessService, the same as `panager users|invite`. The
+doctor's checks run only on a POST carrying the CSRF token (they make model
+calls), never on opening the page.
 """
 
 from __future__ import annotations
@@ -47,7 +49,10 @@ class AdminPages:
             web.post("/admin/invites/{code}/revoke", admin(self.revoke_invite)),
             web.get("/admin/usage", admin(self.usage)),
             web.get("/admin/scheduler", admin(self.scheduler)),
-            web.get("/admin/doctor", admin(self.doctor)),
+            web.get("/admin/doctor", admin(self.doctor_page)),
+            web.post("/admin/doctor", admin(self.doctor)),
+            web.get("/admin/mcp", admin(self.mcp)),
+            web.post("/admin/mcp/{name}/approve", admin(self.approve_mcp)),
         ]
 
     async def users(self, request: web.Request, session: WebSession,
@@ -126,8 +131,32 @@ class AdminPages:
         return render("admin_scheduler.html", **page(
             session, "admin-scheduler", "Scheduler health", request, health=health))
 
+    async def doctor_page(self, request: web.Request, session: WebSession) -> web.Response:
+        """The doctor page with its button; opening it runs nothing."""
+        return render("admin_doctor.html", **page(
+            session, "admin-doctor", "Doctor", request, results=None))
+
     async def doctor(self, request: web.Request, session: WebSession) -> web.Response:
-        """The `panager doctor` checks, run now."""
-        results = await run_checks(self.app.settings, limit=DOCTOR_LIMIT)
+        """The `panager doctor` checks, run now. A POST with the session's CSRF token: the
+        checks call the model endpoint, so another site must not be able to set them off."""
+        results = await run_checks(
+            self.app.settings, limit=DOCTOR_LIMIT, mcp_hub=self.app.deps.mcp
+        )
         return render("admin_doctor.html", **page(
             session, "admin-doctor", "Doctor", request, results=results))
+
+    async def mcp(self, request: web.Request, session: WebSession) -> web.Response:
+        """MCP servers: state, tools offered, tools waiting for approval (no env or headers)."""
+        hub = self.app.deps.mcp
+        statuses = await hub.status() if hub is not None else []
+        return render("admin_mcp.html", **page(
+            session, "admin-mcp", "MCP servers", request, statuses=statuses))
+
+    async def approve_mcp(self, request: web.Request, session: WebSession) -> web.Response:
+        """Approve a server's tools as it lists them now."""
+        hub = self.app.deps.mcp
+        name = request.match_info["name"]
+        if hub is None or name not in hub.connections:
+            return not_found(session, "MCP server")
+        await hub.approve(name, f"web:{session.user.id}")
+        raise see_other("/admin/mcp", "approved")

@@ -8,9 +8,10 @@ from aiohttp import web
 
 from panager.services.memory.service import MemoryHit, MemoryUnavailable
 from panager.services.memory.text import MemoryInputError
+from panager.services.profile import MAX_PROFILE_CHARS, SECTIONS, ProfileInputError
 from panager.services.web_sessions import WebSession
 from panager.web.pages import form_of, not_found, page, see_other
-from panager.web.render import HEADERS, render
+from panager.web.render import HEADERS, message_page, render
 
 PAGE_SIZE = 50
 SEARCH_LIMIT = 20
@@ -35,6 +36,8 @@ class MemoriesPage:
             web.get("/memories/{id}", gate.page(self.edit)),
             web.post("/memories/{id}", gate.page(self.save)),
             web.post("/memories/{id}/delete", gate.page(self.delete)),
+            web.post("/profile/proposals/{id}/{action:approve|reject}", gate.page(self.decide)),
+            web.post("/profile/{section}", gate.page(self.save_profile)),
         ]
 
     async def index(self, request: web.Request, session: WebSession) -> web.Response:
@@ -51,10 +54,41 @@ class MemoriesPage:
         except (MemoryInputError, MemoryUnavailable) as exc:
             error = str(exc)
         total = await self.service.count(user_id)
+        profiles = self.app.deps.profiles
+        profile = await profiles.get(user_id) if profiles is not None else None
+        proposals = await profiles.pending(user_id) if profiles is not None else []
         context = page(session, "memories", "Memories", request, hits=hits, query=query,
-                       offset=offset, total=total, page_size=PAGE_SIZE)
+                       offset=offset, total=total, page_size=PAGE_SIZE, profile=profile,
+                       proposals=proposals, sections=SECTIONS, profile_cap=MAX_PROFILE_CHARS)
         context["error"] = error
         return render("memories.html", **context)
+
+    async def save_profile(self, request: web.Request, session: WebSession) -> web.Response:
+        """Replace one profile section (the same rules as profile_update)."""
+        profiles = self.app.deps.profiles
+        section = request.match_info["section"]
+        if profiles is None or section not in SECTIONS:
+            return not_found(session, "profile section")
+        form = await form_of(request)
+        try:
+            await profiles.update(session.user.id, section, form.get("text", ""))
+        except ProfileInputError as exc:
+            return message_page(400, "Profile not saved", str(exc), session=session)
+        raise see_other("/memories", "profile-saved")
+
+    async def decide(self, request: web.Request, session: WebSession) -> web.Response:
+        """Approve (apply) or reject a suggested profile change."""
+        profiles = self.app.deps.profiles
+        if profiles is None:
+            return not_found(session, "profile change")
+        approve = request.match_info["action"] == "approve"
+        try:
+            done = await profiles.decide(session.user.id, request.match_info["id"], approve)
+        except ProfileInputError as exc:
+            return message_page(400, "Profile change not applied", str(exc), session=session)
+        if done is None:
+            return not_found(session, "profile change")
+        raise see_other("/memories", "profile-approved" if approve else "profile-rejected")
 
     async def _mine(self, request: web.Request, session: WebSession) -> MemoryHit | None:
         try:

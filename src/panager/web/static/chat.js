@@ -8,7 +8,18 @@
   var status = document.getElementById("status");
   if (!form || !log || !window.fetch || !window.TextDecoder) { return; }
   var box = form.querySelector("textarea");
-  var button = form.querySelector("button");
+  var button = form.querySelector("button[type=submit]");
+  var picker = document.getElementById("chat-files");
+  var attached = document.getElementById("chat-attached");
+  var files = [];  // chosen with the button, pasted or dropped; sent with the next message
+
+  function showFiles() {
+    attached.textContent = files.map(function (f) { return "📎 " + f.name; }).join("  ");
+  }
+  function addFiles(list) {
+    for (var i = 0; i < list.length && files.length < 4; i++) { files.push(list[i]); }
+    showFiles();
+  }
 
   function bubble(who, cls, text) {
     var empty = log.querySelector(".empty");
@@ -63,6 +74,8 @@
       var mark = {running: "…", done: "✓", error: "✗"}[data.state] || "";
       line.textContent = data.name + " " + mark;
       status.textContent = data.state === "running" ? "Using " + data.name + "…" : "Thinking…";
+    } else if (name === "notice") {
+      bubble("Panager", "panager notice", data.text);
     } else if (name === "done") {
       var el = this.last;
       if (!el || (data.text && el.textContent !== data.text)) {
@@ -80,6 +93,7 @@
       }
       li.scrollIntoView({block: "end"});
       status.textContent = "";
+      if (data.question) { window.location.reload(); }  // the question and its buttons
     }
   };
 
@@ -92,15 +106,29 @@
     if (data) { turn.handle(name, JSON.parse(data)); }
   }
 
-  async function send(text) {
-    var body = new URLSearchParams(new FormData(form));
-    body.set("text", text);
+  async function send(text, sending) {
+    var body;
+    if (sending.length) {
+      body = new FormData();
+      body.set("csrf", form.querySelector("input[name=csrf]").value);
+      body.set("text", text);
+      sending.forEach(function (f) { body.append("file", f, f.name || "pasted.png"); });
+    } else {
+      body = new URLSearchParams(new FormData(form));
+      body.delete("file");
+      body.set("text", text);
+    }
     var turn = new Turn();
     status.textContent = "Thinking…";
     var response = await fetch(form.action, {
       method: "POST", body: body, credentials: "same-origin",
       headers: {"X-Requested-With": "fetch", "Accept": "text/event-stream"}
     });
+    if (response.status === 429) {
+      status.textContent = "";
+      bubble("Panager", "panager failed", "One message is being answered and another is waiting; send this one when an answer arrives.");
+      return;
+    }
     if (!response.ok || !response.body) {
       status.textContent = "";
       bubble("Panager", "panager failed", "The page could not reach Panager (" + response.status + "). Reload and try again.");
@@ -124,14 +152,36 @@
   form.addEventListener("submit", function (event) {
     event.preventDefault();
     var text = box.value.trim();
-    if (!text) { return; }
-    bubble("You", "you", text);
+    var sending = files;
+    if (!text && !sending.length) { return; }
+    if (sending.length) {
+      bubble("You", "you", sending.map(function (f) { return "📎 " + f.name; }).join(", "));
+    }
+    if (text) { bubble("You", "you", text); }
     box.value = "";
+    files = [];
+    picker.value = "";
+    showFiles();
     button.disabled = true;
-    send(text).catch(function () {
+    send(text, sending).catch(function () {
       status.textContent = "";
       bubble("Panager", "panager failed", "The connection broke; your message may still be answered — reload the page.");
     }).finally(function () { button.disabled = false; box.focus(); });
+  });
+  picker.addEventListener("change", function () { addFiles(picker.files); });
+  box.addEventListener("paste", function (event) {
+    var items = event.clipboardData ? event.clipboardData.files : [];
+    if (items && items.length) { event.preventDefault(); addFiles(items); }
+  });
+  form.addEventListener("dragover", function (event) {
+    event.preventDefault();
+    form.classList.add("dropping");
+  });
+  form.addEventListener("dragleave", function () { form.classList.remove("dropping"); });
+  form.addEventListener("drop", function (event) {
+    event.preventDefault();
+    form.classList.remove("dropping");
+    if (event.dataTransfer && event.dataTransfer.files) { addFiles(event.dataTransfer.files); }
   });
   box.addEventListener("keydown", function (event) {
     if (event.key === "Enter" && !event.shiftKey) {

@@ -19,13 +19,13 @@ callback data, a message id to answer, file ids; never a file URL).
 `telegram_state` holds the bot's small shared settings (the webhook secret).
 
 Revision ID: 0016
-Revises: 0019
+Revises: 0020
 """
 
 from alembic import op
 
 revision = "0016"
-down_revision = "0019"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 

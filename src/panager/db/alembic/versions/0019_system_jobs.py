@@ -8,13 +8,13 @@ a webhook call's payload). `webhooks` stores each hook's SHA-256 token hash only
 `heartbeat_seen` remembers what a heartbeat already announced.
 
 Revision ID: 0019
-Revises: 0012
+Revises: 0017
 """
 
 from alembic import op
 
 revision = "0019"
-down_revision = "0012"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

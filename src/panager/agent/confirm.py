@@ -1,0 +1,198 @@
+"""Questions to the person before consequential calls, and proposals from unattended runs.
+
+A reply written by a tainted model call (see `agent/taint.py`) may hold calls
+that outside text chose. The graph's `confirm` node classifies each call of
+such a reply (`tools/base.classify_call`); the consequential ones wait for ONE
+question — LangGraph's `interrupt(payload)`, the payload being a `Question`
+as plain JSON — and the run resumes with `Command(resume={call_id: "approve"
+| "deny"})`. The app reads the question back from the checkpoint
+(`pending_question`) under the person's lock and checks an answer against it
+before resuming (`check_answer`): LangGraph itself accepts any resume value.
+
+In a run with nobody present (`TurnContext.unattended`) no consequential call
+runs; each becomes a stored proposal (`services/proposals.py`) the delivered
+answer offers to approve (`proposals_text`, `/approve ID`).
+
+`question_text` is the one plain-text rendering every front end shows (their
+buttons come on top).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages.tool import ToolCall
+
+QUESTION_TTL = timedelta(minutes=10)  # an answer after this counts as Deny
+Decision = Literal["approve", "deny"]
+APPROVE: Decision = "approve"
+DENY: Decision = "deny"
+EXPIRED = "expired"  # resume value of a call whose question was answered too late
+NEW_MESSAGE = "new_message"  # the person wrote instead of answering
+
+DECLINED = {
+    DENY: "The person declined this call when asked; it did not run. Do not try it again "
+    "unless they ask for it themselves.",
+    EXPIRED: "The person did not answer the question about this call within 10 minutes, so "
+    "it did not run. Do not try it again unless they ask for it themselves.",
+    NEW_MESSAGE: "The person sent a new message instead of approving this call, so it did "
+    "not run (declined). Do not try it again unless they ask for it themselves.",
+}
+PROPOSED = (
+    "Not run: nobody is present in this run, so this call waits for the person's approval "
+    "(proposal {id}). Tell them briefly what waits; they approve it from your answer."
+)
+UNATTENDED = "Not run: nobody is present in this run to approve it."
+PROPOSAL_LINE = re.compile(r"/approve (p[0-9a-f]{12})\b")
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """One call waiting for the person."""
+
+    id: str  # tool_call_id (or proposal id for proposals)
+    tool: str  # tool name
+    description: str  # plain words, from describe_call
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a front end shows: one question, buttons per call."""
+
+    key: str  # short id (<= 32 chars) of this question, fits callback_data
+    calls: tuple[PendingCall, ...]
+    expires_at: datetime  # after this an answer counts as Deny (10 minutes)
+    kind: Literal["confirm", "proposal"] = "confirm"
+
+    def expired(self, now: datetime) -> bool:
+        """Whether an answer now counts as Deny."""
+        return now >= self.expires_at
+
+    def payload(self) -> dict[str, Any]:
+        """The question as the plain JSON the interrupt (and so the checkpoint) holds."""
+        return {
+            "key": self.key,
+            "kind": self.kind,
+            "expires_at": self.expires_at.isoformat(),
+            "calls": [
+                {"id": c.id, "tool": c.tool, "description": c.description} for c in self.calls
+            ],
+        }
+
+    @classmethod
+    def from_payload(cls, value: Any) -> Question | None:  # Any: read back from a checkpoint
+        """The question an interrupt holds; None when it is not one of ours."""
+        if not isinstance(value, dict) or not isinstance(value.get("calls"), list):
+            return None
+        try:
+            calls = tuple(
+                PendingCall(str(c["id"]), str(c["tool"]), str(c["description"]))
+                for c in value["calls"]
+            )
+            expires = datetime.fromisoformat(str(value["expires_at"]))
+            if value.get("kind") == "proposal":
+                return cls(str(value["key"]), calls, expires, "proposal")
+            return cls(str(value["key"]), calls, expires, "confirm")
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def question_key(reply_id: str | None, calls: Iterable[ToolCall]) -> str:
+    """A short id for the question about this reply (the same on every re-run of the node)."""
+    seed = "|".join([reply_id or "", *(str(c.get("id")) for c in calls)])
+    return "q" + hashlib.sha256(seed.encode()).hexdigest()[:15]
+
+
+def proposal_id(user_id: int, call_id: str) -> str:
+    """The proposal id of a held call (the same if the node runs again after a crash)."""
+    return "p" + hashlib.sha256(f"{user_id}:{call_id}".encode()).hexdigest()[:12]
+
+
+def question_text(q: Question) -> str:
+    """The question in plain words: what each call would do. Shared by every front end."""
+    if q.kind == "proposal":
+        head = "Nothing was done yet; these wait for your approval:"
+    else:
+        head = (
+            "Before I go on: text I read that did not come from you (a calendar entry, a "
+            "relayed message, …) is involved, so I need your OK for "
+            + ("this:" if len(q.calls) == 1 else "each of these:")
+        )
+    lines = [head, ""]
+    for number, call in enumerate(q.calls, 1):
+        lines.append(f"{number}. {call.description}")
+    if q.kind == "confirm":
+        lines += ["", "Approve or deny. No answer within 10 minutes counts as deny."]
+    return "\n".join(lines)
+
+
+def proposals_text(proposals: Sequence[PendingCall]) -> str:
+    """The part of a delivered answer that offers the held calls, one `/approve ID` each."""
+    if not proposals:
+        return ""
+    lines = ["", "Waiting for your approval (not done):"]
+    for call in proposals:
+        lines.append(f"• {call.description}\n  Approve: /approve {call.id}")
+    return "\n".join(lines)
+
+
+def proposal_ids(text: str) -> list[str]:
+    """The proposal ids a delivered answer offers (front ends add a button for each)."""
+    return list(dict.fromkeys(PROPOSAL_LINE.findall(text or "")))
+
+
+def pending_question(interrupts: Sequence[Any]) -> Question | None:
+    """The question a thread waits on, from its snapshot's `interrupts` (None: none)."""
+    for item in interrupts:
+        question = Question.from_payload(getattr(item, "value", None))
+        if question is not None:
+            return question
+    return None
+
+
+def check_answer(
+    q: Question, key: str, decisions: Mapping[str, str], now: datetime
+) -> dict[str, str] | str:
+    """The resume value for an answer to `q`, or why the answer is refused.
+
+    Every call gets a decision: ids the answer does not name are denied; after the
+    question expired every call counts as denied (`EXPIRED`)."""
+    if key != q.key:
+        return "That question is no longer open (it was answered or replaced)."
+    ids = {c.id for c in q.calls}
+    unknown = [i for i in decisions if i not in ids]
+    if unknown:
+        return "That answer names a call this question does not hold; nothing was run."
+    bad = [v for v in decisions.values() if v not in (APPROVE, DENY)]
+    if bad:
+        return "An answer is approve or deny."
+    if q.expired(now):
+        return {c.id: EXPIRED for c in q.calls}
+    return {c.id: APPROVE if decisions.get(c.id) == APPROVE else DENY for c in q.calls}
+
+
+def declined_message(call: ToolCall | Mapping[str, Any], reason: str) -> ToolMessage:
+    """The result of a call the person did not approve."""
+    return ToolMessage(
+        content=DECLINED.get(reason, DECLINED[DENY]),
+        tool_call_id=str(call["id"]),
+        name=call.get("name"),
+        status="error",
+        additional_kwargs={"panager_declined": reason},
+    )
+
+
+def unanswered_calls(messages: Sequence[AnyMessage]) -> tuple[AIMessage | None, list[ToolCall]]:
+    """The last AI reply and those of its calls no tool result follows yet."""
+    for at in range(len(messages) - 1, -1, -1):
+        reply = messages[at]
+        if isinstance(reply, AIMessage):
+            done = {m.tool_call_id for m in messages[at + 1 :] if isinstance(m, ToolMessage)}
+            return reply, [c for c in reply.tool_calls if c["id"] not in done]
+    return None, []

@@ -1,0 +1,165 @@
+"""The graph's `confirm` node, between `agent` and `tools` (see agent/confirm.py).
+
+It runs only for a reply written by a tainted model call, or in a run with
+nobody present (`route_after_agent`). It classifies the reply's open calls;
+the consequential ones either wait for one question (`interrupt`) — on resume
+the node runs again from its start, so everything before `interrupt()` is
+deterministic and writes nothing — or, unattended, become stored proposals.
+Denied and held calls get their tool result here; the tools node runs the
+rest. Nothing here runs inside the tools' `asyncio.gather` (an interrupt there
+would be swallowed by the per-call error handling and re-run sibling calls).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages.tool import ToolCall
+from langchain_core.tools import BaseTool
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
+
+from panager.agent.confirm import (
+    APPROVE,
+    DENY,
+    PROPOSED,
+    QUESTION_TTL,
+    UNATTENDED,
+    PendingCall,
+    Question,
+    declined_message,
+    proposal_id,
+    question_key,
+    unanswered_calls,
+)
+from panager.agent.state import AgentState, TurnContext
+from panager.agent.taint import marked, person_text
+from panager.agent.tools.base import CONSEQUENTIAL, CallView, classify_call, describe_call
+from panager.clock import Clock
+
+log = logging.getLogger(__name__)
+UNPARSED_CALLS = "panager_unparsed_calls"  # additional_kwargs: ids of calls with bad JSON
+PROPOSALS_KEY = "proposals"  # TurnContext.extra: the PendingCalls held in this run
+
+
+class ProposalStore(Protocol):
+    """Where held calls of unattended runs go (services/proposals.ProposalService)."""
+
+    async def create(
+        self,
+        user_id: int,
+        proposal_id: str,
+        tool: str,
+        args: dict[str, Any],
+        description: str,
+        now: Any,  # Any: a datetime from the graph's clock
+    ) -> None:
+        """Store a held call (idempotent per id)."""
+        ...
+
+
+def held_calls(
+    tools: Sequence[BaseTool],
+    reply: AIMessage,
+    calls: Sequence[ToolCall],
+    view: CallView,
+) -> list[tuple[ToolCall, BaseTool]]:
+    """The calls of `reply` that are consequential (unknown tools and bad JSON excluded:
+    they only produce an error result)."""
+    by_name = {t.name: t for t in tools}
+    unparsed: Mapping[str, Any] = reply.additional_kwargs.get(UNPARSED_CALLS) or {}
+    held = []
+    for call in calls:
+        tool = by_name.get(call["name"])
+        if tool is None or call["id"] in unparsed or not isinstance(call.get("args"), dict):
+            continue
+        if classify_call(tool, call["args"], view) == CONSEQUENTIAL:
+            held.append((call, tool))
+    return held
+
+
+class ConfirmNode:
+    """Asks before a tainted reply's consequential calls; holds them when nobody is there."""
+
+    def __init__(self, clock: Clock, proposals: ProposalStore | None = None) -> None:
+        self.clock = clock
+        self.proposals = proposals
+
+    async def __call__(self, state: AgentState, runtime: Runtime[TurnContext]) -> dict:
+        ctx = runtime.context
+        messages = list(state["messages"])
+        reply, open_calls = unanswered_calls(messages)
+        if reply is None or not open_calls:
+            return {}
+        tainted = marked(reply)
+        if not (tainted or ctx.unattended):
+            return {}
+        view = CallView(person_text(messages), tainted, ctx.unattended)
+        held = held_calls(ctx.tools, reply, open_calls, view)
+        if not held:
+            return {}
+        if ctx.unattended:
+            return {"messages": await self._propose(ctx, held)}
+        question = Question(
+            key=question_key(reply.id, [c for c, _ in held]),
+            calls=tuple(
+                PendingCall(str(c["id"]), c["name"], describe_call(t, c["name"], c["args"]))
+                for c, t in held
+            ),
+            expires_at=self.clock.now() + QUESTION_TTL,
+        )
+        answer = interrupt(question.payload())  # the first run stops here; a resume returns
+        decisions: Mapping[str, Any] = answer if isinstance(answer, dict) else {}
+        declined: list[AnyMessage] = [
+            declined_message(c, str(decisions.get(str(c["id"]), DENY)))
+            for c, _ in held
+            if decisions.get(str(c["id"])) != APPROVE
+        ]
+        return {"messages": declined} if declined else {}
+
+    async def _propose(
+        self, ctx: TurnContext, held: Sequence[tuple[ToolCall, BaseTool]]
+    ) -> list[AnyMessage]:
+        """Store each held call as a proposal; its result says it waits for approval."""
+        results: list[AnyMessage] = []
+        store = self.proposals
+        for call, tool in held:
+            text = UNATTENDED
+            if store is not None:
+                ident = proposal_id(ctx.user.id, str(call["id"]))
+                words = describe_call(tool, call["name"], call["args"])
+                try:
+                    await store.create(
+                        ctx.user.id, ident, call["name"], dict(call["args"]), words,
+                        self.clock.now(),
+                    )
+                except Exception:
+                    log.exception("could not store a proposal for user %s", ctx.user.id)
+                else:
+                    ctx.extra.setdefault(PROPOSALS_KEY, []).append(
+                        PendingCall(ident, call["name"], words)
+                    )
+                    text = PROPOSED.format(id=ident)
+            results.append(
+                ToolMessage(
+                    content=text, tool_call_id=call["id"], name=call["name"], status="error",
+                    additional_kwargs={"panager_declined": "unattended"},
+                )
+            )
+        return results
+
+
+def route_after_confirm(state: AgentState) -> str:
+    """The tools node when calls are left to run; back to the model when none is."""
+    _, open_calls = unanswered_calls(state["messages"])
+    return "tools" if open_calls else "agent"
+
+
+def needs_confirm(state: AgentState) -> bool:
+    """Whether the last reply must pass the confirm node (tainted, or nobody present)."""
+    last = state["messages"][-1]
+    return isinstance(last, AIMessage) and (marked(last) or bool(state.get("unattended")))
+

@@ -1,0 +1,102 @@
+"""`mcp__<server>__<tool>`: the MCP tools this person is permitted, as langchain tools.
+
+Each is a `StructuredTool` whose schema is the server's (repaired) JSON schema and
+whose description is the server's text, capped and framed as outside content. Every
+result is outside content, framed once here with the server and tool as its source;
+an error the server reports is framed too. Classes (SPEC §2): in a tainted call an
+MCP call is consequential unless the operator marked the server `read_only: true` —
+the server's own `readOnlyHint` is not enough, since the arguments of a "read" still
+leave the instance. Who gets which server follows its `users:` (ids in the
+`PANAGER_ADMIN_IDS` syntax); a tool not offered to this person does not exist in
+their turn, so a call to it is an unknown-tool error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from langchain_core.tools import BaseTool, StructuredTool
+
+from panager.agent.deps import AgentDeps
+from panager.agent.tools.base import (
+    CONSEQUENTIAL,
+    ORDINARY,
+    CallView,
+    ToolClass,
+    declare,
+    shown_text,
+)
+from panager.agent.tools.search import search_tool
+from panager.errors import ToolError
+from panager.framing import frame
+from panager.mcp_config import LOCAL
+from panager.services.mcp.hub import McpError, McpHub, McpToolFailed, OfferedTool
+from panager.services.users import LOCAL_USER_ID, User
+
+SOURCE_KEY = "panager_source"
+
+
+def identities_of(user: User) -> frozenset[str]:
+    """The identity keys a `users:` list may name this person by."""
+    if user.id == LOCAL_USER_ID:
+        return frozenset({LOCAL})
+    return frozenset({f"discord:{user.id}"})
+
+
+def is_admin(deps: AgentDeps, user: User) -> bool:
+    """Admins for MCP scoping: PANAGER_ADMIN_IDS, and the terminal's local user (the operator)."""
+    return user.id == LOCAL_USER_ID or user.id in deps.settings.admin_ids
+
+
+def mcp_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
+    """This person's MCP tools (none when no server is configured or permitted)."""
+    hub = deps.mcp
+    if hub is None:
+        return []
+    made = [mcp_tool(hub, o) for o in hub.offered(identities_of(user), is_admin(deps, user))]
+    above = deps.config.mcp_tool_search_above
+    if above is not None and len(made) > above:
+        search = search_tool(made)  # on demand: the schemas would dominate every prompt
+        search.metadata = {**(search.metadata or {}), SOURCE_KEY: "MCP servers, on demand"}
+        return [search]
+    return list(made)
+
+
+def _classifier(read_only: bool) -> Callable[[Mapping[str, Any], CallView], ToolClass]:
+    def classify(args: Mapping[str, Any], view: CallView) -> ToolClass:
+        return ORDINARY if read_only or not view.tainted else CONSEQUENTIAL
+
+    return classify
+
+
+def _describer(offer: OfferedTool) -> Callable[[Mapping[str, Any]], str]:
+    def describe(args: Mapping[str, Any]) -> str:
+        shown = ", ".join(f"{k}={shown_text(str(v), 300)}" for k, v in args.items())
+        tool = shown_text(offer.tool.name, 80)
+        return f"Call {tool} on MCP server {offer.server} with {shown or 'no arguments'}"
+
+    return describe
+
+
+def mcp_tool(hub: McpHub, offer: OfferedTool) -> BaseTool:
+    """One offered MCP tool as a langchain tool, declared and framed."""
+    source = f"MCP server {offer.server} tool {offer.tool.name}"
+
+    async def run(**arguments: Any) -> str:
+        try:
+            text = await hub.call(offer, arguments)
+        except McpToolFailed as exc:
+            raise ToolError(f"the tool reported an error: {frame(source, str(exc))}") from None
+        except McpError as exc:
+            raise ToolError(str(exc)) from None
+        return frame(source, text)
+
+    made = StructuredTool.from_function(
+        coroutine=run,
+        name=offer.name,
+        description=frame(f"MCP server {offer.server} tool description", offer.description),
+        args_schema=offer.tool.schema,
+        metadata={SOURCE_KEY: f"MCP server {offer.server}"},
+    )
+    return declare(made, _classifier(offer.read_only), _describer(offer))

@@ -1,0 +1,148 @@
+"""The small HTML pages of the Google OAuth flow: the start page and each callback outcome.
+
+They are plain strings (no template engine, no script) with their own strict
+headers, so the callback works even where the web page's templates are not
+served.
+"""
+
+from __future__ import annotations
+
+import html
+
+from aiohttp import web
+
+from panager.services.google.service import SCOPE_NAMES, STATE_TTL, LinkOutcome
+
+_MINUTES = int(STATE_TTL.total_seconds() // 60)
+_AGAIN = "Send /connect google to Panager for a new link."
+
+# reason -> (HTTP status, title, explanation)
+PAGES: dict[str, tuple[int, str, str]] = {
+    "linked": (
+        200,
+        "Google account linked",
+        "Panager can now use the Google {scopes}{who} for @{owner}.",
+    ),
+    "blocked": (
+        403,
+        "Linking is not available",
+        "This Panager account has no access, so nothing was stored.",
+    ),
+    "already_linked": (
+        409,
+        "This Google account is already linked",
+        "It is linked to another Panager user, and one Google account can be linked to one "
+        "user at a time. Nothing was stored. Disconnect it there first (/disconnect google).",
+    ),
+    "missing_state": (
+        400,
+        "This link is not valid",
+        "The address is missing its security code, so nothing was stored. " + _AGAIN,
+    ),
+    "forged": (
+        400,
+        "This link is not valid",
+        "Its security code was not issued by Panager or was altered, so nothing was stored. "
+        + _AGAIN,
+    ),
+    "expired": (
+        400,
+        "This link has expired",
+        f"Links work for {_MINUTES} minutes. Nothing was stored. " + _AGAIN,
+    ),
+    "other_browser": (
+        403,
+        "This link is for another browser",
+        "It was opened in a browser signed in to Panager as someone else, or continued in "
+        "another browser than this one, so nothing was stored. Open the link in the browser "
+        "you use Panager with. " + _AGAIN,
+    ),
+    "replayed": (
+        400,
+        "This link was already used",
+        "Each link works once. Nothing was changed. " + _AGAIN,
+    ),
+    "denied": (
+        200,
+        "Access not granted",
+        "You did not allow access, so nothing was stored. If you change your mind: "
+        "/connect google.",
+    ),
+    "exchange_failed": (
+        502,
+        "Google did not complete the sign-in",
+        "Google refused the sign-in code, so nothing was stored. " + _AGAIN,
+    ),
+    "no_scopes": (
+        400,
+        "No access was granted",
+        "Calendar and Tasks were both unticked, so nothing was stored. " + _AGAIN,
+    ),
+    "no_refresh_token": (
+        400,
+        "Google did not grant lasting access",
+        "Nothing was stored. Please sign in once more and confirm the consent screen.",
+    ),
+    "not_configured": (
+        404,
+        "Google is not configured",
+        "This Panager instance has no Google OAuth client (GOOGLE_CLIENT_ID).",
+    ),
+    "error": (
+        500,
+        "Something went wrong",
+        "Panager could not finish linking, and nothing was stored. " + _AGAIN,
+    ),
+}
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title} · Panager</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:34rem;margin:4rem auto;padding:0 1rem;
+line-height:1.5;color:#222}}h1{{font-size:1.4rem}}a.button{{display:inline-block;
+padding:.5rem 1rem;background:#1a73e8;color:#fff;border-radius:.3rem;text-decoration:none}}
+</style></head>
+<body><h1>{icon} {title}</h1><p>{text}</p>{extra}</body></html>
+"""
+CONFIRM_TEXT = (
+    "This link connects a Google account to the Panager user @{owner} on {instance}. "
+    "Continue only if you are @{owner}: whoever continues gives @{owner} access to the "
+    "Calendar and Tasks of the Google account they sign in with."
+)
+CONFIRM_FORM = (
+    '<form method="post" action="{action}"><input type="hidden" name="state" value="{state}">'
+    '<button class="button" type="submit">Continue to Google</button></form>'
+)
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self' https: http:"
+    ),
+}
+
+
+def render_page(
+    reason: str, outcome: LinkOutcome | None = None, owner: str | None = None
+) -> web.Response:
+    """The small HTML page for a callback outcome."""
+    status, title, text = PAGES.get(reason, PAGES["error"])
+    extra = ""
+    if outcome is not None and outcome.ok:
+        names = " and ".join(SCOPE_NAMES.get(s, s) for s in outcome.scopes)
+        who = f" of {outcome.email}" if outcome.email else " account"
+        text = text.format(scopes=names or "account", who=who, owner=owner or "you")
+        if len(outcome.scopes) < len(SCOPE_NAMES):
+            text += " Only part of the access was allowed; /connect google again to add the rest."
+        text += " You can close this tab — your answer arrives in the chat."
+    if outcome is not None and outcome.retry_link:
+        url = html.escape(outcome.retry_link, quote=True)
+        extra = f'<p><a class="button" href="{url}">Try again</a></p>'
+    icon = "✅" if status == 200 and reason == "linked" else "⚠️"
+    body = PAGE.format(title=html.escape(title), text=html.escape(text), icon=icon, extra=extra)
+    return web.Response(
+        text=body, status=status, content_type="text/html", headers=SECURITY_HEADERS
+    )
