@@ -1,0 +1,70 @@
+"""Where proactive messages go for a joined person: /notify, auto, and the terminal's copy."""
+
+from __future__ import annotations
+
+from panager.agent.commands import CommandContext, dispatch
+from panager.cli.chat import Console, TerminalMessenger
+from tests.test_linking_join import code_in
+
+TELEGRAM = 777_002
+
+
+class Recorder:
+    """A chat front end's messenger in this process (by platform)."""
+
+    def __init__(self, platform: str, works: bool = True) -> None:
+        self.platform = platform
+        self.works = works
+        self.sent: list[tuple[int, str]] = []
+
+    async def send(self, user, text: str, *, link=None, key=None) -> bool:
+        if self.works:
+            self.sent.append((user.id, text))
+        return self.works
+
+
+async def command(app, identity, text: str) -> str:
+    person = await app.deps.users.person_id(*identity)
+    user = await app.deps.users.get(person)
+    ctx = CommandContext(user=user, assistant=app.assistant, front_end=identity[0],
+                         identity=identity)
+    return (await dispatch(ctx, text)).text
+
+
+async def test_the_terminal_is_never_the_only_destination_of_a_person_with_a_chat(
+    make_app, capsys
+):
+    app = await make_app()
+    terminal = await app.local_user()
+    await app.deps.users.ensure_identity("telegram", TELEGRAM, "me_tg")
+    app.deps.messenger.add(TerminalMessenger(Console(interactive=False), app.deps.users))
+    # Before linking the terminal's person has no chat: the terminal is its destination.
+    assert await app.deps.messenger.send(terminal, "before linking")
+    assert "before linking" in capsys.readouterr().out
+    code = code_in(await command(app, ("terminal", 1), "/link"))
+    assert "Code accepted" in await command(app, ("telegram", TELEGRAM), f"/link {code}")
+    assert (await command(app, ("terminal", 1), "/link approve")).startswith("Joined")
+    person = await app.deps.users.get(await app.deps.users.person_id("telegram", TELEGRAM))
+    # No Telegram front end in this process: not delivered (handed back), nothing shown.
+    assert not await app.deps.messenger.send(person, "stretch")
+    assert "stretch" not in capsys.readouterr().out
+    # With one: delivered there, and the open terminal shows a copy.
+    telegram = Recorder("telegram")
+    app.deps.messenger.add(telegram)
+    assert await app.deps.messenger.send(person, "stretch")
+    assert telegram.sent == [(person.id, "stretch")]
+    assert "stretch" in capsys.readouterr().out
+
+
+async def test_notify_names_only_joined_front_ends_and_falls_back_when_one_fails(make_app):
+    app = await make_app()
+    await app.deps.users.ensure_identity("telegram", TELEGRAM, "me_tg")
+    refused = await command(app, ("telegram", TELEGRAM), "/notify discord")
+    assert "no Discord account joined" in refused
+    assert "Usage" in await command(app, ("telegram", TELEGRAM), "/notify pigeon")
+    assert "auto" in await command(app, ("telegram", TELEGRAM), "/notify")
+    assert "Telegram" in await command(app, ("telegram", TELEGRAM), "/notify telegram")
+    person = await app.deps.users.get(await app.deps.users.person_id("telegram", TELEGRAM))
+    broken = Recorder("telegram", works=False)
+    app.deps.messenger.add(broken)
+    assert not await app.deps.messenger.send(person, "hello")  # nowhere else to go
