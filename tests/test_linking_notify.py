@@ -68,3 +68,21 @@ async def test_notify_names_only_joined_front_ends_and_falls_back_when_one_fails
     broken = Recorder("telegram", works=False)
     app.deps.messenger.add(broken)
     assert not await app.deps.messenger.send(person, "hello")  # nowhere else to go
+
+
+async def test_the_terminals_admin_rights_leave_with_the_terminal(make_app):
+    app = await make_app(access="invite")
+    access = app.deps.access
+    await app.local_user()
+    await app.deps.users.ensure_identity("telegram", TELEGRAM, "me_tg")
+    code = code_in(await command(app, ("terminal", 1), "/link"))
+    assert "Code accepted" in await command(app, ("telegram", TELEGRAM), f"/link {code}")
+    assert (await command(app, ("terminal", 1), "/link approve")).startswith("Joined")
+    joined = (await access.admit_identity("telegram", TELEGRAM, "me_tg")).user
+    assert joined.id == 1 and joined.role == "admin" and access.has_admin_rights(joined.id)
+    assert (await command(app, ("terminal", 1), "/unlink")).startswith("Unlinked")
+    terminal = await app.deps.users.person_id("terminal", 1)
+    assert terminal != 1 and access.has_admin_rights(terminal)
+    assert not access.has_admin_rights(1)  # Telegram alone is no admin
+    rest = (await access.admit_identity("telegram", TELEGRAM, "me_tg")).user
+    assert rest.id == 1 and rest.role == "user"

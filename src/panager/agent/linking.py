@@ -191,6 +191,8 @@ class Linking:
                 if (issuer, claimant) != (keep, gone):
                     raise JoinError("one of the two front ends changed person meanwhile")
                 await join_people(conn, plan)
+        self.deps.access.note_rights(keep, plan.admin)
+        self.deps.access.note_rights(gone, False)
         log.info("joined person %s into %s", gone, keep)
 
     async def _save_dropped_thread(self, keep: int, gone: int) -> int:
@@ -237,6 +239,8 @@ class Linking:
         rest = await self.deps.users.identities(user.id)
         async with self.deps.pool.connection() as conn:
             await set_role(conn, user.id, self.listed(rest))
+        self.deps.access.note_rights(user.id, self.listed(rest))
+        self.deps.access.note_rights(new, self.listed([identity]))
         log.info("identity %s:%s detached from person %s into %s", *identity, user.id, new)
         names = ", ".join(platform_label(p) for p, _ in rest)
         return (

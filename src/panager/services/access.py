@@ -200,15 +200,22 @@ class AccessService:
         """Whether any identity of the person is in PANAGER_ADMIN_IDS (joined ones count)."""
         owner = ("terminal", LOCAL_USER_ID)  # the machine's owner is an admin wherever joined
         listed = any(i in self.admins or i == owner for i in await self.users.identities(user_id))
-        (self._admin_people if listed else self._not_admins).add(user_id)
-        (self._not_admins if listed else self._admin_people).discard(user_id)
+        self.note_rights(user_id, listed)
         return listed
 
     def has_admin_rights(self, user_id: int) -> bool:
         """Admin rights, decided from the configuration now (PANAGER_ADMIN_IDS, and the
         terminal's local user), never from the role stored in the database: an id removed
         from the list loses the rights on its next request, from any front end."""
-        return user_id == LOCAL_USER_ID or self.is_admin(user_id)
+        if user_id == LOCAL_USER_ID and user_id not in self._not_admins:
+            return True
+        return self.is_admin(user_id)
+
+    def note_rights(self, user_id: int, listed: bool) -> None:
+        """Remember, after a join or an /unlink in this process, whether the person now holds
+        a listed identity (the terminal's counts), so rights follow at once."""
+        (self._admin_people if listed else self._not_admins).add(user_id)
+        (self._not_admins if listed else self._admin_people).discard(user_id)
 
     def model_of(self, user: User, default: str, allowed: Collection[str] | None) -> str:
         """The model `user` gets now: their stored /model choice while it is still permitted
