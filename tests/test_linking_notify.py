@@ -86,3 +86,35 @@ async def test_the_terminals_admin_rights_leave_with_the_terminal(make_app):
     assert not access.has_admin_rights(1)  # Telegram alone is no admin
     rest = (await access.admit_identity("telegram", TELEGRAM, "me_tg")).user
     assert rest.id == 1 and rest.role == "user"
+
+
+async def test_an_open_web_page_shows_a_reminder_as_it_is_delivered(make_app):
+    import asyncio
+    import json
+
+    from tests.web_helpers import ALICE, web_harness
+
+    h = await web_harness(make_app)
+    client = await h.client(ALICE)
+    try:
+        status, page = await client.get("/")
+        assert status == 200 and 'src="/static/notices.js"' in page and 'id="notices"' in page
+        async with client.session.get(h.url + "/notices") as stream:
+            assert stream.headers["Content-Type"].startswith("text/event-stream")
+            alice = await h.app.deps.users.get(ALICE)
+            for _ in range(500):  # the page's stream is registered once the handler runs
+                if h.server.notices._open.get(ALICE):
+                    break
+                await asyncio.sleep(0.01)
+            assert await h.app.deps.messenger.send(alice, "⏰ stretch your legs")
+            line = b""
+            while not line.startswith(b"data:"):
+                line = await asyncio.wait_for(stream.content.readline(), 5)
+            assert json.loads(line[5:])["text"] == "⏰ stretch your legs"
+            # Alice has a chat front end (Discord): the chat delivered, the page shows a copy.
+            assert h.recorder.sent[-1][1] == "⏰ stretch your legs"
+            bob = await h.app.deps.users.get(1002)
+            assert await h.server.notices.send(bob, "not for Alice") is False  # no page open
+    finally:
+        await client.close()
+        await h.server.stop()
