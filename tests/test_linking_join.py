@@ -305,6 +305,20 @@ async def test_a_wrong_code_three_times_locks_the_front_end_for_the_period(make_
     assert "already used" in await run(app, guesser, f"/link {code}")  # unlocked, code spent
 
 
+async def test_a_person_not_let_in_may_use_a_code_but_not_make_one(make_app):
+    app = await make_app(access="invite")
+    users = app.deps.users
+    member = await users.ensure_identity("discord", DISCORD_ID, "mina")
+    stranger = (await app.deps.access.admit_identity("telegram", TELEGRAM_ID, "new")).user
+    assert stranger.status == "pending"
+    assert "only use a code" in await run(app, ("telegram", TELEGRAM_ID), "/link", stranger)
+    code = code_in(await run(app, ("discord", DISCORD_ID), "/link", member))
+    assert "Code accepted" in await run(app, ("telegram", TELEGRAM_ID), f"/link {code}", stranger)
+    assert (await run(app, ("discord", DISCORD_ID), "/link approve", member)).startswith("Joined")
+    now_in = await app.deps.access.admit_identity("telegram", TELEGRAM_ID, "new")
+    assert now_in.allowed and now_in.user.id == member.id
+
+
 async def test_a_code_used_by_its_own_person_and_an_expired_code_are_refused(make_app, clock):
     app = await make_app()
     await app.deps.users.ensure_identity("discord", DISCORD_ID, "mina")

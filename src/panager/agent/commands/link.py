@@ -13,6 +13,10 @@ from panager.services.linking import (
 )
 
 LINK_USAGE = "/link [CODE|approve|deny]"
+NOT_LET_IN = (
+    "Here you can only use a code: send /link in a front end where you already talk to me, "
+    "then /link CODE here."
+)
 CHAT_ONLY = "Linking works from Discord, Telegram or the terminal, not from here."
 
 
@@ -24,6 +28,8 @@ async def link_command(ctx: CommandContext, args: str) -> CommandReply | str:
         return CommandReply(CHAT_ONLY, ok=False)
     linking = Linking(ctx.assistant)
     word, _, rest = args.strip().partition(" ")
+    if ctx.user.status != "active" and not looks_like_code(args):
+        return CommandReply(NOT_LET_IN, ok=False)
     if word.lower() == "approve":
         return await linking.approve(ctx.user, rest)
     if word.lower() == "deny":
