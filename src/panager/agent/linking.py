@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 
 from panager.agent.taint import is_outside, marked
+from panager.agent.tools.base import shown_text
 from panager.services.joining import (
     JoinError,
     JoinPlan,
@@ -98,7 +99,8 @@ class Linking:
                 "account: send /link here and type that code in the other front end."
             )
         where = platform_label(request.platform)
-        who = f"{platform_label(identity[0])} account @{user.username}"
+        # The name is the claimant's own choice: shown quoted, invisible characters visible.
+        who = f"The {platform_label(identity[0])} account {shown_text(user.username, 80)}"
         await self._tell(
             issuer,
             f"{who} used your link code and asks to become one person with you. "
