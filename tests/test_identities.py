@@ -22,7 +22,7 @@ async def test_migration_keeps_every_id_and_gives_identities(fresh_db):
     pool = await open_pool(url, max_size=2)
     try:
         await migrate.upgrade(url, pool)
-        await migrate.downgrade(url, pool, "0019")  # the schema before identities
+        await migrate.downgrade(url, pool, "0020")  # the schema before identities
         async with pool.connection() as conn:
             await conn.execute(
                 "INSERT INTO users (id, username, timezone) VALUES (%s, 'mina', 'UTC'), "
@@ -51,6 +51,17 @@ async def test_a_new_telegram_person_is_made_once_even_when_racing(make_app):
     assert other.id < 0 and other.id != made[0].id
     discord = await users.ensure_identity("discord", SNOWFLAKE, "z")
     assert discord.id == SNOWFLAKE  # Discord people keep person id = their snowflake
+
+
+async def test_the_same_name_on_two_platforms_names_two_people_apart(make_app):
+    app = await make_app()
+    users = app.deps.users
+    discord = await users.ensure_identity("discord", SNOWFLAKE, "alice")
+    telegram = await users.ensure_identity("telegram", TG, "Alice")
+    assert (discord.username, telegram.username) == ("alice", "Alice-2")
+    again = await users.ensure_identity("telegram", TG, "Alice")  # every message: stable
+    assert again.username == "Alice-2" and again.id == telegram.id
+    assert [u.id for u in await users.active_by_username("alice")] == [SNOWFLAKE]
 
 
 async def test_telegram_admins_follow_admin_ids_at_every_message(make_app):
