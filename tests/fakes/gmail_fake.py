@@ -29,11 +29,11 @@ import binascii
 import itertools
 import re
 import shlex
+from datetime import UTC, datetime
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
 from email.utils import format_datetime
-from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
