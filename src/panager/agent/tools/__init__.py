@@ -64,8 +64,9 @@ async def tools_for_turn(
 ) -> tuple[list[BaseTool], list[BaseTool]]:
     """(offered, unlisted) for one turn in a context `window` (tokens): only tools that can
     work are offered; the unlisted ones still run when called (link, reason or result)."""
-    offered, unlisted = await offered_google_tools(deps, user, build_tools(deps, user), window)
-    offered, unlisted = await offered_mail_tools(deps, user, offered, unlisted)
+    tools, no_scope = await offered_mail_tools(deps, user, build_tools(deps, user), [])
+    offered, unlisted = await offered_google_tools(deps, user, tools, window)
+    unlisted.extend(no_scope)
     _attach_turn_tools(offered)
     return offered, unlisted
 

@@ -170,4 +170,6 @@ async def offered_mail_tools(
         COMPOSE_TOOLS if GMAIL_COMPOSE_SCOPE in scopes else frozenset()
     )
     held = [t for t in offered if t.name in MAIL_TOOL_NAMES and t.name not in allowed]
-    return [t for t in offered if t not in held], [*unlisted, *held]
+    offered[:] = [t for t in offered if t not in held]  # in place: google_load extends it
+    unlisted.extend(held)
+    return offered, unlisted
