@@ -13,6 +13,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from panager.agent.commands import CommandContext, dispatch
 from panager.agent.tools import build_tools, tools_for_turn
 from panager.agent.tools.mail import MAIL_TOOL_NAMES
+from panager.errors import ToolError
 from panager.framing import holds_outside, unframe
 from panager.services.google.service import (
     CALENDAR_SCOPE,
@@ -112,6 +113,23 @@ async def test_incremental_consent_adds_gmail_and_keeps_calendar(fake, make_app)
     assert [m["subject"] for m in found["messages"]] == ["Lunch"]
 
 
+async def test_only_the_scopes_granted_are_stored_and_offered(fake, make_app):
+    h = await start_harness(make_app, fake)
+    user = await h.app.local_user()
+    assert (await h.link(user))[0] == 200
+    reply = await dispatch(CommandContext(user=user, assistant=h.app.assistant),
+                           "/connect google mail")
+    consent = await h.consent(reply.link["url"])
+    # the person unticks "send and draft" on Google's page
+    status, _ = await h.follow(await fake.authorize(consent, granted_scopes=[GMAIL_READ_SCOPE]))
+    assert status == 200
+    [row] = await h.sql("SELECT scopes FROM google_accounts")
+    assert set(row["scopes"]) == {CALENDAR_SCOPE, TASKS_SCOPE, GMAIL_READ_SCOPE}
+    names = await offered_names(h, user)
+    assert {"email_search", "email_read"} <= names
+    assert not {"email_draft", "email_send"} & names
+
+
 async def test_a_consent_by_another_google_account_is_refused(fake, make_app):
     h = await start_harness(make_app, fake)
     user = await h.app.local_user()
@@ -179,6 +197,21 @@ async def test_bad_ids_and_gmail_errors_are_short_results(fake, make_app):
     assert any("not a list of e-mail addresses" in e for e in errors)
     assert not any("Traceback" in e for e in errors)
     assert fake.sent_messages(ALICE) == []
+
+
+async def test_gmail_errors_are_one_sentence(fake, make_app):
+    h, user = await linked_with_mail(make_app, fake)
+    tools = tools_of(h, user)
+    fake.fail_gmail(400, "failedPrecondition", "Mail service not enabled")
+    with pytest.raises(ToolError) as refused:
+        await tools["email_search"].ainvoke({"query": "x"})
+    assert str(refused.value) == (
+        "Google rejected the request (HTTP 400: Mail service not enabled)."
+    )
+    fake.fail_gmail(403, "domainPolicy", "The domain administrators have disabled Gmail apps.")
+    with pytest.raises(ToolError) as policy:
+        await tools["email_draft"].ainvoke({"to": BOB, "subject": "s", "body": "b"})
+    assert "Google refused this (The domain administrators" in str(policy.value)
 
 
 async def test_email_send_is_asked_and_sends_once_on_approve(fake, make_app):

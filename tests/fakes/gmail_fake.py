@@ -110,6 +110,9 @@ class _GmailMixin:
         from tests.fakes.google_server import _ACCOUNT, GoogleApiError
 
         account = request[_ACCOUNT]
+        if self.gmail_failures:
+            status, reason, message = self.gmail_failures.pop(0)
+            raise GoogleApiError(status, reason, message)
         if request.match_info["userId"] not in ("me", account):
             raise GoogleApiError(403, "forbidden", "Delegation denied for " + account)
         return self._mailbox(account)
@@ -389,7 +392,12 @@ class _GmailMixin:
             web.get(base + "/history", self._gmail_history_list),
         ]
 
+    def fail_gmail(self, status: int, reason: str, message: str) -> None:
+        """The next Gmail request answers this error (as Gmail would render it)."""
+        self.gmail_failures.append((status, reason, message))
+
     def _init_gmail(self) -> None:
+        self.gmail_failures: list[tuple[int, str, str]] = []
         self.mail: dict[str, dict] = {}
         self._gmail_ids = itertools.count(0x18C0_0000_0000)
 

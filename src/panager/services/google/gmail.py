@@ -159,15 +159,10 @@ def search(clients: Any, query: str, limit: int) -> dict:
     messages = clients.gmail.users().messages()
     ids: list[str] = []
     request = messages.list(userId=ME, q=query, maxResults=min(limit, MAX_RESULTS))
-    try:
-        while request is not None and len(ids) < limit:
-            page = request.execute(num_retries=2)
-            ids.extend(m["id"] for m in page.get("messages") or [])
-            request = messages.list_next(request, page)
-    except HttpError as exc:
-        if _status(exc) == 400:
-            raise ToolError(f"Gmail could not read the query {query!r}.") from None
-        raise
+    while request is not None and len(ids) < limit:
+        page = request.execute(num_retries=2)
+        ids.extend(m["id"] for m in page.get("messages") or [])
+        request = messages.list_next(request, page)
     found = []
     for ident in ids[:limit]:
         meta = messages.get(
