@@ -17,8 +17,7 @@ from panager.errors import ToolError
 from panager.framing import holds_outside, unframe
 from panager.services.google.service import (
     CALENDAR_SCOPE,
-    GMAIL_COMPOSE_SCOPE,
-    GMAIL_READ_SCOPE,
+        GMAIL_READ_SCOPE,
     MAIL_SCOPES,
     TASKS_SCOPE,
 )
@@ -329,4 +328,11 @@ async def test_a_missing_scope_or_revoked_grant_answers_with_a_link_and_replays(
     revoked = await h.app.assistant.run_turn(user, "and now?")
     assert revoked.link and "no longer accepts" in revoked.text
     consent = await h.consent(revoked.link["url"])
-    assert GMAIL_COMPOSE_SCOPE in parse_qs(urlsplit(consent).query)["scope"][0]
+    asked = set(parse_qs(urlsplit(consent).query)["scope"][0].split())
+    assert asked == {CALENDAR_SCOPE, TASKS_SCOPE, *MAIL_SCOPES, "openid"}  # all it had
+    model.add(call("email_search", {"query": "lunch"}), "Still Friday")
+    assert (await h.follow(await fake.authorize(consent, account=ALICE)))[0] == 200
+    assert (await h.recorder.wait(3))[-1][1].endswith("Still Friday")
+    [row] = await h.sql("SELECT scopes, status FROM google_accounts")
+    assert row["status"] == "connected"
+    assert set(row["scopes"]) == {CALENDAR_SCOPE, TASKS_SCOPE, *MAIL_SCOPES}

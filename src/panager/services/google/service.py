@@ -222,7 +222,13 @@ class GoogleService:
 
     async def create_link(self, user_id: int, scopes: tuple[str, ...] = ()) -> str:
         """A fresh, short link bound to `user_id`, valid for STATE_TTL and usable once, asking
-        for `scopes` (default Calendar and Tasks) on top of what was granted before."""
+        for `scopes` (default Calendar and Tasks) on top of what was granted before. When a
+        grant was revoked (nothing is granted any more), a link asking for more asks again
+        for what the account had too."""
+        if scopes:
+            account = await self.account(user_id)
+            if account is not None and not account.connected:
+                scopes = tuple(dict.fromkeys((*account.scopes, *scopes)))
         return await self.oauth.create_link(user_id, scopes)
 
     @property
