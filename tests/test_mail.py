@@ -5,6 +5,8 @@ happen only on the person's Approve of the draft exactly as shown."""
 from __future__ import annotations
 
 import json
+from email import policy
+from email.parser import BytesParser
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -168,6 +170,22 @@ async def test_search_and_read_are_framed_outside_content(fake, make_app):
     page = gmail_data(await tools["email_read"].ainvoke({"message_id": html}))
     assert page["text"] == "Big news"  # no markup, no style, no script
     assert not [r for r in fake.requests[before:] if "pixel" in r["path"]]  # nothing remote
+
+
+async def test_a_reply_draft_joins_the_thread_and_sends_nothing(fake, make_app):
+    h, user = await linked_with_mail(make_app, fake)
+    original = fake.add_mail(ALICE, sender="ann@example.org", subject="Lunch", text="Friday?")
+    made = await tools_of(h, user)["email_draft"].ainvoke(
+        {"to": "Ann <ann@example.org>", "subject": "Re: Lunch", "body": "Yes!",
+         "reply_to_id": original})
+    assert made["ok"] and made["draft_id"] in fake.mail[ALICE]["drafts"]
+    box = fake.mail[ALICE]
+    draft = box["messages"][box["drafts"][made["draft_id"]]]
+    assert draft["threadId"] == box["messages"][original]["threadId"]
+    parsed = BytesParser(policy=policy.default).parsebytes(draft["raw"])
+    first = BytesParser(policy=policy.default).parsebytes(box["messages"][original]["raw"])
+    assert parsed["In-Reply-To"] == first["Message-ID"] and parsed["To"] == "Ann <ann@example.org>"
+    assert fake.sent_messages(ALICE) == []
 
 
 async def test_bad_ids_and_gmail_errors_are_short_results(fake, make_app):
