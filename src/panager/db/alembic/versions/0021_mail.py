@@ -7,13 +7,13 @@ was shown it; `email_send` sends only when the draft fetched at that moment has 
 same digest, and takes the row once.
 
 Revision ID: 0021
-Revises: 0020
+Revises: 0016
 """
 
 from alembic import op
 
 revision = "0021"
-down_revision = "0020"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
