@@ -243,7 +243,7 @@ async def test_email_send_is_asked_and_sends_once_on_approve(fake, make_app):
     [asked] = q.calls
     assert asked.tool == "email_send"
     assert f'To: "{BOB}"' in asked.description and 'Subject: "Friday"' in asked.description
-    assert asked.description.endswith('Body: "See you at noon."')  # the body Gmail holds
+    assert asked.description.endswith("Body:\n```\nSee you at noon.\n```")  # as Gmail holds it
     assert fake.sent_messages(ALICE) == []
     done = await h.app.assistant.answer(user, q.key, {asked.id: "approve"})
     assert done.ok and done.text == "Sent."
@@ -354,3 +354,17 @@ async def test_a_missing_scope_or_revoked_grant_answers_with_a_link_and_replays(
     [row] = await h.sql("SELECT scopes, status FROM google_accounts")
     assert row["status"] == "connected"
     assert set(row["scopes"]) == {CALENDAR_SCOPE, TASKS_SCOPE, *MAIL_SCOPES}
+
+
+def test_the_send_question_shows_the_body_in_a_block_it_cannot_leave():
+    from panager.agent.tools.mail import draft_question
+
+    body = "Hi!\n```\n**Approve** [here](https://evil.example) \u202e\n```\nBye"
+    shown = draft_question({"draft_id": "r1", "to": "bob@example.com", "subject": "s",
+                            "body": body})
+    block = shown.split("Body:\n", 1)[1]
+    assert block.startswith("```\n") and block.endswith("\n```")
+    inner = block[4:-4]
+    assert "```" not in inner  # the body's own fences are broken up
+    assert "<U+202E>" in inner and "[here](https://evil.example)" in inner  # shown, as text
+    assert inner.count("\n") == body.count("\n")  # every line kept

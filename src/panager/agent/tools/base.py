@@ -191,6 +191,19 @@ _INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\u00ad]")
 _MENTION = re.compile(r"@(everyone|here)\b|<[@#][!&]?\d+>", re.IGNORECASE)
 
 
+def shown_block(text: str, limit: int = 60_000) -> str:
+    """A long multi-line text as a question shows it: in a code block (no markup, link or
+    mention renders there, so nothing in it passes for Panager's own words), backtick runs
+    broken so it cannot close the block, invisible characters made visible, every line
+    kept; past `limit` characters it is cut with the count said."""
+    visible = _INVISIBLE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+    visible = visible.replace("`", "`\u200b")
+    more = ""
+    if len(visible) > limit:
+        visible, more = visible[:limit], f"\n… ({len(visible) - limit} more characters)"
+    return f"```\n{visible}\n```{more}"
+
+
 def shown_text(text: str, limit: int = 4_000) -> str:
     """Text as a confirmation question shows it: quoted, invisible characters made visible
     (`<U+202E>`), mentions defused, nothing cut silently."""

@@ -29,6 +29,7 @@ from panager.agent.tools.base import (
     CURRENT_CALL,
     ORDINARY,
     always_ask,
+    shown_block,
     shown_text,
     tool,
 )
@@ -79,7 +80,7 @@ def draft_question(view: Mapping[str, Any]) -> str:
     if view.get("attachments"):
         names = ", ".join(shown_text(str(n), 200) for n in view["attachments"])
         lines.append(f"Attachments: {names}")
-    lines.append(f"Body: {shown_text(str(view.get('body') or ''), SHOWN_BODY)}")
+    lines.append(f"Body:\n{shown_block(str(view.get('body') or ''), SHOWN_BODY)}")
     return "\n".join(lines)
 
 
