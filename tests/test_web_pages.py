@@ -232,3 +232,38 @@ async def test_connections_page_links_and_unlinks_google(make_app):
     status, body = await client.post("/connections/google/disconnect", {})
     assert status == 200 and "Google is disconnected" in body
     await client.close()
+
+
+async def test_connections_page_adds_gmail_to_a_linked_account(make_app):
+    from panager.services.google.oauth import CALENDAR_SCOPE, TASKS_SCOPE
+    from panager.services.google.service import MAIL_SCOPES
+    from tests.fakes.google_server import FakeGoogle
+    from tests.google_helpers import google_settings
+
+    fake = FakeGoogle()
+    h = await web_harness(make_app, **{**google_settings(fake), "public_url": "http://pan.test"})
+    async with h.app.pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO google_accounts (user_id, email, token_ciphertext, scopes, status, "
+            "connected_at, updated_at, google_sub) VALUES (%s, 'alice@example.com', 'x', %s, "
+            "'connected', now(), now(), 'sub-alice')",
+            (ALICE, [CALENDAR_SCOPE, TASKS_SCOPE]),
+        )
+    client = await h.client(ALICE)
+    status, body = await client.get("/connections")
+    assert status == 200 and "alice@example.com" in body and "Add Gmail" in body
+    async with client.session.post(h.url + "/connections/google/mail",
+                                   data={"csrf": client.csrf}, allow_redirects=False) as r:
+        assert r.status == 303
+        assert r.headers["Location"].startswith("http://pan.test/oauth/google/start?state=")
+    async with h.app.pool.connection() as conn:
+        row = await (await conn.execute(
+            "SELECT scopes FROM oauth_states WHERE user_id = %s ORDER BY created_at DESC LIMIT 1",
+            (ALICE,))).fetchone()
+    assert set(MAIL_SCOPES) <= set(row["scopes"])  # the link asks Google for Gmail
+    async with h.app.pool.connection() as conn:
+        await conn.execute("UPDATE google_accounts SET scopes = scopes || %s::text[]",
+                           (list(MAIL_SCOPES),))
+    status, body = await client.get("/connections")
+    assert "Add Gmail" not in body and "Gmail" in body
+    await client.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from panager.services.google.service import NOT_CONFIGURED, SCOPE_NAMES
+from panager.services.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES
 from panager.services.web_sessions import WebSession
 from panager.web.pages import page, see_other
 from panager.web.render import render
@@ -21,6 +21,7 @@ class ConnectionsPage:
         return [
             web.get("/connections", gate.page(self.index)),
             web.post("/connections/google/connect", gate.page(self.connect)),
+            web.post("/connections/google/mail", gate.page(self.connect_mail)),
             web.post("/connections/google/disconnect", gate.page(self.disconnect)),
         ]
 
@@ -29,9 +30,10 @@ class ConnectionsPage:
         google = self.app.deps.google
         account = await google.account(session.user.id) if google is not None else None
         scopes = [SCOPE_NAMES.get(s, s) for s in account.scopes] if account else []
+        has_mail = bool(account and set(MAIL_SCOPES) <= set(account.scopes))
         return render("connections.html", **page(
             session, "connections", "Connections", request, configured=google is not None,
-            not_configured=NOT_CONFIGURED, account=account, scopes=scopes))
+            not_configured=NOT_CONFIGURED, account=account, scopes=scopes, has_mail=has_mail))
 
     async def connect(self, request: web.Request, session: WebSession) -> web.Response:
         """On to Google's consent page through a fresh single-use link."""
@@ -39,6 +41,13 @@ class ConnectionsPage:
         if google is None:
             raise see_other("/connections")
         raise web.HTTPSeeOther(await google.create_link(session.user.id))
+
+    async def connect_mail(self, request: web.Request, session: WebSession) -> web.Response:
+        """Add Gmail to the linked account (incremental consent; the same account only)."""
+        google = self.app.deps.google
+        if google is None:
+            raise see_other("/connections")
+        raise web.HTTPSeeOther(await google.create_link(session.user.id, MAIL_SCOPES))
 
     async def disconnect(self, request: web.Request, session: WebSession) -> web.Response:
         """Revoke and delete the user's Google tokens."""
