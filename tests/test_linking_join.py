@@ -118,6 +118,8 @@ async def seed(app, person: int, tag: str, other: int) -> None:
          (person, "preferences" if tag == "A" else "people", now)),
         ("INSERT INTO profile_proposals (id, user_id, section, text, created_at) "
          "VALUES (%s, %s, 'about', 'x', %s)", (f"pp{tag}", person, now)),
+        ("INSERT INTO mail_shown (user_id, call_key, draft_id, digest, created_at) "
+         "VALUES (%s, %s, 'd1', 'h', %s)", (person, f"call{tag}", now)),
     ]
     for name, original in ((f"{tag}.pdf", f"only {tag}".encode()), ("same.pdf", same)):
         doc = f"00000000-0000-0000-0000-0000000000{ord(tag):02x}" if original != same else None

@@ -69,6 +69,7 @@ PERSON_COLUMNS: dict[tuple[str, str], str] = {
     ("profile_sections", "user_id"): "moved; a section both have keeps keep's text, gone's "
     "text goes into its history",
     ("profile_proposals", "user_id"): "moved",
+    ("mail_shown", "user_id"): "moved (a draft shown before a send stays the one shown)",
     ("discord_inbox", "user_id"): "not a person: the Discord sender id",
     ("telegram_inbox", "user_id"): "not a person: the Telegram sender id",
 }
@@ -196,6 +197,11 @@ DELETE FROM profile_sections g WHERE g.user_id = %(gone)s AND EXISTS
   (SELECT 1 FROM profile_sections k WHERE k.user_id = %(keep)s AND k.section = g.section);
 UPDATE profile_sections SET user_id = %(keep)s WHERE user_id = %(gone)s
 """
+MAIL_SHOWN = """
+DELETE FROM mail_shown g WHERE g.user_id = %(gone)s AND EXISTS
+  (SELECT 1 FROM mail_shown k WHERE k.user_id = %(keep)s AND k.call_key = g.call_key);
+UPDATE mail_shown SET user_id = %(keep)s WHERE user_id = %(gone)s
+"""
 GOOGLE_COUNT = "SELECT count(*) AS n FROM google_accounts WHERE user_id IN (%(keep)s, %(gone)s)"
 THREAD_TABLES = ("checkpoint_writes", "checkpoint_blobs", "checkpoints")
 DROP_THREAD = "DELETE FROM {table} WHERE thread_id = %s"
@@ -272,7 +278,8 @@ async def join_people(conn: Any, plan: JoinPlan) -> None:
     await conn.execute(MOVE.format(table="schedules", column="user_id"), params)
     await conn.execute(REDEMPTIONS, params)
     await conn.execute(MOVE.format(table="invite_redemptions", column="user_id"), params)
-    for sql in (USAGE, RELAY_BLOCKS, WEBHOOK_NAMES, HEARTBEAT_SEEN, END_CODES, DOCUMENTS, PROFILE):
+    for sql in (USAGE, RELAY_BLOCKS, WEBHOOK_NAMES, HEARTBEAT_SEEN, END_CODES, DOCUMENTS, PROFILE,
+                MAIL_SHOWN):
         await _run(conn, sql, params)
     await conn.execute(MOVE.format(table="webhooks", column="user_id"), params)
     for table, column in MOVED:

@@ -15,13 +15,13 @@ minutes lock that identity out of `/link CODE` for the rest of the period.
 did not keep.
 
 Revision ID: 0022
-Revises: 0016
+Revises: 0021
 """
 
 from alembic import op
 
 revision = "0022"
-down_revision = "0016"
+down_revision = "0021"
 branch_labels = None
 depends_on = None
 
