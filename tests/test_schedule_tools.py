@@ -136,7 +136,7 @@ async def test_chat_prints_reminders_that_fall_due(make_app, clock, capsys):
 
     app = await make_app()
     user = await app.local_user()
-    app.deps.messenger.add(TerminalMessenger(Console(interactive=False), user.id))
+    app.deps.messenger.add(TerminalMessenger(Console(interactive=False), app.deps.users))
     assert any(s.__name__ == "start_terminal_worker" for s in BACKGROUND_STARTERS)
     await start_background(app)
     await app.deps.scheduler.create(user, "the kettle!", "2026-11-21T12:00")

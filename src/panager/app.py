@@ -49,6 +49,7 @@ from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_with_retries
 from panager.services.access import AccessService
 from panager.services.google.service import GoogleService
+from panager.services.linking import chat_route
 from panager.services.mcp.hub import McpHub
 from panager.services.mcp.pins import PinStore
 from panager.services.media.documents import DocumentService
@@ -162,7 +163,7 @@ class App:
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
         web, search = _web_services(config)
-        messenger = FanoutMessenger()
+        messenger = FanoutMessenger(route=chat_route(pool))
         documents = DocumentService(pool, memory, clock, config.document_quota_bytes)
         media = make_media_intake(pool, settings, clock, documents)
         # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity —

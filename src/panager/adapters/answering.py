@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from panager.services.media.intake import Attachment
     from panager.services.users import User
 
+# Commands a person not (yet) let in may send: an invite code, or a link to their own account
+# elsewhere (which joins only once that account approves).
+OPEN_COMMANDS = ("start", "link")
 ATTACHMENT_NOTE = "I can't read stickers — please say in words what you mean."
 
 
@@ -125,14 +128,15 @@ class Answerer:
             incoming.platform, incoming.sender_id, incoming.username, incoming.display_name
         )
         text = incoming.text.strip()
+        identity = (incoming.platform, incoming.sender_id)
         if not admission.allowed:
-            if command_name(text) == "start":
-                await self.command(admission.user, text, chat)
+            if command_name(text) in OPEN_COMMANDS and admission.user.status != "blocked":
+                await self.command(admission.user, text, chat, identity)
             else:
                 await chat.reply(admission.refusal or "")
             return
         if is_command(text):
-            await self.command(admission.user, text, chat)
+            await self.command(admission.user, text, chat, identity)
             return
         attachments = await chat.attachments(admission.user) if incoming.attachments else ()
         notes = self.app.assistant.attachment_notes(admission.user, attachments)
@@ -141,14 +145,20 @@ class Answerer:
         if text or any(a.kind != "rejected" for a in attachments):
             await self.turn(admission.user, text, chat, incoming, attachments)
 
-    async def run_command(self, user: User, text: str) -> CommandReply:
-        """Run a shared slash command for this front end's user."""
-        ctx = CommandContext(user=user, assistant=self.app.assistant, front_end=self.front_end)
+    async def run_command(
+        self, user: User, text: str, identity: tuple[str, int] | None = None
+    ) -> CommandReply:
+        """Run a shared slash command for this front end's user (sent from `identity`)."""
+        ctx = CommandContext(
+            user=user, assistant=self.app.assistant, front_end=self.front_end, identity=identity
+        )
         return await dispatch(ctx, text)
 
-    async def command(self, user: User, text: str, chat: Conversation) -> None:
+    async def command(
+        self, user: User, text: str, chat: Conversation, identity: tuple[str, int] | None = None
+    ) -> None:
         """Run a slash command and post its reply."""
-        reply = await self.run_command(user, text)
+        reply = await self.run_command(user, text, identity)
         await chat.reply(reply.text, reply.link)
 
     async def turn(

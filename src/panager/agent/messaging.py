@@ -6,7 +6,7 @@ Discord front ends provide one each. `FanoutMessenger` tries several.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -50,11 +50,23 @@ class Messenger(Protocol):
         ...
 
 
-class FanoutMessenger:
-    """Tries each messenger in order until one delivers."""
+# The person's chat front ends ("discord", "telegram") in the order to try: their /notify
+# choice first, else the one they wrote from last (services/linking.py).
+Route = Callable[["User"], Awaitable[list[str]]]
+CHAT_PLATFORMS = ("discord", "telegram")
 
-    def __init__(self, messengers: Sequence[Messenger] = ()) -> None:
+
+class FanoutMessenger:
+    """Delivers through the person's chat front ends in their order, else the first that can.
+
+    A messenger may name its `platform`. For a person with a chat front end, the chat
+    messengers are tried in the person's order and a terminal or web page that is open
+    only shows a copy once a chat delivered — it is never the only destination. For
+    anyone else (the terminal's own user), each messenger is tried in turn."""
+
+    def __init__(self, messengers: Sequence[Messenger] = (), route: Route | None = None) -> None:
         self.messengers = list(messengers)
+        self.route = route
 
     def add(self, messenger: Messenger) -> None:
         """Append a delivery route."""
@@ -63,8 +75,28 @@ class FanoutMessenger:
     async def send(
         self, user: User, text: str, *, link: dict | None = None, key: str | None = None
     ) -> bool:
-        """Deliver through the first messenger that accepts the user."""
-        for messenger in self.messengers:
+        """Deliver to the person (see the class doc); True once a destination took it."""
+        chats = await self.route(user) if self.route is not None else []
+        if not chats:
+            return await self._first(self.messengers, user, text, link, key)
+        ordered = [m for p in chats for m in self.messengers if _platform(m) == p]
+        unnamed = [m for m in self.messengers if _platform(m) is None]
+        if not await self._first([*ordered, *unnamed], user, text, link, key):
+            return False
+        for shown in self.messengers:
+            if _platform(shown) not in (*CHAT_PLATFORMS, None):
+                await shown.send(user, text, link=link, key=key)
+        return True
+
+    @staticmethod
+    async def _first(
+        messengers: Sequence[Messenger], user: User, text: str, link: dict | None, key: str | None
+    ) -> bool:
+        for messenger in messengers:
             if await messenger.send(user, text, link=link, key=key):
                 return True
         return False
+
+
+def _platform(messenger: Messenger) -> str | None:
+    return getattr(messenger, "platform", None)

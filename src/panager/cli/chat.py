@@ -36,7 +36,7 @@ from panager.cli.attach import USAGE, is_attach, parse_attach, take_file
 from panager.cli.live import SPEAKER, AnswerView, LiveAnswer, PlainAnswer, no_echo
 from panager.config import Settings
 from panager.services.media.intake import Attachment
-from panager.services.users import LOCAL_USER_ID, User
+from panager.services.users import LOCAL_USER_ID, User, UserService
 from panager.web.server import start_for_terminal
 
 log = logging.getLogger(__name__)
@@ -81,17 +81,21 @@ def _prompt_running() -> bool:
 
 
 class TerminalMessenger:
-    """Delivers reminders and scheduled answers for the local user into the open REPL."""
+    """Delivers reminders and scheduled answers for the local user into the open REPL.
 
-    def __init__(self, console: Console, user_id: int) -> None:
+    For a person joined with a chat front end it only shows a copy (agent/messaging.py)."""
+
+    platform = "terminal"
+
+    def __init__(self, console: Console, users: UserService) -> None:
         self.console = console
-        self.user_id = user_id
+        self.users = users
 
     async def send(
         self, user: User, text: str, *, link: dict | None = None, key: str | None = None
     ) -> bool:
-        """Print the message when it is for the terminal user."""
-        if user.id != self.user_id:
+        """Print the message when it is for the terminal's person (joined or not)."""
+        if user.id != await self.users.person_id("terminal", LOCAL_USER_ID):
             return False
         self.console.say(f"\n🔔 {text}")
         if link:
@@ -196,7 +200,10 @@ class Repl:
         self.console.say(reply.text)
         if reply.link:
             self.console.say(f"  {reply.link.get('label', 'Link')}: {reply.link['url']}")
-        self.user = await self.app.deps.users.get(self.user.id) or self.user
+        # a /link or /unlink may have moved the terminal to another person
+        users = self.app.deps.users
+        person = await users.person_id("terminal", LOCAL_USER_ID)
+        self.user = (await users.get(person) if person is not None else None) or self.user
 
     async def _attach(self, text: str) -> None:
         """`/attach PATH [message]`: read the file, show what was heard or refused, answer."""
@@ -338,7 +345,7 @@ async def run_chat(settings: Settings, *, debug: bool = False) -> None:
     app = await start_app(settings, console)
     try:
         user = await app.local_user()
-        app.deps.messenger.add(TerminalMessenger(console, user.id))
+        app.deps.messenger.add(TerminalMessenger(console, app.deps.users))
         await start_background(app)
         console.say(_banner(app, user))
         repl = Repl(app, user, console, debug)

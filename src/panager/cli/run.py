@@ -204,7 +204,7 @@ async def start_rest_delivery(app) -> list[Running]:
     from panager.discord.messenger import DiscordMessenger
 
     client = await rest_client(token)
-    messenger = DiscordMessenger(client)
+    messenger = DiscordMessenger(client, app.deps.users)
     app.deps.messenger.add(messenger)
 
     async def close() -> None:

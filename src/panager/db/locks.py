@@ -17,6 +17,7 @@ TURN_LOCK_NAMESPACE = 7_260_005  # (ns, user): one turn at a time (agent/turnloc
 RELAY_LOCK_NAMESPACE = 7_260_012  # (ns, sender): the relay rate limit (services/relays.py)
 LEADER_NS = 7_260_006  # (ns, hashtext(name)): one process leads: Telegram polling (db/leader.py)
 IDENTITY_LOCK_NAMESPACE = 7_260_007  # (ns, hashtext(platform:id)): a new person (services/users.py)
+LINK_LOCK_NAMESPACE = 7_260_022  # (ns, person) joins; (ns, hashtext(platform:id)) link attempts
 
 ALL = {
     "migration": MIGRATION_LOCK_KEY,
@@ -27,4 +28,5 @@ ALL = {
     "relay": RELAY_LOCK_NAMESPACE,
     "leader": LEADER_NS,
     "identity": IDENTITY_LOCK_NAMESPACE,
+    "link": LINK_LOCK_NAMESPACE,
 }

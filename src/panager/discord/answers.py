@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import discord
 
-from panager.adapters.answering import ATTACHMENT_NOTE, Answerer, Incoming
+from panager.adapters.answering import ATTACHMENT_NOTE, OPEN_COMMANDS, Answerer, Incoming
 from panager.discord.attachments import DiscordAttachments
 from panager.discord.questions import question_view
 from panager.discord.replies import nonce, send_followup, send_reply
@@ -130,9 +130,12 @@ class DiscordAnswerer(Answerer):
         """Answer a deferred slash command from the command picker (under the user's lock)."""
         person = interaction.user
         admission = await self.access.admit(person.id, person.name, person.global_name)
-        if not admission.allowed and name != "start":
+        open_command = name in OPEN_COMMANDS and admission.user.status != "blocked"
+        if not admission.allowed and not open_command:
             await send_followup(interaction, admission.refusal or "")
             return
         async with lock:
-            reply = await self.run_command(admission.user, f"/{name} {args}".strip())
+            reply = await self.run_command(
+                admission.user, f"/{name} {args}".strip(), ("discord", person.id)
+            )
         await send_followup(interaction, reply.text, link=reply.link)

@@ -135,7 +135,7 @@ class PanagerBot(discord.Client):
         )
         self.answerer = DiscordAnswerer(app, self.inbox, status_interval=status_interval)
         self.tree = build_tree(self, self.handle_interaction)
-        self.messenger = DiscordMessenger(self)
+        self.messenger = DiscordMessenger(self, app.deps.users)
         self._conversations: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._readied = False
 

@@ -20,7 +20,7 @@ from panager.discord.replies import send_reply
 from panager.services.users import LOCAL_USER_ID
 
 if TYPE_CHECKING:
-    from panager.services.users import User
+    from panager.services.users import User, UserService
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,20 @@ log = logging.getLogger(__name__)
 class DiscordMessenger:
     """Sends a DM to a user by id (the DM channel is created on demand)."""
 
-    def __init__(self, client: discord.Client) -> None:
+    platform = "discord"
+
+    def __init__(self, client: discord.Client, users: UserService | None = None) -> None:
         self.client = client
+        self.users = users  # to find a joined person's Discord id (else: person id = Discord id)
+
+    async def _discord_id(self, user: User) -> int | None:
+        if self.users is None:
+            return None if user.id == LOCAL_USER_ID or user.id < 0 else user.id
+        identities = await self.users.identities(user.id)
+        if not identities and user.id > LOCAL_USER_ID:
+            return user.id  # a person made without identities (`UserService.ensure`)
+        ids = [pid for p, pid in identities if p == "discord"]
+        return ids[0] if ids else None
 
     async def send(
         self, user: User, text: str, *, link: dict | None = None, key: str | None = None
@@ -39,12 +51,13 @@ class DiscordMessenger:
         Held calls of a scheduled answer (`/approve ID` lines) get an Approve button each.
         With a `key`, each chunk carries the nonce `<key>.<n>`: Discord answers a repeated
         send (a delivery retried after a crash) with the first message instead of a copy."""
-        if user.id == LOCAL_USER_ID or user.id < 0 or user.status == "blocked":
-            return False  # the terminal user, or a person who has no Discord id (Telegram)
-        if self.client.is_closed() or self.client.user is None:
+        if user.status == "blocked" or self.client.is_closed() or self.client.user is None:
             return False
+        discord_id = await self._discord_id(user)
+        if discord_id is None:
+            return False  # the terminal user, or a person who has no Discord id (Telegram)
         try:
-            channel = await self.client.create_dm(discord.Object(id=user.id))
+            channel = await self.client.create_dm(discord.Object(id=discord_id))
             view = None if link else proposal_view(proposal_ids(text))
             # Proactive messages (scheduled answers may have read outside content) never
             # unfurl links: a preview is a fetch nobody approved.

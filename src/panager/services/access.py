@@ -188,16 +188,34 @@ class AccessService:
             [("discord", i) for i in admin_ids] + [("telegram", i) for i in telegram_admin_ids]
         )
         self._admin_people: set[int] = set()  # person ids of admins seen on other platforms
+        self._not_admins: set[int] = set()  # people whose listed identity was detached (/unlink)
 
     def is_admin(self, user_id: int) -> bool:
         """True for people named in PANAGER_ADMIN_IDS (by any of their identities)."""
-        return user_id in self.admin_ids or user_id in self._admin_people
+        if user_id in self._admin_people:
+            return True
+        return user_id in self.admin_ids and user_id not in self._not_admins
+
+    async def _listed_person(self, user_id: int) -> bool:
+        """Whether any identity of the person is in PANAGER_ADMIN_IDS (joined ones count)."""
+        owner = ("terminal", LOCAL_USER_ID)  # the machine's owner is an admin wherever joined
+        listed = any(i in self.admins or i == owner for i in await self.users.identities(user_id))
+        self.note_rights(user_id, listed)
+        return listed
 
     def has_admin_rights(self, user_id: int) -> bool:
         """Admin rights, decided from the configuration now (PANAGER_ADMIN_IDS, and the
         terminal's local user), never from the role stored in the database: an id removed
         from the list loses the rights on its next request, from any front end."""
-        return user_id == LOCAL_USER_ID or self.is_admin(user_id)
+        if user_id == LOCAL_USER_ID and user_id not in self._not_admins:
+            return True
+        return self.is_admin(user_id)
+
+    def note_rights(self, user_id: int, listed: bool) -> None:
+        """Remember, after a join or an /unlink in this process, whether the person now holds
+        a listed identity (the terminal's counts), so rights follow at once."""
+        (self._admin_people if listed else self._not_admins).add(user_id)
+        (self._not_admins if listed else self._admin_people).discard(user_id)
 
     def model_of(self, user: User, default: str, allowed: Collection[str] | None) -> str:
         """The model `user` gets now: their stored /model choice while it is still permitted
@@ -236,7 +254,11 @@ class AccessService:
         user = await self.users.ensure_identity(
             platform, platform_id, username, display_name=display_name, status=initial
         )
-        if user.role == "admin" and not self.is_admin(user.id):  # no longer listed: demoted
+        # Listed through another, joined identity? (Asked only where it can matter.)
+        listed = bool(self.admins or user.role == "admin") and await self._listed_person(user.id)
+        if listed and (user.role != "admin" or user.status != "active"):
+            return Admission(await self._promote(user), True)
+        if user.role == "admin" and not listed:  # no longer listed: demoted
             user = await self.users.set_role(user.id, "user") or user
         if user.status == "blocked":
             return Admission(user, False, REFUSALS["blocked"])
@@ -258,6 +280,9 @@ class AccessService:
             role="admin",
             status="active",
         )
+        return await self._promote(user)
+
+    async def _promote(self, user: User) -> User:
         if user.role != "admin":
             user = await self.users.set_role(user.id, "admin") or user
         if user.status != "active":

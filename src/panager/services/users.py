@@ -38,17 +38,24 @@ LOCK_IDENTITY = (
 )
 NEXT_PERSON_ID = "SELECT nextval('person_ids') AS id"
 INSERT_IDENTITY = """
-INSERT INTO identities (platform, platform_id, user_id) VALUES (%s, %s, %s)
+INSERT INTO identities (platform, platform_id, user_id, last_seen_at)
+VALUES (%s, %s, %s, CASE WHEN %s THEN NULL ELSE now() END)
 ON CONFLICT (platform, platform_id) DO NOTHING
 """
 IDENTITIES_OF = "SELECT platform, platform_id FROM identities WHERE user_id = %s ORDER BY platform"
 
 GET_USER = "SELECT * FROM users WHERE id = %s"
-# The common case: a known identity, its person's names refreshed (under a free name).
+# The common case: a known identity, its person's names refreshed (under a free name), and
+# the identity's last message noted (where `/notify auto` delivers).
 TOUCH_KNOWN = """
+WITH seen AS (
+    UPDATE identities SET last_seen_at = now()
+     WHERE platform = %(platform)s AND platform_id = %(platform_id)s
+    RETURNING user_id
+)
 UPDATE users SET username = %(username)s,
        display_name = COALESCE(%(display_name)s, users.display_name), updated_at = now()
- WHERE id = %(id)s
+ WHERE id = (SELECT user_id FROM seen) AND id = %(id)s
 RETURNING *
 """
 GET_BY_USERNAME = (
@@ -188,7 +195,7 @@ class UserService:
         if user_id > 0:
             platform = "terminal" if user_id == LOCAL_USER_ID else "discord"
             async with self.pool.connection() as conn:
-                await conn.execute(INSERT_IDENTITY, (platform, user_id, user_id))
+                await conn.execute(INSERT_IDENTITY, (platform, user_id, user_id, True))
         return user
 
     async def person_id(self, platform: str, platform_id: int) -> int | None:
@@ -240,6 +247,8 @@ class UserService:
                 row = await (await conn.execute(FIND_IDENTITY, (platform, platform_id))).fetchone()
                 if row is not None:
                     known = {
+                        "platform": platform,
+                        "platform_id": platform_id,
                         "id": row["user_id"],
                         "username": await _free_username(conn, username, row["user_id"]),
                         "display_name": display_name,
@@ -270,7 +279,7 @@ class UserService:
             else:
                 user_row = await (await conn.execute(UPSERT_USER, params)).fetchone()
             if row is None:
-                await conn.execute(INSERT_IDENTITY, (platform, platform_id, person))
+                await conn.execute(INSERT_IDENTITY, (platform, platform_id, person, placeholder))
         return _user(one(user_row))
 
     async def identities(self, user_id: int) -> list[tuple[str, int]]:

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 class TelegramMessenger:
     """Sends a message to a person's Telegram chat, when they have one."""
 
+    platform = "telegram"
+
     def __init__(self, bot: Bot, users: UserService) -> None:
         self.bot = bot
         self.users = users

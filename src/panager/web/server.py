@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from panager.agent.messaging import FanoutMessenger
 from panager.services.google.service import (
     CALLBACK_PATH,
     START_PATH,
@@ -36,6 +37,7 @@ from panager.services.google.service import (
 from panager.services.web_sessions import WebSessionService
 from panager.web.auth import COOKIE
 from panager.web.hooks import WebhookEndpoint, log_path
+from panager.web.notices import WebNotices
 from panager.web.oauth_pages import (
     CONFIRM_FORM,
     CONFIRM_TEXT,
@@ -70,6 +72,8 @@ class WebServer:
     runner: web.AppRunner | None = None
     tasks: set[asyncio.Task] = field(default_factory=set)
     counters: Counter = field(default_factory=Counter)
+    notices: WebNotices = field(default_factory=WebNotices)  # reminders on open pages
+    delivery: FanoutMessenger | None = None  # where `notices` was added as a messenger
     _stopped: bool = False
 
     @property
@@ -94,6 +98,9 @@ class WebServer:
         if self._stopped:
             return
         self._stopped = True
+        self.notices.close()
+        if self.delivery is not None and self.notices in self.delivery.messengers:
+            self.delivery.messengers.remove(self.notices)
         if self.tasks:
             _done, pending = await asyncio.wait(set(self.tasks), timeout=REPLAY_DRAIN_SECONDS)
             for task in pending:
@@ -126,7 +133,8 @@ def build_web_app(app: App, server: WebServer) -> web.Application:
 
     web_app.add_routes(WebhookEndpoint(app).routes())
     web_app.add_routes(TelegramWebhook(app).routes())
-    add_pages(web_app, app, server.spawn)
+    gate = add_pages(web_app, app, server.spawn)
+    web_app.add_routes(server.notices.routes(gate))
     return web_app
 
 
@@ -308,6 +316,8 @@ async def start_web(app: App, *, host: str | None = None, port: int | None = Non
         raise
     server.runner = runner
     server.port = runner.addresses[0][1]
+    server.delivery = app.deps.messenger
+    app.deps.messenger.add(server.notices)
     app.closers.append(server)
     log.info("web server listening on %s", server.url)
     return server

@@ -34,6 +34,16 @@ class CommandContext:
     user: User
     assistant: Assistant
     front_end: str = "terminal"  # or "discord", "telegram", "web"
+    identity: tuple[str, int] | None = None  # (platform, platform id) the command came from
+
+    @property
+    def sender(self) -> tuple[str, int] | None:
+        """The front-end identity asking: given by the front end; the terminal's is fixed."""
+        if self.identity is None and self.front_end == "terminal":
+            from panager.services.users import LOCAL_USER_ID
+
+            return ("terminal", LOCAL_USER_ID)
+        return self.identity
 
     @property
     def deps(self) -> AgentDeps:
@@ -163,4 +173,5 @@ COMMAND_MODULES: list[str] = [
     "panager.agent.commands.tools",
     "panager.agent.commands.jobs",
     "panager.agent.commands.profile",
+    "panager.agent.commands.link",
 ]

@@ -33,7 +33,7 @@ from typing import Any
 
 MAX_CONTENT_CHARS = 4_000
 MAX_CATEGORY_CHARS = 40
-SOURCES = ("tool", "compaction", "import")
+SOURCES = ("tool", "compaction", "import", "link")  # link: a conversation a join did not keep
 
 
 class MemoryInputError(ValueError):
