@@ -78,3 +78,17 @@ async def test_budget_warns_once_at_eighty_percent(make_app, tmp_path):
     assert "Heads-up: you have used" in big.text and "of today's token budget" in big.text
     again = await app.assistant.run_turn(user, "short")
     assert "Heads-up" not in again.text  # once a day
+
+
+async def test_admins_of_every_front_end_are_not_capped(make_app, tmp_path):
+    home = write_config(tmp_path / "h", daily_token_budget=60, context_window=0)
+    model = ScriptedChatModel(default="a fairly long answer to use up the budget")
+    app = await make_app(model=model, home=home, telegram_admin_ids=[4242])
+    boss = (await app.deps.access.admit_identity("telegram", 4242, "boss")).user
+    other = (await app.deps.access.admit_identity("telegram", 4343, "other")).user
+    await app.deps.users.set_status(other.id, "active")
+    other = await app.deps.users.get(other.id)
+    for who in (boss, other):
+        await app.assistant.run_turn(who, "spend tokens " * 40)
+    assert "today's token budget" not in (await app.assistant.run_turn(boss, "more")).text
+    assert "today's token budget" in (await app.assistant.run_turn(other, "more")).text
