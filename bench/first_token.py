@@ -1,6 +1,7 @@
 """Streamed answers: how soon the first words show, Discord edits, and the cost of streaming.
 
-    .venv/bin/python bench/first_token.py [--answers 50] [--discord-users 5] [--overhead-turns 10]
+    .venv/bin/python bench/first_token.py [--answers 50] [--discord-users 5] [--telegram-users 5]
+        [--overhead-turns 10] [--only terminal,discord,telegram,overhead]
 
 The model is the local fake OpenAI server (HTTP + SSE, the real ChatOpenAI):
 it waits 500 ms, then streams 300 tokens 20 ms apart. Real PostgreSQL (the
@@ -13,7 +14,9 @@ embedded server or DATABASE_URL's), the real graph and runner. Measured:
   first token to the first message holding answer text, and the number of edits
   per answer against the answer's duration (first token → final edit). Several
   users at once (`--discord-users`), 50 answers in all.
-- final text: the streamed answer (terminal and Discord) compared byte for byte
+- Telegram: the real aiogram client against the local fake Bot API (long polling,
+  editMessageText); the same measures as Discord (`--telegram-users` at once).
+- final text: the streamed answer (every front end) compared byte for byte
   with the same answer produced with `stream: false`.
 - overhead: whole `run_turn` time with streaming on vs `stream: false`, turns
   interleaved in the same run (same users, same database, same fake model).
@@ -114,17 +117,21 @@ async def discord(app, fake: FakeOpenAI, answers: int, users: int) -> dict:
     from tests.discord_helpers import running_bot
     from tests.fakes.discord_server import FakeDiscord
 
-    firsts, edits, finals = [], [], []
     async with FakeDiscord() as dc:
         with dc.patch_discord():
             async with running_bot(app, dc):
-                for round_ in range(0, answers, users):
-                    ids = [7000 + round_ + k for k in range(min(users, answers - round_))]
-                    results = await asyncio.gather(*(one_dm(dc, fake, uid) for uid in ids))
-                    for first, n_edits, seconds, text in results:
-                        firsts.append(first * 1000)
-                        edits.append((n_edits, seconds))
-                        finals.append(text)
+                return await in_rounds(answers, users, 7000, lambda uid: one_dm(dc, fake, uid))
+
+
+async def in_rounds(answers: int, users: int, first_id: int, one) -> dict:
+    """`answers` answers, `users` people at once; `one(person id)` measures one answer."""
+    firsts, edits, finals = [], [], []
+    for round_ in range(0, answers, users):
+        ids = [first_id + round_ + k for k in range(min(users, answers - round_))]
+        for first, n_edits, seconds, text in await asyncio.gather(*(one(uid) for uid in ids)):
+            firsts.append(first * 1000)
+            edits.append((n_edits, seconds))
+            finals.append(text)
     return {"first": firsts, "edits": edits, "finals": finals}
 
 
@@ -138,6 +145,29 @@ async def one_dm(dc, fake: FakeOpenAI, user_id: int) -> tuple[float, int, float,
     first_piece = max(t for t in fake.first_piece_at if t <= sent[0]["time"])
     done = max([e["time"] for e in edits] + [m["time"] for m in sent])
     text = "".join(dc.shown_to(user_id))
+    return sent[0]["time"] - first_piece, len(edits), done - first_piece, text
+
+
+async def telegram(app, fake: FakeOpenAI, answers: int, users: int) -> dict:
+    from panager.telegram.api import make_bot
+    from tests.fakes.telegram_server import FakeTelegram
+    from tests.telegram_helpers import running_front
+
+    async with contextlib.AsyncExitStack() as stack:
+        tg = await stack.enter_async_context(FakeTelegram())
+        await stack.enter_async_context(running_front(app, tg, bot=make_bot(tg.token, tg.base_url)))
+        return await in_rounds(answers, users, 8000, lambda uid: one_telegram(tg, fake, uid))
+
+
+async def one_telegram(tg, fake: FakeOpenAI, user_id: int) -> tuple[float, int, float, str]:
+    tg.dm(user_id, "tell me")
+    await tg.wait_for(lambda: "".join(tg.shown_to(user_id)) == ANSWER.strip(), 60)
+    sent = tg.messages_to(user_id)
+    ids = {m["message_id"] for m in sent}
+    edits = [e for e in tg.edits if e["message_id"] in ids]
+    first_piece = max(t for t in fake.first_piece_at if t <= sent[0]["time"])
+    done = max([e["time"] for e in edits] + [m["time"] for m in sent])
+    text = "".join(tg.shown_to(user_id))  # Telegram trims a message's outer whitespace
     return sent[0]["time"] - first_piece, len(edits), done - first_piece, text
 
 
@@ -170,7 +200,10 @@ async def main() -> None:
     parser.add_argument("--discord-users", type=int, default=5)
     parser.add_argument("--overhead-turns", type=int, default=6)
     parser.add_argument("--overhead-users", type=int, default=5)
+    parser.add_argument("--telegram-users", type=int, default=5)
+    parser.add_argument("--only", default="terminal,discord,telegram,overhead")
     args = parser.parse_args()
+    only = set(args.only.split(","))
     home = Path(tempfile.mkdtemp(prefix="panager-bench-stream-"))
     async with FakeOpenAI() as fake, bench_database() as db_url:
         fake.handler = reply
@@ -178,42 +211,64 @@ async def main() -> None:
         plain = await start_app(db_url, write_home(home / "plain", stream=False), fake.base_url)
         try:
             began = time.perf_counter()
-            term, term_finals = await terminal(app, fake, args.answers)
-            dc = await discord(app, fake, args.answers, args.discord_users)
+            none: dict = {"first": [], "edits": [], "finals": []}
+            term, term_finals = (
+                await terminal(app, fake, args.answers) if "terminal" in only else ([], [])
+            )
+            dc = await discord(app, fake, args.answers, args.discord_users) if "discord" in only else none
+            tg = (
+                await telegram(app, fake, args.answers, args.telegram_users)
+                if "telegram" in only
+                else none
+            )
             over = await overhead(app, plain, args.overhead_turns, args.overhead_users)
             elapsed = time.perf_counter() - began
         finally:
             await app.stop()
             await plain.stop()
-    report(args, term, term_finals, dc, over, elapsed)
+    report(args, term, term_finals, dc, tg, over, elapsed)
 
 
-def report(args, term, term_finals, dc, over, elapsed) -> None:
+def edit_line(name: str, measured: dict) -> str:
+    """Edits per answer against the answer's duration (about one edit a second)."""
+    edits = [n for n, _ in measured["edits"]]
+    seconds = [s for _, s in measured["edits"]]
+    within = sum(n <= s + 2 for n, s in measured["edits"])
+    return (
+        f"{name} edits per answer: median {percentile(edits, 50):.0f}, max {max(edits)}; "
+        f"answer duration median {percentile(seconds, 50):.1f} s; "
+        f"answers within (seconds + 2) edits: {within}/{len(edits)}"
+    )
+
+
+def report(args, term, term_finals, dc, tg, over, elapsed) -> None:
     reference = over["finals"]["stream: false"]
-    same = all(t == reference for t in [*term_finals, *dc["finals"], over["finals"]["stream"]])
-    within = sum(n <= seconds + 2 for n, seconds in dc["edits"])
-    edits = [n for n, _ in dc["edits"]]
-    seconds = [s for _, s in dc["edits"]]
+    streamed = [*term_finals, *dc["finals"], over["finals"]["stream"]]
+    same = all(t == reference for t in streamed)
+    same = same and all(t == reference.strip() for t in tg["finals"])
     ratio = percentile(over["times"]["stream"], 50) / percentile(over["times"]["stream: false"], 50)
     print(machine_line())
     print(
         f"fake model: waits {THINK * 1000:.0f} ms, then {TOKENS} tokens {GAP * 1000:.0f} ms apart; "
-        f"{args.answers} answers per front end; Discord {args.discord_users} users at once; "
+        f"{args.answers} answers per front end; Discord {args.discord_users} and Telegram "
+        f"{args.telegram_users} users at once; front ends: {args.only}; "
         f"run took {elapsed:.0f} s"
     )
     print()
     print("| measure | n | p50 (ms) | p95 (ms) | target |")
     print("|---|---|---|---|---|")
-    print(row("first token → terminal", term, "p95 ≤ 50 ms"))
-    print(row("first token → Discord message", dc["first"], "p95 ≤ 1,200 ms"))
+    if term:
+        print(row("first token → terminal", term, "p95 ≤ 50 ms"))
+    if dc["first"]:
+        print(row("first token → Discord message", dc["first"], "p95 ≤ 1,200 ms"))
+    if tg["first"]:
+        print(row("first token → Telegram message", tg["first"], "p95 ≤ 1,200 ms"))
     print(row(f"whole turn, stream (×{args.overhead_users} users)", over["times"]["stream"], ""))
     print(row("whole turn, `stream: false`", over["times"]["stream: false"], ""))
     print()
-    print(
-        f"Discord edits per answer: median {percentile(edits, 50):.0f}, max {max(edits)}; "
-        f"answer duration median {percentile(seconds, 50):.1f} s; "
-        f"answers within (seconds + 2) edits: {within}/{len(edits)}"
-    )
+    for name, measured in (("Discord", dc), ("Telegram", tg)):
+        if measured["edits"]:
+            print(edit_line(name, measured))
     print(f"final text byte-identical to the `stream: false` answer: {'yes' if same else 'NO'}")
     print(f"whole-turn overhead of streaming (p50 ÷ p50): {ratio:.3f} (target ≤ 1.05)")
 

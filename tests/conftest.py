@@ -31,6 +31,8 @@ CLEARED_ENV = (
     "PANAGER_HOME",
     "PANAGER_CONFIG",
     "DISCORD_TOKEN",
+    "TELEGRAM_BOT_TOKEN",
+    "TELEGRAM_API_URL",
     "PANAGER_ACCESS",
     "PANAGER_ADMIN_IDS",
     "PANAGER_TIMEZONE",
@@ -152,3 +154,22 @@ async def make_app(make_settings, clock):
     yield make
     for app in apps:
         await app.stop()
+
+
+@pytest.fixture
+async def openai():
+    """The local fake model API (modules may define their own)."""
+    from tests.fakes.openai_server import FakeOpenAI
+
+    async with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+async def telegram():
+    """The local fake Telegram Bot API; fails the test if the bot called unknown methods."""
+    from tests.fakes.telegram_server import FakeTelegram
+
+    async with FakeTelegram() as server:
+        yield server
+    assert server.unhandled == [], "the bot called methods the fake does not serve"

@@ -126,6 +126,7 @@ def endpoints_of(fake: FakeGoogle) -> GoogleEndpoints:
         revoke_uri=fake.revoke_uri,
         calendar_api=fake.calendar_endpoint,
         tasks_api=fake.tasks_endpoint,
+        gmail_api=fake.gmail_endpoint,
     )
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from panager.agent.delivery import AssistantDelivery
+from panager.agent.relay import relay_note
 from panager.agent.threads import update_thread
-from panager.agent.tools.messaging import relay_note
 from tests.discord_helpers import STEP, running_bot
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.scripted_model import ScriptedChatModel, call

@@ -13,8 +13,8 @@ import json
 
 import pytest
 
+from panager.adapters.chunking import FENCE
 from panager.discord.bot import ATTACHMENT_NOTE, ERROR_MESSAGE, PanagerBot
-from panager.discord.chunking import FENCE
 from tests.fakes.discord_server import FakeDiscord, dm_channel_id
 from tests.fakes.openai_server import FakeOpenAI, tool_call
 from tests.runtime_helpers import write_config
@@ -115,7 +115,7 @@ async def test_long_answer_arrives_in_ordered_chunks_with_fences_intact(start_bo
     await fake.send_dm(ADMIN, "write a lot")
     await until(fake, lambda: any(m["content"].endswith("end.") for m in fake.messages_to(ADMIN)))
     chunks = texts(fake, ADMIN)
-    assert len(chunks) >= 3 and all(len(c) < 2000 for c in chunks)
+    assert len(chunks) >= 3 and all(len(c) < 2000 for c in chunks), [len(c) for c in chunks]
     assert all(c.count(FENCE) % 2 == 0 for c in chunks), "a chunk leaves a code block open"
     joined = "".join(chunks)
     positions = [joined.find(f"line {i:03d}") for i in range(60)]

@@ -235,7 +235,7 @@ async def test_a_forged_relay_arrives_quoted_and_reaches_the_model_as_data(make_
 async def test_relay_rate_limit_lives_in_postgres_and_recipients_are_not_enumerable(
     make_app, tmp_path
 ):
-    from panager.agent.tools.messaging import UserMessageRelay
+    from panager.agent.relay import UserMessageRelay
 
     app, _, mallory, _ = await relay_app(make_app, tmp_path, ScriptedChatModel())
     users = app.deps.users

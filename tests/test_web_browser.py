@@ -9,7 +9,7 @@ from datetime import date, timedelta
 import pytest
 
 from panager.services.web_sessions import WebSessionService
-from tests.browser_helpers import Browsers, shot
+from tests.browser_helpers import SCREENSHOTS, Browsers, shot
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.scheduler_helpers import utc, worker
 from tests.web_helpers import ADMIN, ALICE, BOB, web_harness
@@ -118,6 +118,18 @@ async def test_every_page_renders_and_is_screenshotted(make_app, browsers):
     await page.goto(h.url + "/memories?q=dentist")
     assert "Dr. Kim" in await page.inner_text("ul.memories li >> nth=0")
     await shot(page, "memories")
+    await h.app.deps.profiles.update(ALICE, "about", "Alice, a nurse in Seoul; two cats.")
+    await page.goto(h.url + "/memories")
+    assert "two cats" in await page.locator("#profile textarea").first.input_value()
+    await page.locator("#profile").screenshot(path=str(SCREENSHOTS / "profile.png"))
+    await page.goto(h.url + "/schedules")
+    assert "Now: off." in await page.inner_text("#heartbeat")
+    await page.locator("#heartbeat").screenshot(path=str(SCREENSHOTS / "heartbeat.png"))
+    await h.app.deps.media.take(ALICE, "lease.txt", b"The lease ends on 31 March 2027.")
+    await page.goto(h.url + "/files")
+    listing = await page.inner_text("main")
+    assert "lease.txt" in listing and "32 B" in listing
+    await shot(page, "files")
     await page.goto(h.url + "/usage")
     assert await page.locator("svg.chart rect").count() > 20
     await shot(page, "usage")

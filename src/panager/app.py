@@ -36,11 +36,11 @@ from panager.agent.graph import (
     build_graph,
 )
 from panager.agent.messaging import FanoutMessenger
+from panager.agent.relay import UserMessageRelay
 from panager.agent.runner import Assistant, ModelSelector
 from panager.agent.runtime import build_runtime
 from panager.agent.state import Recall
 from panager.agent.threads import Threads, thread_asking, update_thread
-from panager.agent.tools.messaging import UserMessageRelay
 from panager.agent.turnlock import TurnLocks
 from panager.clock import Clock, SystemClock
 from panager.config import ConfigError, RuntimeConfig, Settings
@@ -141,7 +141,12 @@ class App:
         # 1. Services (each takes the pool; none knows about the agent).
         users = UserService(pool, settings.timezone)
         access = AccessService(
-            pool, users, clock, mode=settings.access, admin_ids=settings.admin_ids
+            pool,
+            users,
+            clock,
+            mode=settings.access,
+            admin_ids=settings.admin_ids,
+            telegram_admin_ids=settings.telegram_admin_ids,
         )
         usage = UsageService(pool, clock)
         relays = RelayService(pool)
@@ -255,7 +260,7 @@ class App:
             name = getpass.getuser()
         except Exception:
             name = "me"
-        return await self.deps.users.ensure(LOCAL_USER_ID, name, role="admin")
+        return await self.deps.users.ensure_identity("terminal", LOCAL_USER_ID, name, role="admin")
 
     # -- scheduler workers --------------------------------------------------------------------
 

@@ -90,7 +90,12 @@ class Settings(BaseSettings):
     config_path: Path | None = _env("PANAGER_CONFIG", default=None)
     discord_token: str | None = _env("DISCORD_TOKEN", default=None, repr=False)
     access: Literal["open", "allowlist", "invite"] = _env("PANAGER_ACCESS", default="invite")
+    # PANAGER_ADMIN_IDS names Discord ids ("123", "discord:123") and Telegram ids
+    # ("telegram:123"); each field keeps its platform's ids.
     admin_ids: Annotated[list[int], NoDecode] = _env("PANAGER_ADMIN_IDS", default_factory=list)
+    telegram_admin_ids: Annotated[list[int], NoDecode] = _env(
+        "PANAGER_ADMIN_IDS", default_factory=list
+    )
     timezone: str = _env("PANAGER_TIMEZONE", default_factory=system_timezone)
     public_url: str = _env("PANAGER_PUBLIC_URL", default="http://localhost:8765")
     http_host: str = _env("PANAGER_HTTP_HOST", default="127.0.0.1")
@@ -99,6 +104,8 @@ class Settings(BaseSettings):
     metrics_token: str | None = _env("PANAGER_METRICS_TOKEN", default=None, repr=False)
     google_client_id: str | None = _env("GOOGLE_CLIENT_ID", default=None)
     google_client_secret: str | None = _env("GOOGLE_CLIENT_SECRET", default=None, repr=False)
+    telegram_bot_token: str | None = _env("TELEGRAM_BOT_TOKEN", default=None, repr=False)
+    telegram_api_url: str = _env("TELEGRAM_API_URL", default="https://api.telegram.org")
     auto_migrate: bool = _env("PANAGER_AUTO_MIGRATE", default=True)
     transcription_model: str = _env("PANAGER_TRANSCRIPTION_MODEL", default="whisper-1")
     transcription_base_url: str | None = _env("PANAGER_TRANSCRIPTION_BASE_URL", default=None)
@@ -107,7 +114,14 @@ class Settings(BaseSettings):
     @classmethod
     def _split_ids(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [int(part) for part in value.replace(" ", "").split(",") if part]
+            return _platform_ids(value, "discord")
+        return value
+
+    @field_validator("telegram_admin_ids", mode="before")
+    @classmethod
+    def _split_telegram_ids(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return _platform_ids(value, "telegram")
         return value
 
     @field_validator("timezone")
@@ -141,10 +155,29 @@ class Settings(BaseSettings):
         return load_runtime_config(self)
 
 
+def _platform_ids(text: str, platform: str) -> list[int]:
+    """The ids of `platform` in an admin list such as '123,telegram:456,discord:789'."""
+    found = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        name, _, number = part.rpartition(":")
+        if name not in ("", "discord", "telegram"):
+            raise ValueError(f"unknown platform {name!r} in {part!r}")
+        if (name or "discord") == platform:
+            found.append(int(number))
+        else:
+            int(number)  # still checked
+    return found
+
+
 FIXES: dict[str, str] = {
     "PANAGER_ACCESS": "use one of: open, allowlist, invite",
     "OPENAI_API_TYPE": "use 'chat' or 'responses'",
-    "PANAGER_ADMIN_IDS": "use comma-separated Discord user ids, e.g. 123456789012345678,2345678901",
+    "PANAGER_ADMIN_IDS": (
+        "use comma-separated user ids, Discord ids as they are and Telegram ids as "
+        "telegram:ID, e.g. 123456789012345678,telegram:987654321"
+    ),
     "PANAGER_TIMEZONE": "use an IANA zone name such as Europe/Berlin or Asia/Seoul",
     "PANAGER_HTTP_PORT": "use a port number between 0 and 65535",
     "PANAGER_AUTO_MIGRATE": "use true or false",
@@ -309,6 +342,10 @@ class RuntimeConfig(BaseModel):
     discord_cdn_hosts: list[str] = Field(
         default_factory=lambda: ["cdn.discordapp.com", "media.discordapp.net"]
     )
+    # Telegram: receive updates by webhook on the web component (needs an https
+    # PANAGER_PUBLIC_URL) instead of long polling.
+    telegram_webhook: bool = False
+    telegram_poll_seconds: int = Field(default=25, ge=1, le=50)  # getUpdates long-poll timeout
 
 
 def load_runtime_config(settings: Settings) -> RuntimeConfig:

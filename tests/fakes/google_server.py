@@ -64,6 +64,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from aiohttp import web
 from dateutil import rrule
 
+from tests.fakes.gmail_fake import GMAIL_SCOPES, _GmailMixin, gmail_needed_scopes
+
 __all__ = [
     "CALENDAR_SCOPE",
     "TASKS_SCOPE",
@@ -81,7 +83,12 @@ _EVENTS_WRITE = {CALENDAR_SCOPE, CALENDAR_SCOPE + ".events"}
 _EVENTS_READ = _CAL_READ | _EVENTS_WRITE | {CALENDAR_SCOPE + ".events.readonly"}
 _TASKS_READ = {TASKS_SCOPE, TASKS_SCOPE + ".readonly"}
 _KNOWN_SCOPES = (
-    _EVENTS_READ | _TASKS_READ | set(_SCOPE_ALIASES) | set(_SCOPE_ALIASES.values()) | {"openid"}
+    _EVENTS_READ
+    | _TASKS_READ
+    | GMAIL_SCOPES
+    | set(_SCOPE_ALIASES)
+    | set(_SCOPE_ALIASES.values())
+    | {"openid"}
 )
 
 _STATUS = {
@@ -115,7 +122,7 @@ _EVENT_SERVER_FIELDS = (
     "sequence",
 )
 _TASK_SERVER_FIELDS = ("kind", "etag", "id", "selfLink", "updated", "position", "webViewLink")
-_API_PREFIXES = ("/calendar/", "/tasks/", "/oauth2/v3/")
+_API_PREFIXES = ("/calendar/", "/tasks/", "/gmail/", "/oauth2/v3/")
 _RequestKey = getattr(web, "RequestKey", None)  # aiohttp >= 3.13 warns about plain str keys
 _ACCOUNT: Any = _RequestKey("fake_google_account", str) if _RequestKey else "fake_google_account"
 _BODY: Any = _RequestKey("fake_google_body", object) if _RequestKey else "fake_google_body"
@@ -1233,8 +1240,9 @@ def _task_envelope(kind: str, etag: str, page: list, token: str | None) -> dict:
 # ---------------------------------------------------------------------------- server
 
 
-class FakeGoogle(_OAuthMixin, _CalendarMixin, _TasksMixin):
-    """Fake Google OAuth + Calendar v3 + Tasks v1 on ``127.0.0.1``.
+class FakeGoogle(_OAuthMixin, _CalendarMixin, _TasksMixin, _GmailMixin):
+    """Fake Google OAuth + Calendar v3 + Tasks v1 + Gmail v1 (tests/fakes/gmail_fake.py)
+    on ``127.0.0.1``.
 
     State is public for assertions: :attr:`calendars` ``[account][calendar_key]`` (keys
     ``"primary"`` and the secondary calendar's id; each ``{"id", "summary", "timeZone",
@@ -1276,6 +1284,7 @@ class FakeGoogle(_OAuthMixin, _CalendarMixin, _TasksMixin):
         self._refresh_tokens: dict[str, _Grant] = {}
         self._consented: dict[tuple[str, str], tuple[str, ...]] = {}
         self._etags = itertools.count(3_400_000_000_000_000)
+        self._init_gmail()
         self._lock = threading.RLock()
         self._runner: web.AppRunner | None = None
         self._thread: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
@@ -1304,6 +1313,11 @@ class FakeGoogle(_OAuthMixin, _CalendarMixin, _TasksMixin):
     def calendar_endpoint(self) -> str:
         """``client_options={"api_endpoint": ...}`` for Calendar (trailing slash matters)."""
         return f"{self.base_url}/calendar/v3/"
+
+    @property
+    def gmail_endpoint(self) -> str:
+        """``api_endpoint`` for Gmail (its method paths already start with ``gmail/v1/``)."""
+        return self.base_url
 
     @property
     def tasks_endpoint(self) -> str:
@@ -1428,6 +1442,7 @@ class FakeGoogle(_OAuthMixin, _CalendarMixin, _TasksMixin):
                 web.put(tasks + "/{task}", self._tasks_update),
                 web.delete(tasks + "/{task}", self._tasks_delete),
                 web.post("/tasks/v1/lists/{tasklist}/clear", self._tasks_clear),
+                *self._gmail_routes(),
             ]
         )
 
@@ -1493,4 +1508,6 @@ def _needed_scopes(path: str, method: str) -> set[str]:
         return _EVENTS_READ if read else _EVENTS_WRITE
     if path.startswith("/tasks/"):
         return _TASKS_READ if read else {TASKS_SCOPE}
+    if path.startswith("/gmail/"):
+        return gmail_needed_scopes(path, method)
     return set()

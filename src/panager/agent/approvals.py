@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, AnyMessage
 from panager.agent.confirm import Question, declined_message, question_text, unanswered_calls
 from panager.agent.taint import TAINT_KEY
 from panager.agent.tools import build_tools
-from panager.agent.tools.base import clean_args
+from panager.agent.tools.base import CURRENT_CALL, clean_args
 from panager.errors import AuthRequired, ToolError
 
 if TYPE_CHECKING:
@@ -73,7 +73,11 @@ async def approve(assistant: Assistant, user: User, proposal_id: str) -> TurnRes
         if tool is None:
             raise ToolError(f"the tool {proposal.tool} is not available now")
         async with assistant.user_lock(user.id):
-            outcome = await tool.ainvoke(clean_args(proposal.args))
+            running = CURRENT_CALL.set(proposal.id)
+            try:
+                outcome = await tool.ainvoke(clean_args(proposal.args))
+            finally:
+                CURRENT_CALL.reset(running)
             await _note(assistant, user, proposal.id, proposal.description)
     except AuthRequired as exc:
         await deps.proposals.failed(user.id, ident)

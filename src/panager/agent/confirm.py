@@ -29,6 +29,8 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
 
+from panager.agent.tools.base import ALWAYS_ASKED
+
 QUESTION_TTL = timedelta(minutes=10)  # an answer after this counts as Deny
 Decision = Literal["approve", "deny"]
 APPROVE: Decision = "approve"
@@ -118,6 +120,12 @@ def question_text(q: Question) -> str:
     """The question in plain words: what each call would do. Shared by every front end."""
     if q.kind == "proposal":
         head = "Nothing was done yet; these wait for your approval:"
+    elif all(call.tool in ALWAYS_ASKED for call in q.calls):
+        head = (
+            "Before I go on I need your OK for "
+            + ("this" if len(q.calls) == 1 else "each of these")
+            + " (sending mail is always asked; check exactly what would go out):"
+        )
     else:
         head = (
             "Before I go on: text I read that did not come from you (a calendar entry, a "

@@ -37,7 +37,14 @@ from panager.agent.confirm import (
 )
 from panager.agent.state import AgentState, TurnContext
 from panager.agent.taint import marked, person_text
-from panager.agent.tools.base import CONSEQUENTIAL, CallView, classify_call, describe_call
+from panager.agent.tools.base import (
+    ALWAYS_ASKED,
+    CONSEQUENTIAL,
+    CallView,
+    asks_always,
+    classify_call,
+    question_words,
+)
 from panager.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -95,10 +102,12 @@ class ConfirmNode:
         if reply is None or not open_calls:
             return {}
         tainted = marked(reply)
-        if not (tainted or ctx.unattended):
+        if not (tainted or ctx.unattended or _always_asked(open_calls)):
             return {}
         view = CallView(person_text(messages), tainted, ctx.unattended)
-        held = held_calls(ctx.tools, reply, open_calls, view)
+        held = held_calls([*ctx.tools, *ctx.unlisted_tools], reply, open_calls, view)
+        if not (tainted or ctx.unattended):  # only the calls asked about every time
+            held = [(c, t) for c, t in held if asks_always(t)]
         if not held:
             return {}
         if ctx.unattended:
@@ -106,8 +115,14 @@ class ConfirmNode:
         question = Question(
             key=question_key(reply.id, [c for c, _ in held]),
             calls=tuple(
-                PendingCall(str(c["id"]), c["name"], describe_call(t, c["name"], c["args"]))
-                for c, t in held
+                [
+                    PendingCall(
+                        str(c["id"]),
+                        c["name"],
+                        await question_words(t, c["name"], c["args"], str(c["id"])),
+                    )
+                    for c, t in held
+                ]
             ),
             expires_at=self.clock.now() + QUESTION_TTL,
         )
@@ -130,7 +145,7 @@ class ConfirmNode:
             text = UNATTENDED
             if store is not None:
                 ident = proposal_id(ctx.user.id, str(call["id"]))
-                words = describe_call(tool, call["name"], call["args"])
+                words = await question_words(tool, call["name"], call["args"], ident)
                 try:
                     await store.create(
                         ctx.user.id, ident, call["name"], dict(call["args"]), words,
@@ -158,8 +173,15 @@ def route_after_confirm(state: AgentState) -> str:
     return "tools" if open_calls else "agent"
 
 
+def _always_asked(calls: Sequence[ToolCall]) -> bool:
+    return any(call["name"] in ALWAYS_ASKED for call in calls)
+
+
 def needs_confirm(state: AgentState) -> bool:
-    """Whether the last reply must pass the confirm node (tainted, or nobody present)."""
+    """Whether the last reply must pass the confirm node (tainted, nobody present, or a
+    call of a tool asked about every time)."""
     last = state["messages"][-1]
-    return isinstance(last, AIMessage) and (marked(last) or bool(state.get("unattended")))
+    return isinstance(last, AIMessage) and (
+        marked(last) or bool(state.get("unattended")) or _always_asked(last.tool_calls)
+    )
 

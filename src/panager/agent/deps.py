@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from panager.agent.messaging import FanoutMessenger
+    from panager.agent.relay import UserMessageRelay
     from panager.agent.runtime import AgentRuntime
-    from panager.agent.tools.messaging import UserMessageRelay
     from panager.clock import Clock
     from panager.config import RuntimeConfig, Settings
     from panager.db.pool import Pool

@@ -34,8 +34,9 @@ from langchain_core.messages import (
 from panager.agent.graph import AuthHandler
 from panager.agent.state import TurnContext
 from panager.agent.tools.google import GOOGLE_CONNECT, GOOGLE_TOOL_NAMES
+from panager.agent.tools.mail import MAIL_TOOL_NAMES
 from panager.errors import AuthRequired
-from panager.services.google.service import GoogleAuthRequired, GoogleService
+from panager.services.google.service import SCOPE_NAMES, GoogleAuthRequired, GoogleService
 
 if TYPE_CHECKING:
     from panager.agent.messaging import Messenger
@@ -51,7 +52,7 @@ CONNECTED_RESULT = json.dumps(
     {"error": "Google was not linked when this ran. The user has linked it now: use the "
      "Google Calendar and Tasks tools."}
 )
-LINKING_TOOLS = GOOGLE_TOOL_NAMES | {GOOGLE_CONNECT}
+LINKING_TOOLS = GOOGLE_TOOL_NAMES | MAIL_TOOL_NAMES | {GOOGLE_CONNECT}
 REPLAY_NOTE = (
     "[Google account linked just now — this note is from Panager, not a message from the "
     "user] Please finish the request(s) that needed Google: {requests}"
@@ -62,7 +63,7 @@ WAITING_TEXT = (
     "✅ Google account {account} linked. I asked you a question that is still open, so "
     "I did not redo your earlier request: answer the question, then send it again."
 )
-LINKED_TEXT = "✅ Google account {account} linked: Calendar and Tasks are connected."
+LINKED_TEXT = "✅ Google account {account} linked: {scopes} are connected."
 REPLAY_PREFIX = "✅ Google account {account} linked. "
 
 
@@ -77,7 +78,7 @@ def auth_hook(service: GoogleService) -> AuthHandler:
                 await service.add_pending(ctx.user.id, ctx.user_text)
             except Exception:
                 log.exception("could not store the pending message of user %s", ctx.user.id)
-        return await service.create_link(ctx.user.id)
+        return await service.create_link(ctx.user.id, auth.scopes)
 
     return on_auth_required
 
@@ -109,7 +110,10 @@ class GoogleLinkFlow:
             # a question is open in the thread: rewriting it would drop the question
             return await self._deliver(user, WAITING_TEXT.format(account=name))
         if not texts:
-            return await self._deliver(user, LINKED_TEXT.format(account=name))
+            scopes = account.scopes if account else ()
+            names = [SCOPE_NAMES.get(s, s) for s in scopes] or ["nothing"]
+            allowed = " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names)
+            return await self._deliver(user, LINKED_TEXT.format(account=name, scopes=allowed))
         await self.prepare_thread(user, texts)
         result = await self.assistant.run_turn(user, texts[-1], replay=True)
         prefix = REPLAY_PREFIX.format(account=name)

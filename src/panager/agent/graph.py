@@ -42,7 +42,7 @@ from panager.agent.prompts import OUTSIDE_SECTION, build_system_prompt
 from panager.agent.recorders import redact
 from panager.agent.state import AgentState, Recall, TurnContext
 from panager.agent.taint import CALL_TAINTED, call_tainted, mark, marked
-from panager.agent.tools.base import clean_args
+from panager.agent.tools.base import CURRENT_CALL, clean_args
 from panager.clock import Clock, SystemClock
 from panager.errors import AuthRequired, ContextOverflow, ModelUnavailable, ToolError
 from panager.llm import TextSink
@@ -429,6 +429,7 @@ class Graph:
             return _error_message(call, f"Unknown tool {call['name']!r}. Valid tools: {valid}.")
         if not isinstance(call.get("args"), dict):
             return _error_message(call, "Arguments must be a JSON object.")
+        running = CURRENT_CALL.set(str(call["id"]))
         try:
             value = await tool.ainvoke(clean_args(call["args"]))
         except AuthRequired as exc:
@@ -443,6 +444,8 @@ class Graph:
                 call,
                 f"The tool failed unexpectedly ({type(exc).__name__}). Try again or tell the user.",
             )
+        finally:
+            CURRENT_CALL.reset(running)
         content = _result_content(value, self.config.limits.max_tool_result_chars)
         return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
 

@@ -20,6 +20,7 @@ from panager.services.access import (
     describe_invite,
     parse_duration,
 )
+from panager.services.telegram_updates import TelegramState
 
 invite_app = typer.Typer(
     help="Invite codes for new users (PANAGER_ACCESS=invite).", no_args_is_help=True
@@ -40,7 +41,12 @@ async def access_session(settings: Settings) -> AsyncIterator[AccessService]:
         await _ensure_schema(url, pool, settings.auto_migrate)
         users = UserService(pool, settings.timezone)
         yield AccessService(
-            pool, users, SystemClock(), mode=settings.access, admin_ids=settings.admin_ids
+            pool,
+            users,
+            SystemClock(),
+            mode=settings.access,
+            admin_ids=settings.admin_ids,
+            telegram_admin_ids=settings.telegram_admin_ids,
         )
     finally:
         await pool.close()
@@ -89,6 +95,9 @@ def invite_create(
         invite = await access.create_invite(None, max_uses=uses, expires_in=expires_in)
         typer.echo(invite.code)
         typer.echo(f"{describe_invite(invite)}; the new user DMs the bot: /start {invite.code}")
+        link = await TelegramState(access.pool).invite_link(invite.code)
+        if link:
+            typer.echo(f"on Telegram they open: {link}")
         if access.mode != "invite":
             typer.echo(f"note: PANAGER_ACCESS is {access.mode!r}; codes only matter in 'invite'.")
 
@@ -116,27 +125,30 @@ def users_list() -> None:
     _run(action)
 
 
-@users_app.command("allow")
-def users_allow(user_id: int = typer.Argument(..., help="Discord user id")) -> None:
-    """Let a Discord user in (also lifts a block)."""
+ID_HELP = "Discord user id, or telegram:ID for a Telegram user"
 
-    user_id = _checked(lambda: _check_id(user_id))
+
+@users_app.command("allow")
+def users_allow(user_id: str = typer.Argument(..., help=ID_HELP)) -> None:
+    """Let a person in (also lifts a block): a Discord id, or telegram:ID."""
+
+    platform, number = _checked(lambda: _check_id(user_id))
 
     async def action(access: AccessService) -> None:
-        user = await access.allow(user_id)
+        user = await access.allow(number, platform)
         typer.echo(f"allowed {user.id} ({user.username})")
 
     _run(action)
 
 
 @users_app.command("block")
-def users_block(user_id: int = typer.Argument(..., help="Discord user id")) -> None:
-    """Refuse a Discord user from now on (their data is kept)."""
+def users_block(user_id: str = typer.Argument(..., help=ID_HELP)) -> None:
+    """Refuse a person from now on (their data is kept): a Discord id, or telegram:ID."""
 
-    user_id = _checked(lambda: _check_id(user_id))
+    platform, number = _checked(lambda: _check_id(user_id))
 
     async def action(access: AccessService) -> None:
-        user = await access.block(user_id)
+        user = await access.block(number, platform)
         typer.echo(f"blocked {user.id} ({user.username})")
 
     _run(action)
@@ -152,13 +164,22 @@ def _checked(parse):
         fail(str(exc))
 
 
-def _check_id(user_id: int) -> int:
-    if user_id <= 1 or user_id >= 2**63:
+def _check_id(text: str) -> tuple[str, int]:
+    """'123…' or 'discord:123…' → ('discord', 123…); 'telegram:42' → ('telegram', 42)."""
+    platform, _, number = text.strip().rpartition(":")
+    platform = platform.lower() or "discord"
+    if platform == "telegram" and number.isdigit() and 0 < int(number) < 2**63:
+        return platform, int(number)
+    if platform == "discord" and number.isdigit() and 1 < int(number) < 2**63:
+        return platform, int(number)
+    if platform == "telegram":
         raise AccessError(
-            f"{user_id} is not a Discord user id (Discord → Settings → Advanced → Developer "
-            "Mode, then right-click the user → Copy User ID)."
+            f"{text} is not a Telegram user id (the person can ask @userinfobot for it)."
         )
-    return user_id
+    raise AccessError(
+        f"{text} is not a Discord user id (Discord → Settings → Advanced → Developer "
+        "Mode, then right-click the user → Copy User ID); Telegram ids are written telegram:ID."
+    )
 
 
 def register(cli: typer.Typer) -> None:

@@ -1,9 +1,10 @@
-"""`panager run`: the Discord bot, the scheduler worker and the web server in one process.
+"""`panager run`: the Discord bot, the Telegram bot, the scheduler worker and the web server.
 
 `--components` picks a subset, so the pieces can be spread over processes and
-machines (they share nothing but PostgreSQL); a process without the bot still
-delivers DMs (reminders, answers replayed after a Google link) over Discord's
-REST API when DISCORD_TOKEN is set. SIGTERM or SIGINT stops the
+machines (they share nothing but PostgreSQL); by default every component whose
+token is set runs, with the worker and the web server. A process without a
+bot still delivers (reminders, answers replayed after a Google link) over the
+platform's HTTP API when its token is set. SIGTERM or SIGINT stops the
 process gracefully: running turns and deliveries get a moment to finish, the
 bot disconnects, the web server closes, then the database pool.
 
@@ -27,7 +28,7 @@ from panager.config import ConfigError, Settings
 
 log = logging.getLogger("panager.run")
 
-COMPONENTS = ("discord", "worker", "web")
+COMPONENTS = ("discord", "telegram", "worker", "web")
 STOP_TIMEOUT = 30.0
 TOKEN_REJECTED = (
     "DISCORD_TOKEN was rejected by Discord; copy a new token from the Developer Portal "
@@ -36,6 +37,14 @@ TOKEN_REJECTED = (
 TOKEN_MISSING = (
     "DISCORD_TOKEN is not set; create a bot (see docs/discord.md) and set DISCORD_TOKEN, "
     "or leave discord out: --components worker,web."
+)
+TELEGRAM_TOKEN_MISSING = (
+    "TELEGRAM_BOT_TOKEN is not set; create a bot with @BotFather (see docs/telegram.md) and "
+    "set TELEGRAM_BOT_TOKEN, or leave telegram out of --components."
+)
+TELEGRAM_TOKEN_REJECTED = (
+    "TELEGRAM_BOT_TOKEN was rejected by Telegram; copy the token @BotFather gave you "
+    "(/mybots → your bot → API Token) into TELEGRAM_BOT_TOKEN."
 )
 INTENT_MISSING = (
     "Discord refused the Message Content intent; enable it in the Developer Portal "
@@ -55,6 +64,19 @@ class Running:
     stop: Callable[[], Awaitable[None]]
     task: asyncio.Task | None = None
     detail: str = ""
+
+
+def default_components(settings: Settings) -> str:
+    """The bots whose tokens are set (Discord when none is), the worker and the web server."""
+    bots = [
+        name
+        for name, token in (
+            ("discord", settings.discord_token),
+            ("telegram", settings.telegram_bot_token),
+        )
+        if token
+    ]
+    return ",".join([*(bots or ["discord"]), "worker", "web"])
 
 
 def parse_components(text: str) -> list[str]:
@@ -112,6 +134,45 @@ async def start_discord(app) -> Running:
         raise ConfigError(f"cannot reach Discord ({exc}); check the network.") from None
     task = asyncio.create_task(bot.connect(reconnect=True), name="discord")
     return Running("discord", bot.close, task, f"as {bot.user}")
+
+
+async def start_telegram(app) -> Running:
+    """Check the token (getMe; a bad one fails here, with one line), then poll or take the
+    webhook's updates."""
+    from aiogram.exceptions import TelegramNetworkError, TelegramUnauthorizedError
+
+    from panager.telegram.bot import TelegramFrontEnd
+
+    front = TelegramFrontEnd(app)
+    try:
+        await front.start()
+    except TelegramUnauthorizedError:
+        await front.close()
+        raise ConfigError(TELEGRAM_TOKEN_REJECTED) from None
+    except TelegramNetworkError as exc:
+        await front.close()
+        raise ConfigError(f"cannot reach Telegram ({exc}); check TELEGRAM_API_URL.") from None
+    return Running("telegram", front.close, None, f"as @{front.username}")
+
+
+async def start_telegram_delivery(app) -> list[Running]:
+    """Without the Telegram bot in this process, reminders still reach Telegram people."""
+    if not app.settings.telegram_bot_token:
+        return []
+    from panager.telegram.api import close_bot, make_bot
+    from panager.telegram.messenger import TelegramMessenger
+
+    settings = app.settings
+    bot = make_bot(settings.telegram_bot_token, settings.telegram_api_url)
+    messenger = TelegramMessenger(bot, app.deps.users)
+    app.deps.messenger.add(messenger)
+
+    async def close() -> None:
+        with contextlib.suppress(ValueError):
+            app.deps.messenger.messengers.remove(messenger)
+        await close_bot(bot)
+
+    return [Running("telegram-delivery", close)]
 
 
 async def start_worker(app) -> Running:
@@ -200,8 +261,12 @@ async def _start_all(app, components: list[str]) -> list[Running]:
     try:
         if "discord" in components:
             running.append(await start_discord(app))
-        else:
+        elif app.settings.discord_token or "telegram" not in components:
             running += await start_rest_delivery(app)
+        if "telegram" in components:
+            running.append(await start_telegram(app))
+        else:
+            running += await start_telegram_delivery(app)
         if "worker" in components:
             running.append(await start_worker(app))
         if "web" in components:
@@ -273,22 +338,25 @@ def register(cli: typer.Typer) -> None:
     @cli.command("run")
     def run(
         components: str = typer.Option(
-            ",".join(COMPONENTS),
+            "",
             "--components",
             "-c",
-            help="comma-separated subset of discord,worker,web",
+            help="comma-separated subset of discord,telegram,worker,web "
+            "(default: the bots whose tokens are set, worker and web)",
         ),
         debug: bool = typer.Option(False, "--debug", help="verbose logs"),
     ) -> None:
-        """Run the Discord bot, scheduler worker and web server (or some of them)."""
+        """Run the Discord and Telegram bots, scheduler worker and web server (or some)."""
         from panager.cli.main import fail, run_async, settings_or_exit, setup_logging
 
         settings = settings_or_exit()
         setup_logging(debug)
         try:
-            chosen = parse_components(components)
+            chosen = parse_components(components or default_components(settings))
         except ConfigError as exc:
             fail(str(exc))
         if "discord" in chosen and not settings.discord_token:
             fail(TOKEN_MISSING)
+        if "telegram" in chosen and not settings.telegram_bot_token:
+            fail(TELEGRAM_TOKEN_MISSING)
         run_async(lambda: serve(settings, chosen))

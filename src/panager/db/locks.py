@@ -15,6 +15,8 @@ BIND_LOCK_KEY = 7_260_003  # one key: the embedder binding (services/memory/bind
 SAVE_LOCK_NAMESPACE = 7_260_004  # (ns, user): memory saves (services/memory/service.py)
 TURN_LOCK_NAMESPACE = 7_260_005  # (ns, user): one turn at a time (agent/turnlock.py)
 RELAY_LOCK_NAMESPACE = 7_260_012  # (ns, sender): the relay rate limit (services/relays.py)
+LEADER_NS = 7_260_006  # (ns, hashtext(name)): one process leads: Telegram polling (db/leader.py)
+IDENTITY_LOCK_NAMESPACE = 7_260_007  # (ns, hashtext(platform:id)): a new person (services/users.py)
 
 ALL = {
     "migration": MIGRATION_LOCK_KEY,
@@ -23,4 +25,6 @@ ALL = {
     "memory_save": SAVE_LOCK_NAMESPACE,
     "turn": TURN_LOCK_NAMESPACE,
     "relay": RELAY_LOCK_NAMESPACE,
+    "leader": LEADER_NS,
+    "identity": IDENTITY_LOCK_NAMESPACE,
 }

@@ -43,16 +43,37 @@ SELECT objid FROM pg_locks
 OWNER_IS_GONE = "hashtext({column})::oid NOT IN (SELECT objid FROM held)"
 
 
-class Presence:
-    """Holds this process's presence lock while running; reconnects and re-locks after a drop."""
+class SessionLock:
+    """An advisory lock held by one dedicated session: `held` while it is, `close` drops it."""
 
-    def __init__(self, url: str, owner: str, *, check_seconds: float = CHECK_SECONDS) -> None:
+    def __init__(self, url: str, *, check_seconds: float = CHECK_SECONDS) -> None:
         self.url = url
-        self.owner = owner
         self.check_seconds = check_seconds
         self._conn: psycopg.AsyncConnection | None = None
         self._task: asyncio.Task | None = None
         self.held = asyncio.Event()
+
+    async def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+        self._conn = None
+
+    async def close(self) -> None:
+        """Release the lock (closing the session releases it) and stop keeping it."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self.held.clear()
+        await self._drop()
+
+
+class Presence(SessionLock):
+    """Holds this process's presence lock while running; reconnects and re-locks after a drop."""
+
+    def __init__(self, url: str, owner: str, *, check_seconds: float = CHECK_SECONDS) -> None:
+        super().__init__(url, check_seconds=check_seconds)
+        self.owner = owner
 
     async def start(self) -> None:
         """Take the lock once (errors propagate), then keep it in the background."""
@@ -92,17 +113,3 @@ class Presence:
                 self.held.clear()
                 await self._drop()
                 delay = min(max(delay * 2, 1.0), 30.0)
-
-    async def _drop(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close()
-        self._conn = None
-
-    async def close(self) -> None:
-        """Release the lock (closing the session releases it) and stop keeping it."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        self.held.clear()
-        await self._drop()

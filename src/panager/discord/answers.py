@@ -1,12 +1,12 @@
-"""Answering one DM or one slash command: access check, then a command or a turn.
+"""Discord as a conversation of the shared answerer (adapters/answering.py).
 
-The bot (`discord/bot.py`) decides *when* a message is handled — once, in order,
-one at a time per user; `Answerer` decides *how*: it authorises the author
-before anything else (a refused person gets a short reply and the model is
-never called), runs slash commands from the shared table, and runs everything
-else as a turn with a typing indicator and a tool-status message, the answer
-streamed into messages as it is written (discord/streaming.py), in chunks with
-the link button last.
+`DiscordChat` is one stored DM's channel: replies in chunks with the link
+button last and nonces derived from the message id, the typing indicator, the
+tool-status message, the streamed answer (Approve/Deny buttons on a question,
+no link previews when the answer was written from outside content) and the
+DM's files fetched from Discord's CDN (discord/attachments.py).
+`DiscordAnswerer` adds what only Discord has: slash commands picked in
+Discord's command UI.
 """
 
 from __future__ import annotations
@@ -15,73 +15,114 @@ from typing import TYPE_CHECKING
 
 import discord
 
-from panager.agent.commands import CommandContext, CommandReply, dispatch, is_command, parse
+from panager.adapters.answering import ATTACHMENT_NOTE, Answerer, Incoming
 from panager.discord.attachments import DiscordAttachments
 from panager.discord.questions import question_view
 from panager.discord.replies import nonce, send_followup, send_reply
 from panager.discord.status import StatusMessage, typing
-from panager.discord.streaming import StreamedReply
+from panager.discord.streaming import streamed_reply
 
 if TYPE_CHECKING:
     import asyncio
     from collections.abc import Sequence
+    from contextlib import AbstractAsyncContextManager
 
+    from panager.adapters.streaming import StreamedReply
+    from panager.agent.runner import TurnResult
     from panager.app import App
-    from panager.services.access import AccessService
     from panager.services.inbox import InboxMessage, InboxService
     from panager.services.media.intake import Attachment
     from panager.services.users import User
 
-ATTACHMENT_NOTE = "I can't read stickers — please say in words what you mean."
+__all__ = ["ATTACHMENT_NOTE", "DiscordAnswerer", "DiscordChat", "incoming"]
 
 
-class Answerer:
-    """Answers stored DMs and picked slash commands for their authors."""
+def incoming(row: InboxMessage) -> Incoming:
+    """A stored Discord DM as the shared answerer sees it."""
+    return Incoming.from_row("discord", row)
+
+
+class DiscordChat:
+    """The DM channel of one stored message."""
 
     def __init__(
         self,
-        app: App,
-        access: AccessService,
+        channel: discord.PartialMessageable,
+        row: InboxMessage,
         inbox: InboxService,
-        *,
-        status_interval: float = 1.0,
+        status_interval: float,
+        app: App,
     ) -> None:
-        self.app = app
-        self.access = access
+        self.channel = channel
+        self.row = row
         self.inbox = inbox
         self.status_interval = status_interval
-        self.edit_interval = 1.0  # seconds between edits of a streamed answer's message
-        self.first_post_after = 1.0  # an answer done sooner is sent once, without edits
+        self.app = app
 
-    async def answer(self, row: InboxMessage, channel: discord.PartialMessageable) -> None:
-        """Answer one stored DM in its channel."""
-        admission = await self.access.admit(row.user_id, row.username, row.display_name)
-        text = row.content.strip()
-        if not admission.allowed:
-            if command_name(text) == "start":
-                await self._command(admission.user, text, channel, row)
-            else:
-                await send_reply(channel, admission.refusal or "", nonce_base=row.message_id)
-            return
-        if row.attachments:
-            await channel.send(ATTACHMENT_NOTE, nonce=nonce(row.message_id, "a"))
-        if is_command(text):
-            await self._command(admission.user, text, channel, row)
-            return
-        attachments = await self._attachments(admission.user, row)
-        notes = self.app.assistant.attachment_notes(admission.user, attachments)
-        if notes:  # what was heard, what could not be used: before the answer
-            await send_reply(channel, "\n".join(notes), nonce_base=f"{row.message_id}n")
-        if text or any(a.kind != "rejected" for a in attachments):
-            await self._turn(admission.user, text, channel, row, attachments)
+    async def reply(self, text: str, link: dict | None = None) -> None:
+        """Post the reply in chunks (nonces `<message id>.<n>`)."""
+        await send_reply(self.channel, text, link=link, nonce_base=self.row.message_id)
 
-    async def _attachments(self, user: User, row: InboxMessage) -> list[Attachment]:
-        """The DM's attachments downloaded from Discord's CDN and taken in."""
+    async def attachments(self, user: User) -> Sequence[Attachment]:
+        """Stickers get a note; files are downloaded from Discord's CDN and taken in."""
+        if self.row.attachments:  # stickers
+            await self.channel.send(ATTACHMENT_NOTE, nonce=nonce(self.row.message_id, "a"))
         media = self.app.deps.media
-        if not row.attachment_refs or media is None:
+        if not self.row.attachment_refs or media is None:
             return []
         hosts = self.app.settings.runtime.discord_cdn_hosts
-        return await DiscordAttachments(media, hosts).take_all(user.id, row.attachment_refs)
+        return await DiscordAttachments(media, hosts).take_all(user.id, self.row.attachment_refs)
+
+    async def note(self, text: str) -> None:
+        """A line before the answer (nonces `<message id>n.<n>`)."""
+        await send_reply(self.channel, text, nonce_base=f"{self.row.message_id}n")
+
+    def typing(self) -> AbstractAsyncContextManager[None]:
+        """Discord's typing indicator."""
+        return typing(self.channel)
+
+    def progress(self) -> StatusMessage:
+        """The tool-status message."""
+        return StatusMessage(
+            self.channel, interval=self.status_interval, nonce=nonce(self.row.message_id, "s")
+        )
+
+    def stream(self, interval: float, first_after: float) -> StreamedReply[discord.Message]:
+        """The answer's messages, quoting the question when the person wrote more since."""
+        return streamed_reply(
+            self.channel,
+            nonce_base=self.row.message_id,
+            reference=self._reference,
+            interval=interval,
+            first_after=first_after,
+        )
+
+    async def finish(self, reply: StreamedReply[discord.Message], result: TurnResult) -> None:
+        """The final text with the link button (or the question's buttons) last; link
+        previews only in an answer not written from outside content."""
+        view = question_view(result.question) if result.question is not None else None
+        await reply.finish(result.text, result.link, buttons=view, previews=not result.tainted)
+
+    async def _reference(self) -> discord.MessageReference | None:
+        if not await self.inbox.queued_count(self.row.user_id):
+            return None
+        return discord.MessageReference(
+            message_id=self.row.message_id, channel_id=self.row.channel_id, fail_if_not_exists=False
+        )
+
+
+class DiscordAnswerer(Answerer):
+    """The shared answerer plus Discord's command picker."""
+
+    def __init__(self, app: App, inbox: InboxService, *, status_interval: float = 1.0) -> None:
+        super().__init__(app, "discord")
+        self.inbox = inbox
+        self.status_interval = status_interval
+
+    async def answer_row(self, row: InboxMessage, channel: discord.PartialMessageable) -> None:
+        """Answer one stored DM in its channel."""
+        chat = DiscordChat(channel, row, self.inbox, self.status_interval, self.app)
+        await self.answer(incoming(row), chat)
 
     async def interaction(
         self, interaction: discord.Interaction, name: str, args: str, lock: asyncio.Lock
@@ -95,67 +136,3 @@ class Answerer:
         async with lock:
             reply = await self.run_command(admission.user, f"/{name} {args}".strip())
         await send_followup(interaction, reply.text, link=reply.link)
-
-    async def run_command(self, user: User, text: str) -> CommandReply:
-        """Run a shared slash command for a Discord user."""
-        ctx = CommandContext(user=user, assistant=self.app.assistant, front_end="discord")
-        return await dispatch(ctx, text)
-
-    async def _command(
-        self, user: User, text: str, channel: discord.PartialMessageable, row: InboxMessage
-    ) -> None:
-        reply = await self.run_command(user, text)
-        await send_reply(channel, reply.text, link=reply.link, nonce_base=row.message_id)
-
-    async def _turn(
-        self,
-        user: User,
-        text: str,
-        channel: discord.PartialMessageable,
-        row: InboxMessage,
-        attachments: Sequence[Attachment] = (),
-    ) -> None:
-        emitter = self.app.emitter.child()
-        status = StatusMessage(
-            channel, interval=self.status_interval, nonce=nonce(row.message_id, "s")
-        )
-        emitter.subscribe(status.on_event)
-        reply = StreamedReply(
-            channel,
-            nonce_base=row.message_id,
-            reference=lambda: self._reference(row),
-            interval=self.edit_interval,
-            first_after=self.first_post_after,
-        )
-        emitter.subscribe(reply.on_event)
-        try:
-            async with typing(channel):
-                result = await self.app.assistant.run_turn(
-                    user,
-                    text,
-                    emitter=emitter,
-                    message_key=f"discord-{row.message_id}",
-                    resume=row.attempts > 0,
-                    attachments=attachments,
-                )
-            view = question_view(result.question) if result.question is not None else None
-            await reply.finish(
-                result.text, result.link, view=view, suppress_embeds=result.tainted
-            )
-        finally:
-            await reply.close()
-            await status.close()
-
-    async def _reference(self, row: InboxMessage) -> discord.MessageReference | None:
-        """Quote the question when the user has written more since: answers stay matched."""
-        if not await self.inbox.queued_count(row.user_id):
-            return None
-        return discord.MessageReference(
-            message_id=row.message_id, channel_id=row.channel_id, fail_if_not_exists=False
-        )
-
-
-def command_name(text: str) -> str | None:
-    """'start' for '/start CODE'; None when the text is not a command."""
-    parsed = parse(text) if is_command(text) else None
-    return parsed[0] if parsed else None

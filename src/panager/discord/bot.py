@@ -37,50 +37,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import json
 import logging
-import os
-import socket
-import uuid
 from collections import defaultdict
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import discord
-import psycopg
 
+from panager.adapters.intake import (
+    ERROR_MESSAGE,
+    STORE_DELAYED,
+    abandoned_notice,
+    open_inbox,
+    store_patiently,
+)
+from panager.adapters.reclaim import reclaim_loop, start_presence
 from panager.discord import questions
-from panager.discord.answers import ATTACHMENT_NOTE, Answerer
+from panager.discord.answers import ATTACHMENT_NOTE, DiscordAnswerer
 from panager.discord.attachments import describe
 from panager.discord.messenger import DiscordMessenger
-from panager.discord.presence import reclaim_loop, start_presence
 from panager.discord.replies import nonce
 from panager.discord.slash import build_tree, sync_if_changed
-from panager.services.inbox import InboxMessage, InboxService
-from panager.services.inbox_queue import InboxQueue, retry_delay
+from panager.services.inbox import InboxMessage, worker_name
 
 if TYPE_CHECKING:
     from panager.app import App
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ATTACHMENT_NOTE", "ERROR_MESSAGE", "PanagerBot"]
+__all__ = ["ATTACHMENT_NOTE", "ERROR_MESSAGE", "STORE_DELAYED", "PanagerBot", "worker_name"]
 
-ERROR_MESSAGE = "Sorry, something went wrong on my side with that message. Please try again."
-NOT_STORED = "Sorry, I couldn't take that message just now (database unavailable). Please resend."
-STORE_DELAYED = (
-    "I can't reach my database right now, so your message is waiting with me; "
-    "I'll answer as soon as it's back."
-)
-STORE_NOTICE_AFTER = 3.0  # seconds of waiting for the database before the user is told
-STORE_PATIENCE = 120.0  # then keep trying this long before asking for a resend
 BACKFILL_LIMIT = 20  # missed DMs read back per person on READY
 DM_ONLY = "I only work in direct messages — send me a DM."
-ABANDONED = (
-    "Sorry — I was restarted while working on your message “{snippet}”. "
-    "Please send it again if you still need an answer."
-)
 HANDLED_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 
 
@@ -120,11 +108,6 @@ def default_intents() -> discord.Intents:
     return intents
 
 
-def worker_name() -> str:
-    """Names this process in inbox claims (host:pid:random)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
 class PanagerBot(discord.Client):
     """Panager's Discord client; build with the running App and `await bot.start(token)`."""
 
@@ -142,18 +125,17 @@ class PanagerBot(discord.Client):
         super().__init__(**client_options)
         self.app = app
         self.access = app.deps.access
-        lease = timedelta(seconds=app.settings.runtime.inbox_lease_seconds)
-        self.inbox = InboxService(app.pool, app.clock, worker_name(), lease=lease)
-        self.answerer = Answerer(app, self.access, self.inbox, status_interval=status_interval)
-        self.tree = build_tree(self, self.handle_interaction)
-        self.messenger = DiscordMessenger(self)
-        self.queue = InboxQueue(
-            self.inbox,
+        self.inbox, self.queue = open_inbox(
+            app,
+            "discord_inbox",
             self._answer,
             self._notify_abandoned,
             poll_interval=poll_interval,
             shutdown_grace=shutdown_grace,
         )
+        self.answerer = DiscordAnswerer(app, self.inbox, status_interval=status_interval)
+        self.tree = build_tree(self, self.handle_interaction)
+        self.messenger = DiscordMessenger(self)
         self._conversations: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._readied = False
 
@@ -172,20 +154,15 @@ class PanagerBot(discord.Client):
         self.queue.spawn(self._after_ready())
 
     async def _after_ready(self) -> None:
-        presence = await start_presence(self)  # before any claim: others must see us alive
+        # Before any claim: others must see this process alive.
+        presence = await start_presence(self.app.url, self.inbox.worker)
         if presence is not None:
-            self.queue.spawn(reclaim_loop(self, presence))
+            self.queue.spawn(reclaim_loop(self.queue, presence))
         try:
             await sync_if_changed(self.tree)
         except Exception:
             log.exception("could not register slash commands with Discord")
-        for attempt in itertools.count():  # the database may be down right now: keep at it
-            try:
-                await self.queue.recover()
-                break
-            except Exception as exc:
-                log.warning("could not resume queued messages yet: %s", exc)
-            await asyncio.sleep(retry_delay(attempt))
+        await self.queue.recover_patiently()
         try:
             await self.backfill()
         except Exception:
@@ -248,28 +225,11 @@ class PanagerBot(discord.Client):
             attachments=bool(message.stickers),
             attachment_refs=describe(message),
         )
-        loop = asyncio.get_running_loop()
-        deadline, told, attempt = loop.time() + STORE_PATIENCE, False, 0
-        while True:
-            task = asyncio.ensure_future(accept())
-            try:
-                if not told and not (await asyncio.wait({task}, timeout=STORE_NOTICE_AFTER))[0]:
-                    told = await self._tell(message, STORE_DELAYED, "w")
-                return await task
-            except (TimeoutError, psycopg.OperationalError) as exc:
-                log.warning("could not store message %s yet: %s", message.id, exc)
-            except Exception:
-                log.exception("could not store message %s", message.id)
-                await self._tell(message, ERROR_MESSAGE, "x")
-                return False
-            finally:
-                task.cancel()
-            if loop.time() >= deadline or self.queue.stopping:
-                await self._tell(message, NOT_STORED, "x")
-                return False
-            told = told or await self._tell(message, STORE_DELAYED, "w")
-            await asyncio.sleep(retry_delay(attempt))
-            attempt += 1
+
+        async def tell(text: str, suffix: str) -> None:
+            await self._tell(message, text, suffix)
+
+        return await store_patiently(accept, tell, lambda: self.queue.stopping, message.id)
 
     async def _tell(self, message: discord.Message, text: str, suffix: str) -> bool:
         """A short notice about the user's message (sent quietly); returns True (told)."""
@@ -283,7 +243,7 @@ class PanagerBot(discord.Client):
         channel = self.get_partial_messageable(row.channel_id, type=discord.ChannelType.private)
         try:
             async with self._conversations[row.user_id]:
-                await self.answerer.answer(row, channel)
+                await self.answerer.answer_row(row, channel)
         except Exception:
             log.exception("failed to handle message %s", row.message_id)
             await self._send_quietly(channel, ERROR_MESSAGE, nonce(row.message_id, "e"))
@@ -329,11 +289,8 @@ class PanagerBot(discord.Client):
     # ------------------------------------------------------------------ helpers
 
     async def _notify_abandoned(self, row: InboxMessage) -> None:
-        snippet = row.content.strip().replace("\n", " ")
-        snippet = snippet[:60] + ("…" if len(snippet) > 60 else "")
         channel = self.get_partial_messageable(row.channel_id, type=discord.ChannelType.private)
-        text = ABANDONED.format(snippet=snippet or "(attachment)")
-        await self._send_quietly(channel, text, nonce(row.message_id, "r"))
+        await self._send_quietly(channel, abandoned_notice(row), nonce(row.message_id, "r"))
 
     @staticmethod
     async def _send_quietly(channel: discord.abc.Messageable, text: str, nonce_: str) -> None:

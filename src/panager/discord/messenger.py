@@ -39,8 +39,8 @@ class DiscordMessenger:
         Held calls of a scheduled answer (`/approve ID` lines) get an Approve button each.
         With a `key`, each chunk carries the nonce `<key>.<n>`: Discord answers a repeated
         send (a delivery retried after a crash) with the first message instead of a copy."""
-        if user.id == LOCAL_USER_ID or user.status == "blocked":
-            return False
+        if user.id == LOCAL_USER_ID or user.id < 0 or user.status == "blocked":
+            return False  # the terminal user, or a person who has no Discord id (Telegram)
         if self.client.is_closed() or self.client.user is None:
             return False
         try:

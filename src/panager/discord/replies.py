@@ -13,7 +13,8 @@ from typing import overload
 
 import discord
 
-from panager.discord.chunking import split_message
+from panager.adapters import links
+from panager.adapters.chunking import split_message
 
 MAX_BUTTON_URL = 512  # Discord rejects longer button URLs
 MAX_BUTTON_LABEL = 80
@@ -27,7 +28,7 @@ def link_view(link: dict | None) -> discord.ui.View | None:
     # timeout=None: a timed view would leave a timer task behind for a button that
     # never produces interactions.
     view = discord.ui.View(timeout=None)
-    label = (link.get("label") or "Open link")[:MAX_BUTTON_LABEL]
+    label = links.link_label(link, MAX_BUTTON_LABEL)
     view.add_item(discord.ui.Button(label=label, url=link["url"]))
     return view
 
@@ -38,10 +39,8 @@ def button_url_ok(url: str) -> bool:
 
 
 def with_link_text(text: str, link: dict | None) -> str:
-    """Append the link as text when it cannot be a button and is not already in the text."""
-    if not link or button_url_ok(link.get("url", "")) or link.get("url", "") in text:
-        return text
-    return f"{text}\n{link.get('label') or 'Link'}: {link['url']}"
+    """Append the link as text when it cannot be a Discord button."""
+    return links.with_link_text(text, link, button_url_ok)
 
 
 @overload

@@ -65,7 +65,7 @@ REFUSALS = {
     "invite": ("Hi! This assistant is invite-only. If you have an invite code, send /start CODE."),
     "allowlist": (
         "Sorry, this assistant only answers people its admin has added. "
-        "Ask the admin to run: panager users allow {user_id}"
+        "Ask the admin to run: panager users allow {ref}"
     ),
     "blocked": "Sorry, you don't have access to this assistant.",
 }
@@ -177,16 +177,21 @@ class AccessService:
         *,
         mode: str = "invite",
         admin_ids: list[int] | tuple[int, ...] = (),
+        telegram_admin_ids: list[int] | tuple[int, ...] = (),
     ) -> None:
         self.pool = pool
         self.users = users
         self.clock = clock
         self.mode = mode
-        self.admin_ids = frozenset(admin_ids)
+        self.admin_ids = frozenset(admin_ids)  # Discord ids (= their person ids)
+        self.admins = frozenset(
+            [("discord", i) for i in admin_ids] + [("telegram", i) for i in telegram_admin_ids]
+        )
+        self._admin_people: set[int] = set()  # person ids of admins seen on other platforms
 
     def is_admin(self, user_id: int) -> bool:
-        """True for ids in PANAGER_ADMIN_IDS."""
-        return user_id in self.admin_ids
+        """True for people named in PANAGER_ADMIN_IDS (by any of their identities)."""
+        return user_id in self.admin_ids or user_id in self._admin_people
 
     def has_admin_rights(self, user_id: int) -> bool:
         """Admin rights, decided from the configuration now (PANAGER_ADMIN_IDS, and the
@@ -213,29 +218,50 @@ class AccessService:
     async def admit(
         self, user_id: int, username: str, display_name: str | None = None
     ) -> Admission:
-        """Record the sender and decide whether they may use the assistant."""
-        if self.is_admin(user_id):
-            return Admission(await self._ensure_admin(user_id, username, display_name), True)
+        """Record a Discord sender and decide whether they may use the assistant."""
+        return await self.admit_identity("discord", user_id, username, display_name)
+
+    async def admit_identity(
+        self, platform: str, platform_id: int, username: str, display_name: str | None = None
+    ) -> Admission:
+        """Record the sender (by front-end identity) and decide whether they may come in.
+
+        The same rules on every front end; admin rights follow PANAGER_ADMIN_IDS at every
+        message."""
+        if (platform, platform_id) in self.admins:
+            user = await self._ensure_admin(platform, platform_id, username, display_name)
+            self._admin_people.add(user.id)
+            return Admission(user, True)
         initial = "active" if self.mode == "open" else "pending"
-        user = await self.users.ensure(user_id, username, display_name=display_name, status=initial)
-        if user.role == "admin":  # no longer in PANAGER_ADMIN_IDS: demoted from now on
-            user = await self.users.set_role(user_id, "user") or user
+        user = await self.users.ensure_identity(
+            platform, platform_id, username, display_name=display_name, status=initial
+        )
+        if user.role == "admin" and not self.is_admin(user.id):  # no longer listed: demoted
+            user = await self.users.set_role(user.id, "user") or user
         if user.status == "blocked":
             return Admission(user, False, REFUSALS["blocked"])
         if user.status == "active":
             return Admission(user, True)
         if self.mode == "open":
-            return Admission(await self.users.set_status(user_id, "active") or user, True)
-        return Admission(user, False, REFUSALS[self.mode].format(user_id=user_id))
+            return Admission(await self.users.set_status(user.id, "active") or user, True)
+        ref = str(platform_id) if platform == "discord" else f"{platform}:{platform_id}"
+        return Admission(user, False, REFUSALS[self.mode].format(ref=ref))
 
-    async def _ensure_admin(self, user_id: int, username: str, display_name: str | None) -> User:
-        user = await self.users.ensure(
-            user_id, username, display_name=display_name, role="admin", status="active"
+    async def _ensure_admin(
+        self, platform: str, platform_id: int, username: str, display_name: str | None
+    ) -> User:
+        user = await self.users.ensure_identity(
+            platform,
+            platform_id,
+            username,
+            display_name=display_name,
+            role="admin",
+            status="active",
         )
         if user.role != "admin":
-            user = await self.users.set_role(user_id, "admin") or user
+            user = await self.users.set_role(user.id, "admin") or user
         if user.status != "active":
-            user = await self.users.set_status(user_id, "active") or user
+            user = await self.users.set_status(user.id, "active") or user
         return user
 
     async def create_invite(
@@ -303,23 +329,32 @@ class AccessService:
             return "That invite code has expired. Ask the admin for a new one."
         return "That invite code has already been used. Ask the admin for a new one."
 
-    async def allow(self, user_id: int) -> User:
-        """Let `user_id` in (creating a placeholder user until they first write)."""
-        await self.users.ensure_placeholder(user_id, status="active")
-        user = await self.users.set_status(user_id, "active")
-        assert user is not None  # ensure_placeholder() above created the row if it was missing
+    async def allow(self, user_id: int, platform: str = "discord") -> User:
+        """Let a person in (a placeholder until they first write); Discord id or person id."""
+        person = await self._placeholder(user_id, platform, "active")
+        user = await self.users.set_status(person, "active")
+        assert user is not None  # _placeholder() above created the row if it was missing
         return user
 
-    async def block(self, user_id: int) -> User:
-        """Refuse `user_id` from now on (admins cannot be blocked)."""
-        if self.is_admin(user_id):
-            raise AccessError(
-                f"{user_id} is in PANAGER_ADMIN_IDS; remove it there before blocking."
-            )
-        await self.users.ensure_placeholder(user_id, status="blocked")
-        user = await self.users.set_status(user_id, "blocked")
-        assert user is not None  # ensure_placeholder() above created the row if it was missing
+    async def block(self, user_id: int, platform: str = "discord") -> User:
+        """Refuse a person from now on (admins cannot be blocked)."""
+        listed = (platform, user_id) in self.admins
+        if listed or (platform == "discord" and self.is_admin(user_id)):
+            ref = str(user_id) if platform == "discord" else f"{platform}:{user_id}"
+            raise AccessError(f"{ref} is in PANAGER_ADMIN_IDS; remove it there before blocking.")
+        person = await self._placeholder(user_id, platform, "blocked")
+        user = await self.users.set_status(person, "blocked")
+        assert user is not None  # _placeholder() above created the row if it was missing
         return user
+
+    async def _placeholder(self, user_id: int, platform: str, status: str) -> int:
+        """The person id for an admin's allow/block, creating a placeholder when unknown."""
+        if platform == "discord" and await self.users.get(user_id) is not None:
+            return user_id  # a known person id (Discord people: their snowflake)
+        user = await self.users.ensure_identity(
+            platform, user_id, str(user_id), status=status, placeholder=True
+        )
+        return user.id
 
 
 def _welcome(user: User) -> str:

@@ -81,6 +81,16 @@ class InboxQueue:
         for user_id in await self.inbox.queued_users():
             self.kick(user_id)
 
+    async def recover_patiently(self) -> None:
+        """`recover`, retried while the database is away (it may be down at start)."""
+        for attempt in itertools.count():
+            try:
+                await self.recover()
+                return
+            except Exception as exc:
+                log.warning("could not resume queued messages yet: %s", exc)
+            await asyncio.sleep(retry_delay(attempt))
+
     async def take_back_orphaned(self) -> int:
         """Queue again the messages of processes that died (their presence lock is gone)
         and resume their users; returns how many were taken back."""

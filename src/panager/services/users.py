@@ -1,4 +1,12 @@
-"""Users: identity, time zone, role and status (access control builds on this).
+"""People: their identities per front end, time zone, role and status (access builds on this).
+
+A person (`users.id`) is reached through identities: (platform, platform id)
+→ person (table `identities`). Discord people keep person id = their Discord
+snowflake and the terminal user is `LOCAL_USER_ID`; every other new person
+(Telegram first) takes the next value of the `person_ids` sequence, which
+counts down from -1, so no new id can ever equal a (positive) snowflake.
+Everything per person — threads (`str(id)`), memories, schedules — is keyed
+by the person id, never by a platform id.
 
 Usernames are unique ignoring case (a unique index since migration 0014), so
 "@name" in a relayed message or a `send_user_message` call names one person.
@@ -15,12 +23,34 @@ from zoneinfo import ZoneInfo
 
 from psycopg.errors import UniqueViolation
 
+from panager.db.locks import IDENTITY_LOCK_NAMESPACE
 from panager.db.pool import Pool
 from panager.db.queries import one
 
 LOCAL_USER_ID = 1  # the terminal user; Discord snowflakes are far larger, so ids never collide
+PLATFORMS = ("discord", "telegram", "terminal")
+# Platforms whose platform id is also the person id of a new person (kept for compatibility).
+SAME_ID_PLATFORMS = ("discord", "terminal")
+
+FIND_IDENTITY = "SELECT user_id FROM identities WHERE platform = %s AND platform_id = %s"
+LOCK_IDENTITY = (
+    f"SELECT pg_advisory_xact_lock({IDENTITY_LOCK_NAMESPACE}, hashtext(%s || ':' || %s::text))"
+)
+NEXT_PERSON_ID = "SELECT nextval('person_ids') AS id"
+INSERT_IDENTITY = """
+INSERT INTO identities (platform, platform_id, user_id) VALUES (%s, %s, %s)
+ON CONFLICT (platform, platform_id) DO NOTHING
+"""
+IDENTITIES_OF = "SELECT platform, platform_id FROM identities WHERE user_id = %s ORDER BY platform"
 
 GET_USER = "SELECT * FROM users WHERE id = %s"
+# The common case: a known identity, its person's names refreshed (under a free name).
+TOUCH_KNOWN = """
+UPDATE users SET username = %(username)s,
+       display_name = COALESCE(%(display_name)s, users.display_name), updated_at = now()
+ WHERE id = %(id)s
+RETURNING *
+"""
 GET_BY_USERNAME = (
     "SELECT * FROM users WHERE lower(username) = lower(%s) ORDER BY created_at LIMIT 1"
 )
@@ -52,7 +82,7 @@ LIST_USERS = "SELECT * FROM users ORDER BY created_at, id"
 
 @dataclass(frozen=True)
 class User:
-    """A person Panager serves; `id` is their Discord id (or LOCAL_USER_ID in the terminal)."""
+    """A person Panager serves; `id` is the person id (module doc: the id rule)."""
 
     id: int
     username: str
@@ -141,7 +171,11 @@ class UserService:
         status: str = "active",
         timezone: str | None = None,
     ) -> User:
-        """Create the user if new (keeping zone/role/status of an existing one); return it."""
+        """Create the user if new (keeping zone/role/status of an existing one); return it.
+
+        `user_id` is a Discord person's snowflake (or `LOCAL_USER_ID`): the person gets
+        that identity too, as migration 0016 gave every existing person. Other front
+        ends' people are made by `ensure_identity`."""
         params = {
             "id": user_id,
             "username": username,
@@ -150,7 +184,100 @@ class UserService:
             "role": role,
             "status": status,
         }
-        return _user(one(await self._write_named(UPSERT_USER, params)))
+        user = _user(one(await self._write_named(UPSERT_USER, params)))
+        if user_id > 0:
+            platform = "terminal" if user_id == LOCAL_USER_ID else "discord"
+            async with self.pool.connection() as conn:
+                await conn.execute(INSERT_IDENTITY, (platform, user_id, user_id))
+        return user
+
+    async def person_id(self, platform: str, platform_id: int) -> int | None:
+        """The person behind this identity, or None when it has never been seen."""
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(FIND_IDENTITY, (platform, platform_id))).fetchone()
+        return row["user_id"] if row else None
+
+    async def ensure_identity(
+        self,
+        platform: str,
+        platform_id: int,
+        username: str,
+        *,
+        display_name: str | None = None,
+        role: str = "user",
+        status: str = "active",
+        placeholder: bool = False,
+    ) -> User:
+        """The person behind (platform, platform id), created with a new id when unseen.
+
+        Creation is serialised per identity (a transaction-scoped advisory lock), so two
+        processes seeing a new person at once make one person, not two. A placeholder
+        (created by an admin's allow/block before the person wrote) is never renamed."""
+        if platform not in PLATFORMS:
+            raise ValueError(f"unknown platform {platform!r}")
+        for attempt in range(MAX_NAME_TRIES):
+            try:
+                return await self._ensure_identity_once(
+                    platform, platform_id, username, display_name, role, status, placeholder
+                )
+            except UniqueViolation:  # the free name was taken meanwhile: look again
+                if attempt == MAX_NAME_TRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _ensure_identity_once(
+        self,
+        platform: str,
+        platform_id: int,
+        username: str,
+        display_name: str | None,
+        role: str,
+        status: str,
+        placeholder: bool,
+    ) -> User:
+        if not placeholder:
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(FIND_IDENTITY, (platform, platform_id))).fetchone()
+                if row is not None:
+                    known = {
+                        "id": row["user_id"],
+                        "username": await _free_username(conn, username, row["user_id"]),
+                        "display_name": display_name,
+                    }
+                    found = await (await conn.execute(TOUCH_KNOWN, known)).fetchone()
+                    if found is not None:
+                        return _user(found)
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(LOCK_IDENTITY, (platform, platform_id))
+            row = await (await conn.execute(FIND_IDENTITY, (platform, platform_id))).fetchone()
+            if row is not None:
+                person = row["user_id"]
+            elif platform in SAME_ID_PLATFORMS:
+                person = platform_id
+            else:
+                person = one(await (await conn.execute(NEXT_PERSON_ID)).fetchone())["id"]
+            params = {
+                "id": person,
+                "username": await _free_username(conn, username, person),
+                "display_name": display_name,
+                "timezone": self.default_timezone,
+                "role": role,
+                "status": status,
+            }
+            if placeholder:
+                await conn.execute(INSERT_PLACEHOLDER, params)
+                user_row = await (await conn.execute(GET_USER, (person,))).fetchone()
+            else:
+                user_row = await (await conn.execute(UPSERT_USER, params)).fetchone()
+            if row is None:
+                await conn.execute(INSERT_IDENTITY, (platform, platform_id, person))
+        return _user(one(user_row))
+
+    async def identities(self, user_id: int) -> list[tuple[str, int]]:
+        """(platform, platform id) of every identity of the person."""
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(IDENTITIES_OF, (user_id,))).fetchall()
+        return [(r["platform"], r["platform_id"]) for r in rows]
 
     async def ensure_placeholder(self, user_id: int, *, status: str) -> None:
         """Create a user known only by id (named by it until they write); never renames."""

@@ -34,6 +34,13 @@ PAGES: dict[str, tuple[int, str, str]] = {
         "It is linked to another Panager user, and one Google account can be linked to one "
         "user at a time. Nothing was stored. Disconnect it there first (/disconnect google).",
     ),
+    "other_account": (
+        409,
+        "This is another Google account",
+        "Gmail access must come from the Google account already linked to Panager, so nothing "
+        "was stored and your link is unchanged. Sign in to Google with that account and use "
+        "/connect google mail again (or /disconnect google first to switch accounts).",
+    ),
     "missing_state": (
         400,
         "This link is not valid",
@@ -76,7 +83,7 @@ PAGES: dict[str, tuple[int, str, str]] = {
     "no_scopes": (
         400,
         "No access was granted",
-        "Calendar and Tasks were both unticked, so nothing was stored. " + _AGAIN,
+        "Every access was unticked, so nothing was stored. " + _AGAIN,
     ),
     "no_refresh_token": (
         400,

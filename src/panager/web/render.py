@@ -50,8 +50,19 @@ def _number(value: int | float | None) -> str:
     return f"{value or 0:,}"
 
 
+def _bytes(value: int | None) -> str:
+    """A file size people read: 32 B, 4.1 kB, 2.3 MB."""
+    size = value or 0
+    if size < 1000:
+        return f"{size} B"
+    if size < 1_000_000:
+        return f"{size / 1000:.1f} kB"
+    return f"{size / 1_000_000:.1f} MB"
+
+
 _ENV.filters["local"] = _local
 _ENV.filters["number"] = _number
+_ENV.filters["bytes"] = _bytes
 
 
 def render(name: str, *, status: int = 200, **context: Any) -> web.Response:

@@ -43,6 +43,7 @@ from panager.web.oauth_pages import (
     SECURITY_HEADERS,
     render_page,
 )
+from panager.web.telegram_hook import TelegramWebhook
 
 if TYPE_CHECKING:
     from panager.app import App
@@ -124,6 +125,7 @@ def build_web_app(app: App, server: WebServer) -> web.Application:
     from panager.web.routes import add_pages
 
     web_app.add_routes(WebhookEndpoint(app).routes())
+    web_app.add_routes(TelegramWebhook(app).routes())
     add_pages(web_app, app, server.spawn)
     return web_app
 

@@ -33,7 +33,7 @@ class CommandContext:
 
     user: User
     assistant: Assistant
-    front_end: str = "terminal"  # or "discord", "web"
+    front_end: str = "terminal"  # or "discord", "telegram", "web"
 
     @property
     def deps(self) -> AgentDeps:
@@ -53,7 +53,7 @@ class Command:
     usage: str
     help: str
     admin_only: bool = False
-    front_ends: tuple[str, ...] = ("terminal", "discord", "web")
+    front_ends: tuple[str, ...] = ("terminal", "discord", "telegram", "web")
 
 
 REGISTRY: dict[str, Command] = {}
@@ -65,7 +65,7 @@ def command(
     help: str,
     *,
     admin_only: bool = False,
-    front_ends: Iterable[str] = ("terminal", "discord", "web"),
+    front_ends: Iterable[str] = ("terminal", "discord", "telegram", "web"),
 ) -> Callable[[Handler], Handler]:
     """Register `handler` as `/name`."""
 

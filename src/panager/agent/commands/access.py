@@ -11,6 +11,7 @@ from panager.services.access import (
     describe_invite,
     parse_duration,
 )
+from panager.services.telegram_updates import TelegramState
 
 
 @command("start", "/start CODE", "join with an invite code")
@@ -44,10 +45,14 @@ async def invite_command(ctx: CommandContext, args: str) -> CommandReply:
         )
     except AccessError as exc:
         return CommandReply(f"{exc} Usage: /invite [USES] [EXPIRES], e.g. /invite 3 14d", ok=False)
-    return CommandReply(
+    text = (
         f"Invite code: {invite.code} ({describe_invite(invite)}).\n"
         f"The new user sends me a DM: /start {invite.code}"
     )
+    link = await TelegramState(ctx.deps.pool).invite_link(invite.code)
+    if link:
+        text += f"\nOn Telegram they open: {link}"
+    return CommandReply(text)
 
 
 def parse_invite_args(args: str) -> tuple[int, timedelta | None]:

@@ -1,9 +1,9 @@
-"""/connect google and /disconnect google."""
+"""/connect google, /connect google mail and /disconnect google."""
 
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.services.google.service import NOT_CONFIGURED, SCOPE_NAMES, STATE_TTL
+from panager.services.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES, STATE_TTL
 
 LINK_LABEL = "Connect Google"
 
@@ -11,23 +11,42 @@ LINK_LABEL = "Connect Google"
 def _provider_problem(args: str, verb: str) -> CommandReply | None:
     if args.strip().lower() == "google":
         return None
-    return CommandReply(f"Usage: /{verb} google (Google Calendar and Tasks).", ok=False)
+    extra = " or /connect google mail (adds Gmail)" if verb == "connect" else ""
+    return CommandReply(f"Usage: /{verb} google (Google Calendar and Tasks){extra}.", ok=False)
 
 
-@command("connect", "/connect google", "link Google Calendar and Tasks")
+def _names(scopes: tuple[str, ...]) -> str:
+    return " and ".join(SCOPE_NAMES.get(s, s) for s in scopes)
+
+
+@command(
+    "connect",
+    "/connect google [mail]",
+    "link Google Calendar and Tasks; `mail` adds Gmail (read, drafts, approved sends)",
+)
 async def connect_command(ctx: CommandContext, args: str) -> CommandReply:
     """Hand out a consent link (valid for a few minutes, usable once)."""
-    problem = _provider_problem(args, "connect")
+    words = args.strip().lower().split()
+    mail = words == ["google", "mail"]
+    problem = None if mail else _provider_problem(args, "connect")
     if problem is not None:
         return problem
     google = ctx.deps.google
     if google is None:
         return CommandReply(NOT_CONFIGURED, ok=False)
     account = await google.account(ctx.user.id)
-    url = await google.create_link(ctx.user.id)
+    url = await google.create_link(ctx.user.id, MAIL_SCOPES if mail else ())
     minutes = int(STATE_TTL.total_seconds() // 60)
+    if mail:
+        who = f" ({account.email})" if account and account.connected and account.email else ""
+        text = (
+            f"Open this link within {minutes} minutes to let me read and search your Gmail and "
+            "write drafts; I send a mail only after you approve it as shown. Use the Google "
+            f"account already linked{who}: another account is refused. Only you should open it."
+        )
+        return CommandReply(text, link={"url": url, "label": LINK_LABEL})
     if account is not None and account.connected:
-        allowed = " and ".join(SCOPE_NAMES.get(s, s) for s in account.scopes)
+        allowed = _names(account.scopes)
         who = f" as {account.email}" if account.email else ""
         text = (
             f"Google is already connected{who} ({allowed}). To link again (another account, "

@@ -15,6 +15,7 @@ from langchain_core.tools import BaseTool
 from panager.agent.deps import AgentDeps
 from panager.agent.tools.documents import document_tools
 from panager.agent.tools.google import google_tools, offered_google_tools
+from panager.agent.tools.mail import mail_tools, offered_mail_tools
 from panager.agent.tools.mcp import SOURCE_KEY, mcp_tools
 from panager.agent.tools.memory import memory_tools
 from panager.agent.tools.messaging import messaging_tools
@@ -33,6 +34,7 @@ TOOL_FACTORIES: list[ToolFactory] = [
     memory_tools,
     document_tools,
     google_tools,
+    mail_tools,
     messaging_tools,
     web_tools,
     mcp_tools,
@@ -64,7 +66,9 @@ async def tools_for_turn(
     """(offered, unlisted) for one turn in a context `window` (tokens): only tools that can
     work are offered, and a small window gets a compact core (offer.py); the unlisted ones
     still run when called (link, reason or result)."""
-    offered, unlisted = await offered_google_tools(deps, user, build_tools(deps, user), window)
+    tools, no_scope = await offered_mail_tools(deps, user, build_tools(deps, user), [])
+    offered, unlisted = await offered_google_tools(deps, user, tools, window)
+    unlisted.extend(no_scope)
     offered, unlisted = compact_core(offered, unlisted, window)
     _attach_turn_tools(offered)
     return offered, unlisted

@@ -15,19 +15,27 @@ schedule). The class sits beside the schema — `@tool(classify=ORDINARY)` or a 
 `(args, view) -> class` when the arguments decide — and a tool that declares
 nothing is consequential. `describe` turns a call into the plain words a
 confirmation question shows (default: the tool name and its arguments).
+
+A few tools are asked about every time, tainted or not (`always_ask`: `email_send`).
+Their `prepare(args, key)` builds the question's words when it is asked (it may fetch
+what the call would act on and record what was shown under `key`, the tool call id or
+proposal id); while the call runs, `CURRENT_CALL` holds that same key.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
 from langchain_core.tools import BaseTool, StructuredTool
 
+log = logging.getLogger(__name__)
 _SCHEMAS: dict[Any, Any] = {}
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
@@ -37,6 +45,11 @@ ORDINARY: ToolClass = "ordinary"
 CONSEQUENTIAL: ToolClass = "consequential"
 CLASSIFY_KEY = "panager_classify"
 DESCRIBE_KEY = "panager_describe"
+ALWAYS_ASK_KEY = "panager_always_ask"
+# The tool call id (or proposal id) of the call running now; set around each tool run.
+CURRENT_CALL: ContextVar[str | None] = ContextVar("panager_current_call", default=None)
+# Names of tools asked about on every call (the graph routes their calls to the question).
+ALWAYS_ASKED: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,7 @@ class CallView:
 
 Classifier = Callable[[Mapping[str, Any], CallView], ToolClass]
 Describer = Callable[[Mapping[str, Any]], str]
+Preparer = Callable[[Mapping[str, Any], str], Awaitable[str]]
 ToolT = TypeVar("ToolT", bound=BaseTool)
 
 
@@ -98,6 +112,31 @@ def declare(
     """Attach a class (or rule) and a describer to a tool built elsewhere (e.g. MCP tools)."""
     made.metadata = {**(made.metadata or {}), CLASSIFY_KEY: classify, DESCRIBE_KEY: describe}
     return made
+
+
+def always_ask(made: ToolT, prepare: Preparer | None = None) -> ToolT:
+    """Mark a (consequential) tool whose every call waits for the person's Approve."""
+    made.metadata = {**(made.metadata or {}), ALWAYS_ASK_KEY: prepare or True}
+    ALWAYS_ASKED.add(made.name)
+    return made
+
+
+def asks_always(made: BaseTool) -> bool:
+    """Whether every call of the tool is asked about."""
+    return bool((made.metadata or {}).get(ALWAYS_ASK_KEY))
+
+
+async def question_words(made: BaseTool, name: str, args: Mapping[str, Any], key: str) -> str:
+    """The words a question shows for a call: the tool's `prepare` when it has one (it may
+    record what it showed under `key`), else `describe_call`."""
+    prepare = (made.metadata or {}).get(ALWAYS_ASK_KEY)
+    if callable(prepare):
+        try:
+            return str(await prepare(args, key))
+        except Exception as exc:
+            log.info("could not prepare the question for %s (%s)", name, type(exc).__name__)
+            return f"{describe_call(made, name, args)} (could not be shown: {exc})"
+    return describe_call(made, name, args)
 
 
 def declared(made: BaseTool) -> bool:

@@ -6,8 +6,8 @@ documents, web, profile, Google — took about 35% of it before the first word o
 history (BENCHMARKS.md, "Small context windows"). So, in a window where the offered
 schemas take more than FIXED_SHARE of it (google.py: Google's eight go behind
 `google_load` first), the tools a turn rarely needs are deferred behind one
-`tool_search`: the person's documents, the web, the profile's long-form update
-and any MCP server's tools (an MCP `tool_search` is merged into this one). The
+`tool_search`: the person's documents, the web, Gmail, the profile's long-form
+update and any MCP server's tools (an MCP `tool_search` is merged into this one). The
 core stays: time zone, schedules, memory, and Google's `google_connect` or
 `google_load`. A deferred tool is still run when the model calls it by name (it
 is unlisted, like Google's eight), and `tool_search` adds the matching ones to
@@ -27,7 +27,7 @@ from panager.agent.tools.search import DEFERRED_KEY, TOOL_SEARCH, search_tool
 
 # Built-in tools a turn rarely needs, by group (the group names go into tool_search's
 # description, so the model knows what it can load).
-_DOCUMENTS, _WEB = "documents the user sent", "web pages and search"
+_DOCUMENTS, _WEB, _MAIL = "documents the user sent", "web pages and search", "email (Gmail)"
 DEFERRABLE = {
     "document_search": _DOCUMENTS,
     "document_list": _DOCUMENTS,
@@ -37,6 +37,10 @@ DEFERRABLE = {
     "profile_update": "profile sections",
     "schedule_cancel": "cancelling schedules",
     "memory_forget": "deleting memories",
+    "email_search": _MAIL,
+    "email_read": _MAIL,
+    "email_draft": _MAIL,
+    "email_send": _MAIL,
 }
 MCP_GROUP = "MCP server tools"
 

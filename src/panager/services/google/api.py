@@ -33,7 +33,7 @@ RETRIES = 2  # for idempotent requests only
 
 
 class GoogleClients:
-    """Calendar and Tasks services for one thread, built on first use."""
+    """Calendar, Tasks and Gmail services for one thread, built on first use."""
 
     def __init__(self, credentials: Any, endpoints: Any) -> None:
         self.credentials = credentials
@@ -67,6 +67,11 @@ class GoogleClients:
     def tasks(self) -> Any:
         """Tasks v1."""
         return self._build("tasks", "v1", self.endpoints.tasks_api)
+
+    @cached_property
+    def gmail(self) -> Any:
+        """Gmail v1."""
+        return self._build("gmail", "v1", getattr(self.endpoints, "gmail_api", None))
 
     def close(self) -> None:
         """Close the HTTP connections of every service built."""

@@ -12,7 +12,10 @@ marks the state used in the same statement that checks it, so two concurrent
 callbacks cannot both pass.
 
 Links always ask for offline access with forced consent, so Google returns a
-refresh token every time. google-auth-oauthlib's `Flow` makes the PKCE pair.
+refresh token every time, and with `include_granted_scopes=true`, so a link
+asking for more (Gmail: `create_link(..., scopes=MAIL_SCOPES)`) keeps what was
+granted before (Calendar and Tasks) in the new tokens. The scopes a link asks
+for are stored with its state. google-auth-oauthlib's `Flow` makes the PKCE pair.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import hashlib
 import json
 import logging
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -39,18 +43,27 @@ log = logging.getLogger(__name__)
 
 CALENDAR_SCOPE = "https://www.googleapis.com/auth/calendar"
 TASKS_SCOPE = "https://www.googleapis.com/auth/tasks"
-SCOPES = (CALENDAR_SCOPE, TASKS_SCOPE)
+GMAIL_READ_SCOPE = "https://www.googleapis.com/auth/gmail.readonly"
+GMAIL_COMPOSE_SCOPE = "https://www.googleapis.com/auth/gmail.compose"
+MAIL_SCOPES = (GMAIL_READ_SCOPE, GMAIL_COMPOSE_SCOPE)
+BASE_SCOPES = (CALENDAR_SCOPE, TASKS_SCOPE)
+SCOPES = (*BASE_SCOPES, *MAIL_SCOPES)  # every scope Panager stores when granted
 # `openid` adds an ID token naming the Google account (`sub`), so one account links to
 # one Panager user at a time; it grants no access to data.
-REQUESTED_SCOPES = (*SCOPES, "openid")
-SCOPE_NAMES = {CALENDAR_SCOPE: "Calendar", TASKS_SCOPE: "Tasks"}
+REQUESTED_SCOPES = (*BASE_SCOPES, "openid")
+SCOPE_NAMES = {
+    CALENDAR_SCOPE: "Calendar",
+    TASKS_SCOPE: "Tasks",
+    GMAIL_READ_SCOPE: "Gmail (read)",
+    GMAIL_COMPOSE_SCOPE: "Gmail (drafts and sending)",
+}
 STATE_TTL = timedelta(minutes=10)
 CALLBACK_PATH = "/oauth/google/callback"
 START_PATH = "/oauth/google/start"
 
 INSERT_STATE = """
-INSERT INTO oauth_states (state_hash, user_id, code_verifier, created_at, expires_at)
-VALUES (%s, %s, %s, %s, %s)
+INSERT INTO oauth_states (state_hash, user_id, code_verifier, created_at, expires_at, scopes)
+VALUES (%s, %s, %s, %s, %s, %s)
 """
 PRUNE_STATES = """
 DELETE FROM oauth_states
@@ -77,6 +90,7 @@ class GoogleEndpoints:
     revoke_uri: str = "https://oauth2.googleapis.com/revoke"
     calendar_api: str | None = None  # None: the client library's default endpoint
     tasks_api: str | None = None
+    gmail_api: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +100,7 @@ class LinkOutcome:
     ok: bool
     reason: str  # linked | missing_state | forged | expired | replayed | denied |
     #              exchange_failed | no_scopes | no_refresh_token | blocked | already_linked |
-    #              other_browser
+    #              other_browser | other_account
     user_id: int | None = None
     email: str | None = None
     scopes: tuple[str, ...] = ()
@@ -206,19 +220,20 @@ class OAuthFlow:
             }
         }
 
-    def _flow(self, verifier: str | None = None) -> Flow:
+    def _flow(self, verifier: str | None = None, scopes: Sequence[str] = ()) -> Flow:
         from google_auth_oauthlib.flow import Flow
 
         return Flow.from_client_config(
             self.client_config(),
-            scopes=list(REQUESTED_SCOPES),
+            scopes=list(scopes or REQUESTED_SCOPES),
             redirect_uri=self.redirect_uri,
             code_verifier=verifier,
             autogenerate_code_verifier=verifier is None,
         )
 
-    async def create_link(self, user_id: int) -> str:
-        """A fresh link bound to `user_id`, valid for STATE_TTL and usable once.
+    async def create_link(self, user_id: int, scopes: Sequence[str] = ()) -> str:
+        """A fresh link bound to `user_id`, valid for STATE_TTL and usable once, asking for
+        `scopes` (default: Calendar and Tasks) and the ID token.
 
         The link is our own short `/oauth/google/start?state=…` address, which
         redirects to Google's consent page: Google's URL (client id, scopes,
@@ -233,7 +248,11 @@ class OAuthFlow:
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(PRUNE_STATES, (user_id, now - timedelta(days=1)))
             await conn.execute(
-                INSERT_STATE, (_state_hash(nonce), user_id, sealed_verifier, now, expires_at)
+                INSERT_STATE,
+                (
+                    _state_hash(nonce), user_id, sealed_verifier, now, expires_at,
+                    [*scopes, "openid"] if scopes else None,
+                ),
             )
         base = self.redirect_uri.removesuffix(CALLBACK_PATH)
         return f"{base}{START_PATH}?{urlencode({'state': state})}"
@@ -264,9 +283,14 @@ class OAuthFlow:
             verifier = self.sealer.open(row["code_verifier"])
         except InvalidToken:
             return LinkOutcome(False, "forged", row["user_id"])
-        flow = self._flow(verifier)
+        flow = self._flow(verifier, row.get("scopes") or ())
         try:
-            url, _ = flow.authorization_url(access_type="offline", prompt="consent", state=state)
+            url, _ = flow.authorization_url(
+                access_type="offline",
+                prompt="consent",
+                include_granted_scopes="true",
+                state=state,
+            )
         finally:
             flow.oauth2session.close()
         return url
@@ -280,8 +304,9 @@ class OAuthFlow:
 
     async def claim_state(
         self, state: str | None, browser: BrowserSession | None = None
-    ) -> tuple[int, str] | LinkOutcome:
-        """(user id, PKCE verifier) of a valid, now used, state — or why it is refused.
+    ) -> tuple[int, str, tuple[str, ...]] | LinkOutcome:
+        """(user id, PKCE verifier, scopes asked for; empty: the default) of a valid, now
+        used, state — or why it is refused.
 
         `browser` is the web session the callback came with (None: not signed in). It must
         belong to the link's user, and be the session that continued the link if one did;
@@ -309,13 +334,13 @@ class OAuthFlow:
         if used is None:  # another request used it a moment ago
             return LinkOutcome(False, "replayed", user_id)
         try:
-            return user_id, self.sealer.open(row["code_verifier"])
+            return user_id, self.sealer.open(row["code_verifier"]), tuple(row["scopes"] or ())
         except InvalidToken:
             return LinkOutcome(False, "forged", user_id)
 
-    def exchange(self, code: str, verifier: str) -> Tokens:
+    def exchange(self, code: str, verifier: str, scopes: Sequence[str] = ()) -> Tokens:
         """Swap the authorization code for tokens (blocking: run it in a thread)."""
-        flow = self._flow(verifier)
+        flow = self._flow(verifier, scopes)
         try:
             token = flow.fetch_token(code=code, timeout=30)
         except Warning as narrowed:  # oauthlib raises when fewer scopes were granted

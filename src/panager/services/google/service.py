@@ -35,6 +35,9 @@ from panager.errors import AuthRequired, ToolError
 from panager.services.google.oauth import (
     CALENDAR_SCOPE,
     CALLBACK_PATH,
+    GMAIL_COMPOSE_SCOPE,
+    GMAIL_READ_SCOPE,
+    MAIL_SCOPES,
     SCOPE_NAMES,
     SCOPES,
     START_PATH,
@@ -51,6 +54,9 @@ from panager.services.google.sealing import InvalidToken, Sealer
 __all__ = [
     "CALENDAR_SCOPE",
     "CALLBACK_PATH",
+    "GMAIL_COMPOSE_SCOPE",
+    "GMAIL_READ_SCOPE",
+    "MAIL_SCOPES",
     "NOT_CONFIGURED",
     "SCOPE_NAMES",
     "START_PATH",
@@ -87,10 +93,20 @@ _SECRET_LOGGERS = (
 
 
 class GoogleAuthRequired(AuthRequired):
-    """The user has no usable Google link; the turn ends with a link to connect it."""
+    """The user has no usable Google link; the turn ends with a link to connect it.
 
-    def __init__(self, message: str | None = None) -> None:
+    `scopes`: what the link must ask for (empty: Calendar and Tasks; MAIL_SCOPES for a mail
+    tool whose scope is missing)."""
+
+    def __init__(self, message: str | None = None, scopes: tuple[str, ...] = ()) -> None:
         super().__init__("Google", "", message)
+        self.scopes = scopes
+
+
+MAIL_MISSING = (
+    "Your Google link does not include Gmail yet, so you need to allow it (Calendar and "
+    "Tasks stay as they are)."
+)
 
 
 @dataclass(frozen=True)
@@ -204,9 +220,16 @@ class GoogleService:
 
     # -- linking --------------------------------------------------------------------------
 
-    async def create_link(self, user_id: int) -> str:
-        """A fresh, short link bound to `user_id`, valid for STATE_TTL and usable once."""
-        return await self.oauth.create_link(user_id)
+    async def create_link(self, user_id: int, scopes: tuple[str, ...] = ()) -> str:
+        """A fresh, short link bound to `user_id`, valid for STATE_TTL and usable once, asking
+        for `scopes` (default Calendar and Tasks) on top of what was granted before. When a
+        grant was revoked (nothing is granted any more), a link asking for more asks again
+        for what the account had too."""
+        if scopes:
+            account = await self.account(user_id)
+            if account is not None and not account.connected:
+                scopes = tuple(dict.fromkeys((*account.scopes, *scopes)))
+        return await self.oauth.create_link(user_id, scopes)
 
     @property
     def link_prefix(self) -> str:
@@ -226,13 +249,13 @@ class GoogleService:
         claimed = await self.oauth.claim_state(state, browser)
         if isinstance(claimed, LinkOutcome):
             return claimed
-        user_id, verifier = claimed
+        user_id, verifier, asked = claimed
         if not await self.may_link(user_id):
             return LinkOutcome(False, "blocked", user_id)
         if error or not code:
             return LinkOutcome(False, "denied", user_id)
         try:
-            tokens = await asyncio.to_thread(self.oauth.exchange, code, verifier)
+            tokens = await asyncio.to_thread(self.oauth.exchange, code, verifier, asked)
         except Exception as exc:  # the reason is logged without the code or any token
             log.warning("Google code exchange failed for user %s (%s)", user_id, type(exc).__name__)
             return LinkOutcome(False, "exchange_failed", user_id)
@@ -246,6 +269,9 @@ class GoogleService:
             )
         if await self._sub_taken(tokens.sub, user_id):
             return LinkOutcome(False, "already_linked", user_id)
+        if asked and not await self._same_account(user_id, tokens.sub):
+            await self._revoke_new(tokens, user_id)
+            return LinkOutcome(False, "other_account", user_id)
         email = tokens.id_email or await asyncio.to_thread(self._primary_email, tokens, scopes)
         try:
             await self._store(user_id, tokens, scopes, email)
@@ -259,6 +285,21 @@ class GoogleService:
         async with self.pool.connection() as conn:
             row = await (await conn.execute(USER_STATUS, (user_id,))).fetchone()
         return row is not None and row["status"] != "blocked"
+
+    async def _same_account(self, user_id: int, sub: str | None) -> bool:
+        """For a link asking for more access: the consent came from the Google account
+        already linked (any, when none is)."""
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(GET_ACCOUNT, (user_id,))).fetchone()
+        if row is None or not row.get("google_sub"):
+            return True
+        return sub is not None and sub == row["google_sub"]
+
+    async def _revoke_new(self, tokens: Tokens, user_id: int) -> None:
+        """Give back tokens of a refused consent (another Google account than the linked
+        one: revoking them touches only that account's grant)."""
+        log.info("Google consent of user %s came from another account; refused", user_id)
+        await self._revoke(tokens.refresh_token or tokens.access_token)
 
     async def _sub_taken(self, sub: str | None, user_id: int) -> bool:
         """True when this Google account is linked to another Panager user."""
@@ -379,10 +420,10 @@ class GoogleService:
         except RefreshError as exc:
             if "invalid_grant" in str(exc):
                 await self._mark_disconnected(user_id)
-                raise GoogleAuthRequired(RECONNECT_MESSAGE) from None
+                raise GoogleAuthRequired(RECONNECT_MESSAGE, _asks(scope)) from None
             raise ToolError("Google refused to refresh access; try again in a moment.") from None
         except HttpError as exc:
-            await self._raise_for_http(user_id, exc)
+            await self._raise_for_http(user_id, exc, scope)
             raise
         except (TransportError, OSError) as exc:
             raise ToolError(
@@ -396,12 +437,14 @@ class GoogleService:
         async with self.pool.connection() as conn:
             row = await (await conn.execute(GET_ACCOUNT, (user_id,))).fetchone()
         if row is None:
-            raise GoogleAuthRequired()
+            raise GoogleAuthRequired(scopes=_asks(scope))
         if row["status"] != "connected":
-            raise GoogleAuthRequired(RECONNECT_MESSAGE)
+            raise GoogleAuthRequired(RECONNECT_MESSAGE, _asks(scope))
         tokens = self._open_tokens(user_id, row["token_ciphertext"])
         if tokens is None:
-            raise GoogleAuthRequired()
+            raise GoogleAuthRequired(scopes=_asks(scope))
+        if scope in MAIL_SCOPES and scope not in row["scopes"]:
+            raise GoogleAuthRequired(MAIL_MISSING, MAIL_SCOPES)
         if scope not in row["scopes"]:
             name = SCOPE_NAMES.get(scope, scope)
             raise ToolError(
@@ -429,16 +472,16 @@ class GoogleService:
         finally:
             clients.close()
 
-    async def _raise_for_http(self, user_id: int, exc: HttpError) -> None:
+    async def _raise_for_http(self, user_id: int, exc: HttpError, scope: str = "") -> None:
         status = exc.resp.status
         if status == 401:
             await self._mark_disconnected(user_id)
-            raise GoogleAuthRequired(RECONNECT_MESSAGE) from None
+            raise GoogleAuthRequired(RECONNECT_MESSAGE, _asks(scope)) from None
         reason = _http_reason(exc)
         if status == 403:
             raise ToolError(
                 f"Google refused this ({reason}). If access is missing, the user can run "
-                "/connect google again and allow Calendar and Tasks."
+                "/connect google (or /connect google mail) again and allow it."
             ) from None
         if status == 429 or status >= 500:
             raise ToolError(f"Google is busy (HTTP {status}); try again in a moment.") from None
@@ -461,6 +504,11 @@ class GoogleService:
         async with self.pool.connection() as conn:
             await conn.execute(MARK_DISCONNECTED, (now, now, user_id))
         log.info("Google refused the grant of user %s; marked disconnected", user_id)
+
+
+def _asks(scope: str) -> tuple[str, ...]:
+    """What a link must ask for so a call needing `scope` works afterwards."""
+    return MAIL_SCOPES if scope in MAIL_SCOPES else ()
 
 
 def _http_reason(exc: HttpError) -> str:

@@ -1,6 +1,6 @@
 """Split long replies into Discord-sized messages without breaking code blocks.
 
-Discord rejects message content longer than 2000 characters. :func:`split_message`
+Chat platforms cap a message (Discord 2,000 characters, Telegram 4,096). :func:`split_message`
 cuts a reply into chunks of at most ``limit`` characters, preferring paragraph
 breaks, then line breaks, then spaces, and cutting inside a word only when a
 single token is longer than a whole chunk.

@@ -1,0 +1,1 @@
+"""The Telegram front end (aiogram): private chats, long polling or a webhook."""

@@ -1,0 +1,275 @@
+"""The Telegram front end: updates into the inbox, answers back, private chats only.
+
+Flow of one update:
+
+1. Intake. With long polling, one process polls `getUpdates` — Telegram allows a
+   single consumer per bot (a second gets 409) — elected by a PostgreSQL
+   advisory lock (db/leader.py) and taken over within about a second when it
+   dies. With `telegram_webhook: true` and an https `PANAGER_PUBLIC_URL`, the
+   web component receives updates instead (web/telegram_hook.py). Either way an
+   update is stored (services/telegram_updates.py: private chats only, keyed by
+   `update_id`, so a repeated update is dropped) before it is confirmed to
+   Telegram (the next `offset`) or answered 200.
+2. Any process running this front end handles stored updates: the shared
+   `InboxQueue` drains each person's rows oldest first, one at a time, even
+   across processes; it notices rows stored elsewhere by looking for queued
+   rows every `poll_interval`, and takes back a dead process's rows at once
+   (adapters/reclaim.py).
+3. The shared `Answerer` (adapters/answering.py) admits the sender before any
+   model call and runs a command or a turn; `TelegramChat` shows it. A button
+   press is checked against who pressed it (telegram/buttons.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from aiogram.exceptions import (
+    TelegramAPIError,
+    TelegramConflictError,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+)
+from aiogram.types import BotCommand, BotCommandScopeAllPrivateChats, Update
+
+from panager.adapters.answering import Answerer
+from panager.adapters.intake import (
+    ERROR_MESSAGE,
+    abandoned_notice,
+    open_inbox,
+    store_patiently,
+)
+from panager.adapters.reclaim import reclaim_loop, start_presence
+from panager.agent.commands import REGISTRY, _load_modules
+from panager.db.leader import Leadership
+from panager.services.inbox import InboxMessage
+from panager.services.inbox_queue import retry_delay
+from panager.services.telegram_updates import (
+    TelegramState,
+    invite_link,
+    read_update,
+    store_update,
+)
+from panager.telegram import questions
+from panager.telegram.api import close_bot, make_bot
+from panager.telegram.buttons import Buttons
+from panager.telegram.chat import TelegramChat, incoming
+from panager.telegram.messenger import TelegramMessenger
+
+if TYPE_CHECKING:
+    from aiogram import Bot
+
+    from panager.app import App
+
+log = logging.getLogger(__name__)
+
+ALLOWED_UPDATES = ["message", "callback_query"]
+WEBHOOK_PATH = "/telegram/webhook"
+COMMAND_NAME = r"^[a-z0-9_]{1,32}$"
+DOWNLOAD_TIMEOUT = 30
+
+
+def webhook_url(app: App) -> str | None:
+    """Where Telegram should post updates, or None to poll (module doc)."""
+    settings = app.settings
+    if not settings.runtime.telegram_webhook:
+        return None
+    if not settings.public_url.startswith("https://"):
+        log.warning("telegram_webhook needs an https PANAGER_PUBLIC_URL; polling instead")
+        return None
+    return settings.public_url.rstrip("/") + WEBHOOK_PATH
+
+
+def telegram_commands() -> list[BotCommand]:
+    """The shared commands offered in Telegram's command menu."""
+    _load_modules()
+    found = [c for c in REGISTRY.values() if "telegram" in c.front_ends and not c.admin_only]
+    return [
+        BotCommand(command=c.name, description=(c.help or c.usage)[:256])
+        for c in sorted(found, key=lambda c: c.name)
+        if re.match(COMMAND_NAME, c.name)
+    ]
+
+
+class TelegramFrontEnd:
+    """Panager's Telegram bot; `await front.start()`, later `await front.close()`."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        bot: Bot | None = None,
+        poll_timeout: int | None = None,
+        poll_interval: float = 1.0,
+        shutdown_grace: float = 20.0,
+    ) -> None:
+        settings = app.settings
+        self.app = app
+        self.bot = bot or make_bot(settings.telegram_bot_token or "", settings.telegram_api_url)
+        self.inbox, self.queue = open_inbox(
+            app,
+            "telegram_inbox",
+            self._handle,
+            self._notify_abandoned,
+            poll_interval=poll_interval,
+            shutdown_grace=shutdown_grace,
+        )
+        self.state = TelegramState(app.pool)
+        self.answerer = Answerer(app, "telegram")
+        self.buttons = Buttons(self)
+        questions.register(self.buttons)
+        self.messenger = TelegramMessenger(self.bot, app.deps.users)
+        self.poll_timeout = poll_timeout or settings.runtime.telegram_poll_seconds
+        self.poll_interval = poll_interval
+        self.leader = Leadership(app.url, f"telegram-poller:{self.bot.id}")
+        self.username = ""
+        self.polled = 0  # getUpdates calls that returned (tests, metrics)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Check the token (getMe), then run intake and answering in the background."""
+        me = await self.bot.get_me()
+        self.username = me.username or ""
+        await self.state.put("bot_username", self.username)
+        self.app.deps.messenger.add(self.messenger)
+        self.queue.spawn(self._after_start())
+
+    async def _after_start(self) -> None:
+        presence = await start_presence(self.app.url, self.inbox.worker)  # before any claim
+        if presence is not None:
+            self.queue.spawn(reclaim_loop(self.queue, presence))
+        try:
+            scope = BotCommandScopeAllPrivateChats()
+            await self.bot.set_my_commands(telegram_commands(), scope=scope)
+        except TelegramAPIError as exc:
+            log.warning("could not register the command menu with Telegram: %s", exc)
+        await self.queue.recover_patiently()
+        self.queue.start_pruning()
+        self.queue.spawn(self._watch())
+        url = webhook_url(self.app)
+        if url is not None:
+            secret = await self.state.webhook_secret()
+            await self.bot.set_webhook(url, secret_token=secret, allowed_updates=ALLOWED_UPDATES)
+            log.info("Telegram posts updates to %s", url)
+            return
+        await self.bot.delete_webhook()
+        self.leader.start()
+        self.queue.spawn(self._poll_loop())
+
+    async def close(self) -> None:
+        """Let running turns finish (up to shutdown_grace), then stop polling and disconnect."""
+        if self.queue.stopping:
+            return
+        await self.queue.close()
+        if self.messenger in self.app.deps.messenger.messengers:
+            self.app.deps.messenger.messengers.remove(self.messenger)
+        await self.leader.close()
+        await close_bot(self.bot)
+
+    # ------------------------------------------------------------------- intake
+
+    async def _poll_loop(self) -> None:
+        """While this process leads: long-poll, store each update, then confirm it."""
+        offset: int | None = None
+        failures = 0
+        while not self.queue.stopping:
+            await self.leader.held.wait()
+            try:
+                updates = await self.bot.get_updates(
+                    offset=offset,
+                    timeout=self.poll_timeout,
+                    allowed_updates=ALLOWED_UPDATES,
+                    request_timeout=self.poll_timeout + 10,
+                )
+                failures = 0
+            except (TelegramConflictError, TelegramNetworkError, TelegramRetryAfter) as exc:
+                log.warning("getUpdates failed (%s); retrying", exc)
+                await asyncio.sleep(retry_delay(failures))
+                failures += 1
+                continue
+            self.polled += 1
+            for update in updates:
+                await self.take(update)
+                offset = update.update_id + 1
+
+    async def take(self, update: Update) -> bool:
+        """Store one update (once) and wake its sender's queue; False when ignored or seen."""
+        data = update.model_dump(mode="json", by_alias=True, exclude_none=True)
+        row = read_update(data)
+        if row is None:
+            return False
+
+        async def accept() -> bool:
+            return await store_update(self.inbox, data)
+
+        async def tell(text: str, suffix: str) -> None:
+            await self.tell(row.chat_id, text)
+
+        if not await store_patiently(accept, tell, lambda: self.queue.stopping, update.update_id):
+            return False
+        self.queue.kick(row.user_id)
+        return True
+
+    async def _watch(self) -> None:
+        """Pick up updates another process stored (the webhook, the poller elsewhere)."""
+        while True:
+            try:
+                for user_id in await self.inbox.queued_users():
+                    self.queue.kick(user_id)
+            except Exception as exc:
+                log.warning("could not look for queued Telegram messages: %s", exc)
+            await asyncio.sleep(self.poll_interval)
+
+    # --------------------------------------------------------------- answering
+
+    async def _handle(self, row: InboxMessage) -> str:
+        """The queue's handler: a button press or a message; a failure gets one line."""
+        try:
+            if (row.payload or {}).get("kind") == "button":
+                await self.buttons.press(row)
+            else:
+                await self.answerer.answer(incoming(row), self.chat(row))
+        except Exception:
+            log.exception("failed to handle Telegram update %s", row.message_id)
+            await self.tell(row.channel_id, ERROR_MESSAGE)
+            return "failed"
+        return "done"
+
+    def chat(self, row: InboxMessage) -> TelegramChat:
+        """The private chat of one stored update."""
+        return TelegramChat(self, row)
+
+    async def _notify_abandoned(self, row: InboxMessage) -> None:
+        await self.tell(row.channel_id, abandoned_notice(row))
+
+    async def tell(self, chat_id: int, text: str) -> None:
+        """A short plain notice; failures are logged, never raised."""
+        try:
+            await self.bot.send_message(chat_id, text)
+        except Exception as exc:
+            log.warning("could not send a notice: %s", exc)
+
+    async def download(self, file_id: str, cap: int | None = None) -> bytes | None:
+        """A file's bytes; None when it cannot be fetched or is larger than `cap` (the file
+        URL holds the token: it stays inside this method and is never logged)."""
+        try:
+            file = await self.bot.get_file(file_id)
+            if not file.file_path or (cap is not None and (file.file_size or 0) > cap):
+                return None
+            buffer = await self.bot.download_file(file.file_path, timeout=DOWNLOAD_TIMEOUT)
+        except Exception as exc:
+            log.warning("could not download a Telegram file: %s", type(exc).__name__)
+            return None
+        data = buffer.getvalue() if buffer is not None else None  # type: ignore[attr-defined]
+        return None if data is None or (cap is not None and len(data) > cap) else data
+
+    def invite_link(self, code: str) -> str:
+        """The deep link that opens the bot with `/start CODE`."""
+        return invite_link(self.username, code)
+
+
+__all__: list[Any] = ["WEBHOOK_PATH", "TelegramFrontEnd", "webhook_url"]

@@ -1,0 +1,96 @@
+"""People and their identities: the migration keeps every id, Telegram people get ids no
+Discord snowflake can take, and access follows PANAGER_ADMIN_IDS per platform."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from panager.config import ConfigError, load_settings
+from panager.db import migrate
+from panager.db.pool import open_pool
+from panager.services.access import AccessService
+from panager.services.users import LOCAL_USER_ID, UserService
+
+SNOWFLAKE = 123456789012345678
+TG = 987654321
+
+
+async def test_migration_keeps_every_id_and_gives_identities(fresh_db):
+    url = fresh_db()
+    pool = await open_pool(url, max_size=2)
+    try:
+        await migrate.upgrade(url, pool)
+        await migrate.downgrade(url, pool, "0020")  # the schema before identities
+        async with pool.connection() as conn:
+            await conn.execute(
+                "INSERT INTO users (id, username, timezone) VALUES (%s, 'mina', 'UTC'), "
+                "(%s, 'me', 'UTC')",
+                (SNOWFLAKE, LOCAL_USER_ID),
+            )
+        await migrate.upgrade(url, pool)
+        users = UserService(pool)
+        assert await users.person_id("discord", SNOWFLAKE) == SNOWFLAKE
+        assert await users.person_id("terminal", LOCAL_USER_ID) == LOCAL_USER_ID
+        again = await users.ensure_identity("discord", SNOWFLAKE, "mina")
+        assert again.id == SNOWFLAKE and again.thread_id == str(SNOWFLAKE)  # the same thread
+        telegram = await users.ensure_identity("telegram", TG, "tgmina")
+        assert telegram.id < 0 and telegram.id != TG  # never a snowflake, never the platform id
+        assert await users.identities(telegram.id) == [("telegram", TG)]
+    finally:
+        await pool.close()
+
+
+async def test_a_new_telegram_person_is_made_once_even_when_racing(make_app):
+    app = await make_app()
+    users = app.deps.users
+    made = await asyncio.gather(*(users.ensure_identity("telegram", TG, "x") for _ in range(6)))
+    assert len({u.id for u in made}) == 1
+    other = await users.ensure_identity("telegram", TG + 1, "y")
+    assert other.id < 0 and other.id != made[0].id
+    discord = await users.ensure_identity("discord", SNOWFLAKE, "z")
+    assert discord.id == SNOWFLAKE  # Discord people keep person id = their snowflake
+
+
+async def test_the_same_name_on_two_platforms_names_two_people_apart(make_app):
+    app = await make_app()
+    users = app.deps.users
+    discord = await users.ensure_identity("discord", SNOWFLAKE, "alice")
+    telegram = await users.ensure_identity("telegram", TG, "Alice")
+    assert (discord.username, telegram.username) == ("alice", "Alice-2")
+    again = await users.ensure_identity("telegram", TG, "Alice")  # every message: stable
+    assert again.username == "Alice-2" and again.id == telegram.id
+    assert [u.id for u in await users.active_by_username("alice")] == [SNOWFLAKE]
+
+
+async def test_telegram_admins_follow_admin_ids_at_every_message(make_app):
+    app = await make_app(access="invite")
+    users = app.deps.users
+    listed = AccessService(app.pool, users, app.clock, mode="invite", telegram_admin_ids=[TG])
+    admission = await listed.admit_identity("telegram", TG, "boss")
+    assert (
+        admission.allowed and admission.user.role == "admin" and listed.is_admin(admission.user.id)
+    )
+    # The same number as a Discord id is somebody else, and not an admin.
+    assert not (await listed.admit_identity("discord", TG, "stranger")).allowed
+    unlisted = AccessService(app.pool, users, app.clock, mode="allowlist")
+    demoted = await unlisted.admit_identity("telegram", TG, "boss")  # no longer listed
+    assert (
+        demoted.allowed and demoted.user.role == "user" and not unlisted.is_admin(demoted.user.id)
+    )
+    refused = await unlisted.admit_identity("telegram", TG + 5, "newcomer")
+    assert not refused.allowed
+    assert f"panager users allow telegram:{TG + 5}" in (refused.refusal or "")
+    allowed = await unlisted.allow(TG + 5, "telegram")
+    assert allowed.id == refused.user.id and allowed.status == "active"
+    assert (await unlisted.admit_identity("telegram", TG + 5, "newcomer")).allowed
+
+
+def test_admin_ids_name_platforms(monkeypatch):
+    monkeypatch.setenv("PANAGER_ADMIN_IDS", "123, telegram:456,discord:789")
+    settings = load_settings(_env_file=None)
+    assert settings.admin_ids == [123, 789] and settings.telegram_admin_ids == [456]
+    monkeypatch.setenv("PANAGER_ADMIN_IDS", "slack:1")
+    with pytest.raises(ConfigError, match="PANAGER_ADMIN_IDS"):
+        load_settings(_env_file=None)
