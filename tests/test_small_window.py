@@ -116,11 +116,27 @@ async def test_a_message_longer_than_the_window_is_answered_cut_with_a_note(make
     assert model.requests[-1][-1].content == "and now?"
 
 
-async def test_compaction_leaves_the_prompt_at_the_target():
+async def test_older_long_texts_are_shortened_in_what_is_sent_before_any_summary():
     model = ScriptedChatModel(script=[SUMMARY])
     effect = Compact(context_window=WINDOW)
     turns = [m for i in range(8) for m in (HumanMessage(prose(i), id=f"h{i}"),
                                            AIMessage(prose(i + 1), id=f"a{i}"))]
+    newest = HumanMessage(prose(99, 1_500), id="now")
+    call_ = model_call([*turns, newest], model=model)
+    assert effect.estimate(call_) > 0.8 * WINDOW
+    await effect.before_model(call_)
+    assert model.requests == []  # no summary call: shortening what is sent was enough
+    assert effect.estimate(call_, reported=False) <= 0.8 * WINDOW
+    assert all(SHORTENED_KEY in m.additional_kwargs for m in call_.model_input[:-1])
+    assert call_.model_input[-1] is newest
+    assert call_.messages == [*turns, newest] and not call_.state_updates  # thread whole
+
+
+async def test_compaction_leaves_the_prompt_at_the_target():
+    model = ScriptedChatModel(script=[SUMMARY])
+    effect = Compact(context_window=WINDOW)
+    turns = [m for i in range(14) for m in (HumanMessage(prose(i), id=f"h{i}"),
+                                            AIMessage(prose(i + 1), id=f"a{i}"))]
     newest = HumanMessage(prose(99, 1_500), id="now")
     call_ = model_call([*turns, newest], model=model)
     assert effect.estimate(call_) > 0.8 * WINDOW

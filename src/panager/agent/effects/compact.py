@@ -5,7 +5,10 @@ growing forever and silently drops old context. Before a model call whose
 estimated prompt is over `threshold` × the usable window, this effect:
 
 1. trims old tool results in the state (as `trim_tool_results` does); if the
-   prompt is still over,
+   prompt is still over, shortens the long texts before the newest user message
+   in what is sent only (the thread keeps them whole, so a later summary reads
+   them as they are: at a 4,096 window this spaces summaries out from one per
+   4 turns to one per 5 with 2 KB tool results, BENCHMARKS.md); if still over,
 2. summarises the older part with the model and REMOVES those messages from
    the checkpointed state (`RemoveMessage`), keeping the running summary in
    state (`summary`, shown in the system prompt) and the recent messages. What
@@ -77,6 +80,12 @@ def _older_results_shortened(messages: Sequence[AnyMessage]) -> list[AnyMessage]
     last = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=0)
     older = [m for m in messages[:last] if isinstance(m, ToolMessage)]
     return [new for m in older if (new := shorten(m, texts=False)) is not m]
+
+
+def _older_texts_shortened(messages: Sequence[AnyMessage]) -> list[AnyMessage]:
+    """`messages` with the long texts before the last user message shortened (same ids)."""
+    last = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=0)
+    return [shorten(m, texts=True) if i < last else m for i, m in enumerate(messages)]
 
 
 @dataclass
@@ -215,6 +224,13 @@ class Compact:
         call.replace(_older_results_shortened(call.messages))
         if self.estimate(call, reported=False) <= limit:
             return
+        # Older long texts shortened in what is sent only: the thread keeps them whole, so
+        # the summary that comes when even this is over is made of the texts as they are.
+        sent = call.model_input
+        call.model_input = _older_texts_shortened(sent)
+        if self.estimate(call, reported=False) <= limit:
+            return
+        call.model_input = sent
         # Room for the new summary at its cap, so the prompt after is at most the target.
         summary_room = self.summary_cap(budget) // 4 - len(call.summary or "") // 4
         keep = int(self.target * budget) - self.fixed_tokens(call) - summary_room

@@ -19,6 +19,7 @@ from panager.agent.tools.mail import mail_tools, offered_mail_tools
 from panager.agent.tools.mcp import SOURCE_KEY, mcp_tools
 from panager.agent.tools.memory import memory_tools
 from panager.agent.tools.messaging import messaging_tools
+from panager.agent.tools.offer import compact_core
 from panager.agent.tools.profile import profile_tools
 from panager.agent.tools.schedule import schedule_tools
 from panager.agent.tools.search import DEFERRED_KEY, TURN_TOOLS_KEY
@@ -63,10 +64,12 @@ async def tools_for_turn(
     deps: AgentDeps, user: User, window: int | None = None
 ) -> tuple[list[BaseTool], list[BaseTool]]:
     """(offered, unlisted) for one turn in a context `window` (tokens): only tools that can
-    work are offered; the unlisted ones still run when called (link, reason or result)."""
+    work are offered, and a small window gets a compact core (offer.py); the unlisted ones
+    still run when called (link, reason or result)."""
     tools, no_scope = await offered_mail_tools(deps, user, build_tools(deps, user), [])
     offered, unlisted = await offered_google_tools(deps, user, tools, window)
     unlisted.extend(no_scope)
+    offered, unlisted = compact_core(offered, unlisted, window)
     _attach_turn_tools(offered)
     return offered, unlisted
 

@@ -1,4 +1,4 @@
-"""`tool_search`: MCP tools on demand, for people offered more than a prompt should carry.
+"""`tool_search`: tools on demand, for people offered more than a prompt should carry.
 
 Fifty MCP tool definitions are some 6,000 tokens in every model call (BENCHMARKS.md,
 "MCP tools"). Above `mcp_tool_search_above` tools, a person is offered this one tool
@@ -6,7 +6,8 @@ instead: it ranks the deferred tools by the words of the query in their names an
 descriptions and adds the best matches to the turn's tool list, so the next model
 call can call them. It answers with the names only — the descriptions reach the model
 as tool definitions, as when offered eagerly, so a search does not make the turn
-carry outside content it would not carry otherwise.
+carry outside content it would not carry otherwise. Small context windows defer some
+built-in tools behind it too (offer.py); its description then names what it holds.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from panager.agent.tools.base import ORDINARY, tool
 
 TURN_TOOLS_KEY = "panager_turn_tools"  # metadata: attach(turn's tool list) before the turn
 DEFERRED_KEY = "panager_deferred"  # metadata: the tools this search can load
+TOOL_SEARCH = "tool_search"
 _WORD = re.compile(r"[a-z0-9]+")
 MAX_LOADED = 10
 
@@ -40,15 +42,13 @@ def rank(tools: Sequence[BaseTool], query: str) -> list[BaseTool]:
     return [made for *_, made in sorted(scored, key=lambda s: (s[0], s[1]))]
 
 
-def search_tool(deferred: Sequence[BaseTool]) -> BaseTool:
-    """A `tool_search` over `deferred`; `build_tools` attaches the turn's tool list to it."""
+def search_tool(deferred: Sequence[BaseTool], about: Sequence[str] = ()) -> BaseTool:
+    """A `tool_search` over `deferred`; `build_tools` attaches the turn's tool list to it.
+    `about`: what the deferred tools cover, named in a shorter description with no `limit`
+    (small windows, offer.py); without it, the search over MCP tools."""
     turn: list[list[BaseTool]] = []
 
-    @tool(classify=ORDINARY)
-    async def tool_search(query: str, limit: int = 5) -> dict:
-        """Find more tools by what they do (e.g. "github issues", "wiki page") among the
-        tools of the MCP servers this instance connects to. The matches become callable
-        from your next step; call them then by the names returned."""
+    def load(query: str, limit: int) -> dict:
         matches = rank(deferred, query)[: max(1, min(limit, MAX_LOADED))]
         if turn:
             present = {t.name for t in turn[0]}
@@ -59,11 +59,26 @@ def search_tool(deferred: Sequence[BaseTool]) -> BaseTool:
             "note": "no tool matched; try other words" if not matches else "callable now",
         }
 
+    @tool(classify=ORDINARY)
+    async def tool_search(query: str, limit: int = 5) -> dict:
+        """Find more tools by what they do (e.g. "github issues", "wiki page") among the
+        tools of the MCP servers this instance connects to. The matches become callable
+        from your next step; call them then by the names returned."""
+        return load(query, limit)
+
+    @tool(classify=ORDINARY)
+    async def tool_search_compact(query: str) -> dict:
+        """Load more tools by what they do."""
+        return load(query, MAX_LOADED)
+
     def attach(offered: list[BaseTool]) -> None:
         """The list this turn offers (the last one attached wins)."""
         turn[:] = [offered]
 
-    tool_search.metadata = {
-        **(tool_search.metadata or {}), TURN_TOOLS_KEY: attach, DEFERRED_KEY: list(deferred)
-    }
-    return tool_search
+    made = tool_search
+    if about:
+        made = tool_search_compact
+        made.name = TOOL_SEARCH
+        made.description = f"Load more tools (usable next step) for: {'; '.join(about)}."
+    made.metadata = {**(made.metadata or {}), TURN_TOOLS_KEY: attach, DEFERRED_KEY: list(deferred)}
+    return made

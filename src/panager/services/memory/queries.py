@@ -30,6 +30,22 @@ rows are read, chosen so that the best-scoring memories are among them:
 
 The other terms still score the candidates. The ranking is cut to k before
 the full rows are read. Every query is filtered by `user_id`.
+
+## What a search reads (BENCHMARKS.md, "memory_search at 1,000 memories")
+
+- The exact vector leg sorts only ids and distances of the user's rows; the k
+  best rows are read whole afterwards. Its crowding term (hybrid searches)
+  compares the k hits' vectors with each other, copied once out of their TOAST
+  storage: a vector stored out of line would otherwise be fetched again for
+  each of the 2·k·(k − 1) comparisons.
+- The lexical leg looks each query term up in the user's lexicon once (`hits`:
+  an index range scan per term, forced by LATERAL … OFFSET 0, so a table whose
+  statistics are not gathered yet cannot turn it into a scan of the whole
+  lexicon), then matches the candidates' lexemes against the matched lexemes
+  with one hash join (an OR of equality and prefix tests cannot be hashed: it
+  compared every lexeme of every candidate with every term).
+- Sums are taken in term order, so the same memories give the same floats
+  whichever plan runs.
 """
 
 from __future__ import annotations
@@ -86,25 +102,35 @@ def search_sql(store: StoreTables) -> SearchSQL:
     ORDER BY embedding <=> %(v)s LIMIT %(k)s
     """  # only the indexed expression: any tie-break column would stop pgvector using the index
     SEARCH_EXACT = f"""
-    SELECT {columns}, 1 - (embedding <=> %(v)s) AS similarity
-    FROM {table} WHERE user_id = %(user)s{live}
-    ORDER BY (embedding <=> %(v)s) + 0, updated_at DESC, id LIMIT %(k)s
-    """  # "+ 0": not the indexed expression, so the planner scans the user's rows exactly
+    WITH top AS MATERIALIZED (
+        SELECT id, (embedding <=> %(v)s) + 0 AS d FROM {table}
+        WHERE user_id = %(user)s{live}
+        ORDER BY d, updated_at DESC, id LIMIT %(k)s
+    )
+    SELECT {m_columns}, 1 - t.d AS similarity
+    FROM top t JOIN {table} m ON m.id = t.id
+    ORDER BY t.d, m.updated_at DESC, m.id
+    """  # "+ 0": not the indexed expression, so the planner scans the user's rows exactly;
+    # only ids and distances are sorted, the k rows are read whole after
     _NEAR = f"""
-    WITH near AS MATERIALIZED (
-        SELECT {columns}, embedding, 1 - (embedding <=> %(v)s) AS similarity
-        FROM {table} WHERE user_id = %(user)s{live}
-        ORDER BY {{order}} LIMIT %(k)s
+    WITH top AS MATERIALIZED ({{top}}), near AS MATERIALIZED (
+        SELECT {m_columns}, m.embedding::real[]::vector AS e, 1 - t.d AS similarity
+        FROM top t JOIN {table} m ON m.id = t.id
     )
     SELECT n.id, n.content, n.category, n.source, n.created_at, n.updated_at, n.tainted,
            n.previous, n.similarity, coalesce((
                SELECT avg(s) FROM (
-                   SELECT 1 - (n.embedding <=> o.embedding) AS s FROM near o
+                   SELECT 1 - (n.e <=> o.e) AS s FROM near o
                    WHERE o.id <> n.id ORDER BY s DESC LIMIT {CROWD_K}) AS nearest), 0) AS crowd
     FROM near n ORDER BY n.similarity DESC, n.updated_at DESC, n.id
-    """  # the vector leg of a hybrid search, with each hit's crowding (fusion.py)
-    SEARCH_ANN_CROWD = _NEAR.format(order="embedding <=> %(v)s")
-    SEARCH_EXACT_CROWD = _NEAR.format(order="(embedding <=> %(v)s) + 0, updated_at DESC, id")
+    """  # the vector leg of a hybrid search, with each hit's crowding (fusion.py); `e`: the
+    # vector copied once out of TOAST storage (see the module docstring)
+    SEARCH_ANN_CROWD = _NEAR.format(top=(
+        f"SELECT id, embedding <=> %(v)s AS d FROM {table} WHERE user_id = %(user)s{live} "
+        "ORDER BY embedding <=> %(v)s LIMIT %(k)s"))
+    SEARCH_EXACT_CROWD = _NEAR.format(top=(
+        f"SELECT id, (embedding <=> %(v)s) + 0 AS d FROM {table} WHERE user_id = %(user)s{live} "
+        "ORDER BY d, updated_at DESC, id LIMIT %(k)s"))
     _BM25 = f"""
     WITH q AS (
         SELECT term COLLATE "C" AS term, pre
@@ -112,14 +138,20 @@ def search_sql(store: StoreTables) -> SearchSQL:
     ), st AS (
         SELECT n, total_len::float8 / greatest(n, 1) AS avgdl
         FROM {stats} WHERE user_id = %(user)s AND n > 0
+    ), hits AS MATERIALIZED (
+        SELECT q.term, q.pre, d.lexeme, d.df
+        FROM q CROSS JOIN LATERAL (
+            SELECT d.lexeme, d.df FROM {terms} d
+            WHERE d.user_id = %(user)s AND d.lexeme >= q.term
+              AND d.lexeme <= CASE WHEN q.pre THEN q.term || chr(1114111) ELSE q.term END
+            OFFSET 0
+        ) AS d
     ), w AS (
-        SELECT q.term, q.pre, least(sum(d.df), st.n) AS df,
-               ln(1 + (st.n - least(sum(d.df), st.n) + 0.5)::float8
-                      / (least(sum(d.df), st.n) + 0.5)) AS idf
-        FROM q CROSS JOIN st
-        JOIN {terms} d ON d.user_id = %(user)s AND d.lexeme >= q.term
-             AND d.lexeme <= CASE WHEN q.pre THEN q.term || chr(1114111) ELSE q.term END
-        GROUP BY q.term, q.pre, st.n
+        SELECT h.term, h.pre, least(sum(h.df), st.n) AS df,
+               ln(1 + (st.n - least(sum(h.df), st.n) + 0.5)::float8
+                      / (least(sum(h.df), st.n) + 0.5)) AS idf
+        FROM hits h CROSS JOIN st
+        GROUP BY h.term, h.pre, st.n
     ), pick AS (
         SELECT term, pre, df, sum(df) OVER (ORDER BY df, term) - df AS before,
                row_number() OVER (ORDER BY df, term) AS nth,
@@ -132,26 +164,32 @@ def search_sql(store: StoreTables) -> SearchSQL:
                min(df) > {CANDIDATE_ROWS} AS common
         FROM pick
     ), cand AS (
-        (SELECT c.id, c.updated_at, c.content_tsv FROM tq, {table} c
+        (SELECT c.id, c.updated_at, c.content_tsv, length(c.content_tsv) AS dl
+         FROM tq, {table} c
          WHERE NOT (SELECT common FROM tq) AND c.user_id = %(user)s AND c.content_tsv @@ tq.rare
            {live_c}
          ORDER BY c.updated_at DESC, c.id LIMIT {CANDIDATE_ROWS})
         UNION ALL
-        (SELECT c.id, c.updated_at, c.content_tsv FROM tq, {table} c
+        (SELECT c.id, c.updated_at, c.content_tsv, length(c.content_tsv) AS dl
+         FROM tq, {table} c
          WHERE (SELECT common FROM tq) AND c.user_id = %(user)s{live_c}
            AND c.content_tsv @@ tq.rarest_two
          LIMIT {CANDIDATE_ROWS})
+    ), lex AS MATERIALIZED (
+        SELECT h.lexeme, w.term, w.pre, w.idf
+        FROM hits h JOIN w ON w.term = h.term AND w.pre = h.pre
     ), scored AS (
-        SELECT m.id, m.updated_at, w.idf, length(m.content_tsv) AS dl,
+        SELECT m.id, m.updated_at, l.term, l.pre, l.idf, m.dl,
                sum(coalesce(array_length(u.positions, 1), 1)) AS tf
-        FROM cand AS m, unnest(m.content_tsv) AS u, w
-        WHERE u.lexeme = w.term OR (w.pre AND starts_with(u.lexeme, w.term))
-        GROUP BY m.id, m.updated_at, w.term, w.idf, m.content_tsv
+        FROM cand AS m, unnest(m.content_tsv) AS u, lex AS l
+        WHERE u.lexeme = l.lexeme
+        GROUP BY m.id, m.updated_at, l.term, l.pre, l.idf, m.dl
     ), ranked AS (
         SELECT s.id, sum(s.idf * s.tf * {BM25_K1 + 1}
-                         / (s.tf + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * s.dl / st.avgdl)))
-                   AS rank,
-               sum(s.idf) / (SELECT sum(idf) FROM w) AS coverage
+                         / (s.tf + {BM25_K1} * ({1 - BM25_B} + {BM25_B} * s.dl / st.avgdl))
+                         ORDER BY s.term, s.pre) AS rank,
+               sum(s.idf ORDER BY s.term, s.pre)
+                   / (SELECT sum(idf ORDER BY term, pre) FROM w) AS coverage
         FROM scored s CROSS JOIN st GROUP BY s.id, s.updated_at
         ORDER BY rank DESC, s.updated_at DESC, s.id LIMIT %(k)s
     )
