@@ -19,6 +19,8 @@ import pytest
 from panager.clock import FakeClock
 from panager.config import Settings
 
+pytest_plugins = ["tests.hang_report"]  # what a test about to time out waits for
+
 TEST_DATABASE_URL = os.environ.get("PANAGER_TEST_DATABASE_URL") or os.environ.get("DATABASE_URL")
 TEMPLATE_DB = "panager_test_template"
 CLEARED_ENV = (
