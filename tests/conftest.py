@@ -66,13 +66,17 @@ def _isolated_env(monkeypatch):
 @pytest.fixture(scope="session")
 def pg_server_url():
     """URL of the session's PostgreSQL server (maintenance database)."""
+    from tests.hang_report import SERVER_URL
+
     if TEST_DATABASE_URL:
+        SERVER_URL.append(TEST_DATABASE_URL)
         yield TEST_DATABASE_URL
         return
     from panager.db.embedded import start_embedded
 
     data = Path(tempfile.mkdtemp(prefix="panager-test-pg-")) / "pgdata"  # as under a home
-    yield start_embedded(data)
+    SERVER_URL.append(start_embedded(data))
+    yield SERVER_URL[-1]
 
 
 @pytest.fixture(scope="session")
