@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
+REAP_TIMEOUT = 5.0  # seconds to wait for a killed decoder's exit
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,10 @@ async def run_job(job: dict, data: bytes, limits: Limits) -> tuple[dict, bytes]:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            await proc.wait()
+            try:  # a killed child is reaped at once; never let the turn wait on it for long
+                await asyncio.wait_for(proc.wait(), REAP_TIMEOUT)
+            except TimeoutError:
+                log.warning("decoder %s did not exit after kill", proc.pid)
     return _parse(out, err, proc.returncode)
 
 
