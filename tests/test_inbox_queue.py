@@ -9,6 +9,7 @@ from panager.clock import FakeClock
 from panager.db.pool import open_pool
 from panager.services.inbox import InboxMessage, InboxService
 from panager.services.inbox_queue import InboxQueue
+from panager.tasks import cancel_and_wait
 
 ALICE, BOB = 501, 502
 
@@ -113,3 +114,45 @@ async def test_a_message_left_by_a_dead_process_is_answered_on_recover(db_url):
     finally:
         await queue.close()
         await pool.close()
+
+
+def stubborn(lost: int, seen: list[int]):
+    """A background loop that loses its first `lost` cancellations (as Python 3.11's
+    `asyncio.wait_for` can, inside a library the loop calls) and keeps polling."""
+
+    async def loop() -> None:
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                seen.append(1)
+                if len(seen) <= lost:
+                    continue
+                raise
+
+    return loop()
+
+
+async def test_close_ends_even_when_a_background_task_loses_its_cancellation(db_url):
+    pool = await open_pool(db_url, max_size=2)
+    queue = InboxQueue(InboxService(pool, FakeClock(), "proc"), Recorder(), Recorder())
+    seen: list[int] = []
+    try:
+        task = queue.spawn(stubborn(2, seen))
+        await asyncio.sleep(0.05)
+        await asyncio.wait_for(queue.close(), 30)  # a single cancel + gather waited forever
+        assert task.cancelled() and len(seen) == 3
+        assert not queue._background
+    finally:
+        await pool.close()
+
+
+async def test_cancel_and_wait_gives_up_on_a_task_that_does_not_stop_and_says_so(caplog):
+    seen: list[int] = []
+    task = asyncio.create_task(stubborn(5, seen), name="stubborn-loop")
+    await asyncio.sleep(0.02)
+    await asyncio.wait_for(cancel_and_wait([task], grace=0.1, rounds=2), 10)
+    assert not task.done() and len(seen) == 3
+    assert "stubborn-loop did not stop when cancelled" in caplog.text
+    await asyncio.wait_for(cancel_and_wait([task], grace=0.1), 10)  # three more: it stops
+    assert task.cancelled() and len(seen) == 6

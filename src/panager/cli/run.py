@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import typer
 
 from panager.config import ConfigError, Settings
+from panager.tasks import cancel_and_wait
 
 log = logging.getLogger("panager.run")
 
@@ -185,8 +186,7 @@ async def start_worker(app) -> Running:
         try:
             await asyncio.wait_for(asyncio.shield(task), STOP_TIMEOUT)
         except TimeoutError:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait([task])
 
     return Running("worker", close, task)
 
@@ -310,8 +310,7 @@ async def _stop_all(running: list[Running]) -> None:
         except Exception:
             log.exception("error while stopping %s", component.name)
         if component.task is not None and not component.task.done():
-            component.task.cancel()
-            await asyncio.gather(component.task, return_exceptions=True)
+            await cancel_and_wait([component.task])
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ import logging
 import psycopg
 
 from panager.db.locks import PRESENCE_NS
+from panager.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,7 @@ class SessionLock:
     async def close(self) -> None:
         """Release the lock (closing the session releases it) and stop keeping it."""
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
         self.held.clear()
         await self._drop()
 

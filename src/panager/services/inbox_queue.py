@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from panager.services.inbox import InboxMessage, InboxService
+from panager.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +115,8 @@ class InboxQueue:
         running = [t for t in self._drains.values() if not t.done()]
         if running:
             _, pending = await asyncio.wait(running, timeout=self.shutdown_grace)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+            await cancel_and_wait(pending)
+        await cancel_and_wait(list(self._background))
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run `coro` in the background until close(); its failure is logged."""

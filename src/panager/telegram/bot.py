@@ -216,7 +216,7 @@ class TelegramFrontEnd:
 
     async def _watch(self) -> None:
         """Pick up updates another process stored (the webhook, the poller elsewhere)."""
-        while True:
+        while not self.queue.stopping:
             try:
                 for user_id in await self.inbox.queued_users():
                     self.queue.kick(user_id)

@@ -20,6 +20,7 @@ from panager.adapters.answering import ATTACHMENT_NOTE, Incoming
 from panager.adapters.streaming import StreamedReply
 from panager.services.media.intake import Attachment, refused
 from panager.services.media.sniff import clean_name
+from panager.tasks import cancel_and_wait
 from panager.telegram.questions import result_keyboard
 from panager.telegram.surface import TelegramSurface
 
@@ -113,8 +114,7 @@ class TelegramChat:
         try:
             yield
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait([task])
 
     async def _keep_typing(self) -> None:
         while True:

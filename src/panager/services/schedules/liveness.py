@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from panager.db.pool import Pool
 from panager.db.presence import HELD_OWNERS, OWNER_IS_GONE, Presence
 from panager.services.schedules.service import NOTIFY_CHANNEL
+from panager.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,5 @@ async def worker_liveness(
     try:
         yield presence
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait([task])
         await presence.close()

@@ -62,6 +62,7 @@ from panager.services.schedules.service import (
     Settlement,
 )
 from panager.services.users import User
+from panager.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -212,8 +213,7 @@ class SchedulerWorker:
                 await self._idle(stop)
         finally:
             if listener is not None:
-                listener.cancel()
-                await asyncio.gather(listener, return_exceptions=True)
+                await cancel_and_wait([listener])
             await self._finish_in_flight()
             await self._guarded(self._release)
             log.info("scheduler worker %s stopped", self.id)
@@ -355,9 +355,7 @@ class SchedulerWorker:
         if not self._tasks:
             return
         _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_TIMEOUT)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await cancel_and_wait(pending)
 
     # -- one schedule ------------------------------------------------------------------------
 
@@ -464,8 +462,7 @@ class SchedulerWorker:
         try:
             yield
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait([task])
 
     def _after(self, schedule: Schedule, delivered: datetime) -> Settlement:
         """The schedule's next state after delivering the occurrence at `delivered`."""
