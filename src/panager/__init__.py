@@ -1,3 +1,3 @@
-"""Panager: a self-hosted personal assistant for Discord DMs and the terminal."""
+"""Panager: a self-hosted personal assistant in Discord and Telegram DMs, a terminal and the web."""
 
 __version__ = "0.1.0"
