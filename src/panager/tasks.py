@@ -35,18 +35,21 @@ async def cancel_and_wait(
     """Cancel `tasks` and wait until every one has finished: any still running after
     `grace` seconds is cancelled again every RECANCEL_SECONDS, at most `rounds` more
     times (then it is left running, and logged). The tasks' exceptions are not raised."""
-    pending = {t for t in tasks if not t.done()}
-    if not pending:
-        return
-    for task in pending:
-        task.cancel()
-    _, pending = await asyncio.wait(pending, timeout=grace)
+    given = list(tasks)
+    pending = {t for t in given if not t.done()}
+    if pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=grace)
     for _ in range(rounds):
         if not pending:
-            return
+            break
         log.info("cancelling again: %s", ", ".join(t.get_name() for t in pending))
         for task in pending:
             task.cancel()
         _, pending = await asyncio.wait(pending, timeout=RECANCEL_SECONDS)
     for task in pending:
         log.warning("task %s did not stop when cancelled", task.get_name())
+    for task in given:  # retrieved, as gather(return_exceptions=True) did: no "never retrieved"
+        if task.done() and not task.cancelled():
+            task.exception()
