@@ -110,17 +110,25 @@ MERGED_INTO = """
 UPDATE memories SET superseded_by = %(kept)s WHERE superseded_by = %(dup)s;
 UPDATE memories SET tainted = tainted AND %(dup_tainted)s WHERE id = %(kept)s
 """
-REBUILD_TERMS = """
-DELETE FROM memory_terms WHERE user_id IN (%(keep)s, %(gone)s);
-DELETE FROM memory_stats WHERE user_id IN (%(keep)s, %(gone)s);
-INSERT INTO memory_terms (user_id, lexeme, df)
-SELECT m.user_id, l.lexeme, count(*) FROM memories m,
-       unnest(tsvector_to_array(m.content_tsv)) AS l(lexeme)
- WHERE m.user_id = %(keep)s GROUP BY 1, 2;
-INSERT INTO memory_stats (user_id, n, total_len)
-SELECT user_id, count(*), sum(length(content_tsv)) FROM memories
+
+
+def rebuilt_terms(rows: str, terms: str, stats: str) -> str:
+    """SQL that recounts the kept person's BM25 statistics (`terms`, `stats`) from the
+    table `rows` and drops the joined-away person's."""
+    return f"""
+DELETE FROM {terms} WHERE user_id IN (%(keep)s, %(gone)s);
+DELETE FROM {stats} WHERE user_id IN (%(keep)s, %(gone)s);
+INSERT INTO {terms} (user_id, lexeme, df)
+SELECT r.user_id, l.lexeme, count(*) FROM {rows} r,
+       unnest(tsvector_to_array(r.content_tsv)) AS l(lexeme)
+ WHERE r.user_id = %(keep)s GROUP BY 1, 2;
+INSERT INTO {stats} (user_id, n, total_len)
+SELECT user_id, count(*), sum(length(content_tsv)) FROM {rows}
  WHERE user_id = %(keep)s GROUP BY 1
 """
+
+
+REBUILD_TERMS = rebuilt_terms("memories", "memory_terms", "memory_stats")
 SYSTEM_JOBS = """
 UPDATE schedules g SET status = 'cancelled', updated_at = now()
  WHERE g.user_id = %(gone)s AND g.kind IN ('heartbeat', 'briefing', 'tidy')
@@ -176,16 +184,7 @@ DELETE FROM documents g WHERE g.user_id = %(gone)s AND EXISTS
   (SELECT 1 FROM documents k WHERE k.user_id = %(keep)s AND k.original = g.original);
 UPDATE documents SET user_id = %(keep)s WHERE user_id = %(gone)s;
 UPDATE document_chunks SET user_id = %(keep)s WHERE user_id = %(gone)s;
-DELETE FROM document_terms WHERE user_id IN (%(keep)s, %(gone)s);
-DELETE FROM document_stats WHERE user_id IN (%(keep)s, %(gone)s);
-INSERT INTO document_terms (user_id, lexeme, df)
-SELECT c.user_id, l.lexeme, count(*) FROM document_chunks c,
-       unnest(tsvector_to_array(c.content_tsv)) AS l(lexeme)
- WHERE c.user_id = %(keep)s GROUP BY 1, 2;
-INSERT INTO document_stats (user_id, n, total_len)
-SELECT user_id, count(*), sum(length(content_tsv)) FROM document_chunks
- WHERE user_id = %(keep)s GROUP BY 1
-"""
+""" + rebuilt_terms("document_chunks", "document_terms", "document_stats")
 PROFILE = """
 UPDATE profile_sections k
    SET history = k.history || jsonb_build_array(jsonb_build_object(
