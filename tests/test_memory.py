@@ -303,18 +303,31 @@ async def test_shared_index_never_starves_a_small_user(memory, alice, bob, monke
     assert hits[0].content == "I collect vinyl records."
 
 
-async def test_crowding_is_the_mean_similarity_to_the_nearest_fellow_candidates(memory, alice):
+@pytest.mark.parametrize("statement", ["SEARCH_EXACT_CROWD", "SEARCH_ANN_CROWD"])
+async def test_crowding_is_the_mean_similarity_to_the_nearest_fellow_candidates(
+    memory, alice, statement
+):
     """SEARCH_*_CROWD return, per hit, its mean cosine similarity to its CROWD_K nearest
-    fellow candidates (computed here with numpy from the same vectors)."""
+    fellow candidates (computed here with numpy from the same vectors); the ANN one through
+    the HNSW index."""
     import numpy as np
 
-    from panager.services.memory.queries import CROWD_K, SEARCH_EXACT_CROWD
+    from panager.services.memory import queries
+    from panager.services.memory.binding import ensure_bound
+    from panager.services.memory.queries import CROWD_K
 
     vectors = unit_vectors(12, seed=3)
-    async with memory.pool.connection() as conn:
+    async with memory.pool.connection() as conn, conn.transaction():
+        await ensure_bound(conn, memory.embedder.name, memory.embedder.dim)  # typed + indexed
         await copy_memories(conn, ((alice.id, f"note {i}", v) for i, v in enumerate(vectors)))
-        rows = await (await conn.execute(
-            SEARCH_EXACT_CROWD, {"user": alice.id, "v": vectors[0], "k": 8})).fetchall()
+        for plan_kind in ("seqscan", "bitmapscan", "sort"):  # a table this small is sorted
+            await conn.execute(f"SET LOCAL enable_{plan_kind} = off")
+        params = {"user": alice.id, "v": vectors[0], "k": 8}
+        sql = getattr(queries, statement)
+        plan = " ".join(next(iter(r.values())) for r in await (
+            await conn.execute("EXPLAIN " + sql, params)).fetchall())
+        assert ("memories_embedding_hnsw" in plan) == (statement == "SEARCH_ANN_CROWD"), plan
+        rows = await (await conn.execute(sql, params)).fetchall()
     index = {f"note {i}": i for i in range(12)}
     picked = [index[r["content"]] for r in rows]
     assert picked[0] == 0 and len(picked) == 8
