@@ -23,7 +23,8 @@ Documents (`--documents N`, default 1,000): ingest speed — a 100-page PDF
 taken in whole (extraction in the subprocess, passages embedded, stored) in
 pages per second — then N documents of 10 passages each stored for one
 person through DocumentService, and `document_search` timed over them (p50/p95
-of distinct queries). Embeddings come from the fake server (384 dimensions,
+of distinct queries), on the shipped plan (past 3,000 passages the HNSW index)
+and on an exact scan of the person's passages, alternating, in the same run. Embeddings come from the fake server (384 dimensions,
 the offline embedder's width) so the rows measure Panager's side; with the
 offline embedder add its per-passage cost (section "Embedders").
 """
@@ -169,13 +170,18 @@ async def measure_documents(count: int, queries: int) -> None:
                 text = doc_text(n)
                 await docs.add(user.id, f"letter{n}.txt", "text/plain", text.encode(), text)
             stored = time.perf_counter() - started
-            search_ms = []
-            for q in range(queries):
-                n = (q * 7919) % count
-                started = time.perf_counter()
-                hits = await docs.search(user.id, f"R{n:05d} {TOPICS[n % len(TOPICS)]} amount")
-                search_ms.append((time.perf_counter() - started) * 1000)
-                assert hits
+            search_ms: dict[str, list[float]] = {}
+            top: dict[str, list[bool]] = {}  # the best passage is from the letter asked about
+            for strategy in ("exact", "auto") * 2:  # the same queries on both plans, twice
+                docs.retrieval.strategy = strategy
+                docs.retrieval._sizes.clear()
+                for q in range(queries):
+                    n = (q * 7919) % count
+                    started = time.perf_counter()
+                    hits = await docs.search(user.id, f"R{n:05d} {TOPICS[n % len(TOPICS)]} amount")
+                    search_ms.setdefault(strategy, []).append((time.perf_counter() - started) * 1000)
+                    assert hits
+                    top.setdefault(strategy, []).append(hits[0].name == f"letter{n}.txt")
         finally:
             await app.stop()
     print(f"\ningest: 100-page PDF ({len(big):,} B) taken in {ingest:.2f} s = "
@@ -184,7 +190,14 @@ async def measure_documents(count: int, queries: int) -> None:
     print(f"stored {count:,} documents × 10 passages in {stored:.1f} s "
           f"({count * 10 / stored:.0f} passages/s)")
     print("\n| search | n | p50 ms | p95 ms |\n|---|---|---|---|")
-    print(row(f"document_search at {count:,} documents ({count * 10:,} passages)", search_ms))
+    plans = {"auto": "as shipped (HNSW past 3,000 passages)", "exact": "exact scan"}
+    for strategy, times in search_ms.items():
+        print(row(f"document_search at {count:,} documents ({count * 10:,} passages), "
+                  f"{plans[strategy]}", times))
+    ratio = percentile(search_ms["auto"], 50) / percentile(search_ms["exact"], 50)
+    right = {k: sum(v) / len(v) for k, v in top.items()}
+    print(f"\nas shipped ÷ exact scan (p50): {ratio:.2f}; best passage from the letter asked "
+          f"about: {right['auto']:.0%} as shipped, {right['exact']:.0%} exact")
 
 
 def main() -> None:

@@ -197,3 +197,28 @@ async def test_the_files_page_lists_shows_and_deletes_but_never_renders_uploads(
         await alice.close()
         await bob.close()
         await server.stop()
+
+
+async def test_a_person_with_many_passages_is_searched_through_the_index(start, monkeypatch):
+    """Past EXACT_MAX passages the vector leg goes through document_chunks' HNSW index (as
+    memory does); the phrase is still found, and nobody else's passages are."""
+    from panager.services.memory import retrieval
+
+    app = await start()
+    documents = app.deps.media.documents
+    await app.deps.media.take(ME, "lease.pdf", long_pdf(pages=60, at=47))
+    await app.deps.media.take(OTHER, "other.pdf", long_pdf(at=3))
+    monkeypatch.setattr(retrieval, "EXACT_MAX", 2)
+    documents.retrieval._sizes.clear()
+    hits = await documents.search(ME, "where does the heron nest?")
+    assert hits and PHRASE in hits[0].content and hits[0].page == 47
+    assert documents.retrieval.exact_fallbacks == 0  # enough of ME's rows came from the index
+    assert {h.document_id for h in hits} == {d.id for d in await documents.list(ME)}
+    assert documents.retrieval._known_to_use_index(ME)
+    async with app.deps.pool.connection() as conn, conn.transaction():
+        for plan_kind in ("seqscan", "bitmapscan", "sort"):  # a table this small is sorted
+            await conn.execute(f"SET LOCAL enable_{plan_kind} = off")
+        plan = await (await conn.execute(
+            "EXPLAIN " + documents.retrieval.sql.search_ann,
+            {"user": ME, "v": await app.deps.memory.embed_query("heron"), "k": 5})).fetchall()
+    assert "document_chunks_embedding_hnsw" in " ".join(next(iter(r.values())) for r in plan)

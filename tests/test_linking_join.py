@@ -128,7 +128,8 @@ async def seed(app, person: int, tag: str, other: int) -> None:
              "VALUES (COALESCE(%s::uuid, gen_random_uuid()), %s, %s, 'application/pdf', 1, "
              "%s, %s)", (doc, person, name, original.decode(), original)),
             ("INSERT INTO document_chunks (user_id, document_id, seq, content, embedding) "
-             "SELECT %s, id, 0, text, '[0.1, 0.2]' FROM documents WHERE user_id = %s "
+             "SELECT %s, id, 0, text, array_fill(0.1::real, ARRAY[(SELECT dim FROM memory_meta)])"
+             "::vector FROM documents WHERE user_id = %s "
              "AND name = %s", (person, person, name)),
         ]
     async with app.pool.connection() as conn:

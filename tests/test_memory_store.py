@@ -162,7 +162,8 @@ async def test_cli_status_and_reembed(db_url, tmp_path, fake_openai, capsys):
     assert code == 2 and "panager memory reembed" in err and "Traceback" not in err
     await reembed_command(remote, None)
     out = capsys.readouterr().out
-    assert "re-embedded 2 memories with openai:text-embedding-3-small (64 dimensions" in out
+    assert ("re-embedded 2 memories and 0 document passages with openai:text-embedding-3-small "
+            "(64 dimensions") in out
     assert len(fake_openai.embedding_requests) == 1  # one batch
 
 
@@ -291,3 +292,117 @@ async def test_the_older_e5_space_is_served_until_reembed(pool, tmp_path, caplog
     moved = await MemoryService.create(pool, local)
     assert moved.embedder.name.endswith("/passage")
     assert (await moved.search(1, "what is my pet's name?", 1))[0].content == "My cat is called Nabi."
+
+
+PASSAGE_COLUMN = """
+SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute
+WHERE attrelid = 'document_chunks'::regclass AND attname = 'embedding'
+"""
+LEASE = "Clause 7: the heron nests beside the copper mill.\n\nClause 8: rent is due monthly."
+
+
+async def passage_column(pool) -> tuple[str, str | None]:
+    """(type of document_chunks.embedding, definition of its HNSW index or None)."""
+    async with pool.connection() as conn:
+        kind = (await (await conn.execute(PASSAGE_COLUMN)).fetchone())["type"]
+        index = await (await conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'document_chunks_embedding_hnsw'"
+        )).fetchone()
+    return kind, index["indexdef"] if index else None
+
+
+async def test_documents_share_the_store_embedder_and_reembed_converts_them(
+    pool, tmp_path, fake_openai, clock
+):
+    """A first document binds the store (passages typed and indexed like memories); another
+    embedder is refused while only documents are stored; `reembed` converts the passages
+    with the memories, and they are found with the new embedder."""
+    from panager.services.media.documents import DocumentService
+
+    remote = settings(tmp_path, openai_base_url=fake_openai.base_url, openai_api_key="t",
+                      embedding_model="text-embedding-3-small")
+    memory = await MemoryService.create(pool, remote)
+    async with pool.connection() as conn:
+        await conn.execute("INSERT INTO users (id, username) VALUES (1, 'me')")
+    await DocumentService(pool, memory, clock, 10**7).add(
+        1, "lease.txt", "text/plain", LEASE.encode(), LEASE)
+    assert await passage_column(pool) == (
+        "vector(64)",
+        "CREATE INDEX document_chunks_embedding_hnsw ON public.document_chunks USING hnsw "
+        "(embedding vector_cosine_ops) WITH (m='16', ef_construction='1000')",
+    )
+    meta, count, _ = await store_status(pool)
+    assert (meta.embedder, meta.dim, count) == ("openai:text-embedding-3-small", 64, 0)
+
+    local = settings(tmp_path, embedding_model="local")
+    with pytest.raises(EmbedderMismatch, match="0 memories and 1 document passages"):
+        await MemoryService.create(pool, local)
+
+    report = await reembed(pool, await _embedder(local))
+    assert (report.count, report.passages, report.dim) == (0, 1, 384)
+    assert (await passage_column(pool))[0] == "vector(384)"
+    moved = await MemoryService.create(pool, local)
+    hits = await DocumentService(pool, moved, clock, 10**7).search(1, "where does the heron nest?")
+    assert hits and "heron" in hits[0].content
+
+
+async def test_passages_of_another_size_are_not_bound_over(pool, tmp_path, fake_openai, clock):
+    """Passages stored before any embedder was recorded, by another model, stop a new binding
+    (saving says to run reembed) instead of being left unsearchable."""
+    from panager.services.memory.service import MemoryUnavailable
+
+    async with pool.connection() as conn:
+        await conn.execute("INSERT INTO users (id, username) VALUES (1, 'me')")
+        doc = await (await conn.execute(
+            "INSERT INTO documents (id, user_id, name, mime, size, text, original, created_at) "
+            "VALUES (gen_random_uuid(), 1, 'old.txt', 'text/plain', 1, 'x', 'x', now()) "
+            "RETURNING id")).fetchone()
+        await conn.execute(
+            "INSERT INTO document_chunks (user_id, document_id, seq, content, embedding) "
+            "VALUES (1, %s, 0, 'an old passage', array_fill(0.1::real, ARRAY[8])::vector)",
+            (doc["id"],))
+    local = await MemoryService.create(pool, settings(tmp_path, embedding_model="local"))
+    with pytest.raises(MemoryUnavailable, match=r"document passages come from another .*reembed"):
+        await local.save(1, "I live in Busan.")
+    assert await store_status(pool) == (None, 0, 0)
+    assert (await passage_column(pool))[0] == "vector"
+    await reembed(pool, local.embedder)
+    assert await passage_column(pool) == (
+        "vector(384)",
+        "CREATE INDEX document_chunks_embedding_hnsw ON public.document_chunks USING hnsw "
+        "(embedding vector_cosine_ops) WITH (m='16', ef_construction='1000')",
+    )
+    await local.save(1, "I live in Busan.")
+
+
+async def test_migration_0023_types_and_indexes_passages_of_the_store_size(fresh_db):
+    """Existing passages of the recorded size get the typed column and the index; a store
+    holding passages of another size is left as it was (reembed fixes it)."""
+    for sizes, typed in (([384, 384], True), ([384, 8], False)):
+        url = fresh_db()
+        db = await open_pool(url, max_size=2)
+        try:
+            await migrate.upgrade(url, db, "0022")
+            async with db.connection() as conn:
+                await conn.execute("INSERT INTO users (id, username) VALUES (1, 'me')")
+                await conn.execute("INSERT INTO memory_meta (embedder, dim) VALUES ('m', 384)")
+                doc = await (await conn.execute(
+                    "INSERT INTO documents (id, user_id, name, mime, size, text, original, "
+                    "created_at) VALUES (gen_random_uuid(), 1, 'a.txt', 'text/plain', 1, 'x', "
+                    "'x', now()) RETURNING id")).fetchone()
+                for seq, size in enumerate(sizes):
+                    await conn.execute(
+                        "INSERT INTO document_chunks (user_id, document_id, seq, content, "
+                        "embedding) VALUES (1, %s, %s, 'p', array_fill(0.1::real, ARRAY[%s])"
+                        "::vector)", (doc["id"], seq, size))
+            await migrate.upgrade(url, db)
+            kind, index = await passage_column(db)
+            assert (kind == "vector(384)", index is not None) == (typed, typed)
+            async with db.connection() as conn:
+                left = await (await conn.execute(
+                    "SELECT count(*) AS n FROM document_chunks")).fetchone()
+            assert left["n"] == 2
+            await migrate.downgrade(url, db, "0022")
+            assert await passage_column(db) == ("vector", None)
+        finally:
+            await db.close()

@@ -32,7 +32,8 @@ def reembed(
         None, "--model", help="embedding model to move to (default: PANAGER_EMBEDDING_MODEL)"
     ),
 ) -> None:
-    """Re-embed every stored memory with the configured (or given) embedding model."""
+    """Re-embed every stored memory and document passage with the configured (or given)
+    embedding model."""
     from panager.cli.main import run_async, settings_or_exit, setup_logging
 
     settings = settings_or_exit()
@@ -51,19 +52,26 @@ async def _open(settings: Settings):
 
 async def status_command(settings: Settings) -> None:
     """Print the store's embedder and what is configured."""
-    from panager.services.memory.binding import build_embedder, requested_model, store_status
+    from panager.services.memory.binding import (
+        build_embedder,
+        requested_model,
+        store_status,
+        stored_passages,
+    )
 
     pool = await _open(settings)
     try:
         meta, count, users = await store_status(pool)
+        passages = await stored_passages(pool)
     finally:
         await pool.close()
     configured = build_embedder(requested_model(settings), settings).name
     stored = f"{meta.embedder} ({meta.dim} dimensions)" if meta else "none yet"
     typer.echo(f"memories: {count} of {users} user(s)")
+    typer.echo(f"document passages: {passages}")
     typer.echo(f"stored with: {stored}")
     typer.echo(f"configured: {configured}")
-    if meta and meta.embedder != configured and count:
+    if meta and meta.embedder != configured and (count or passages):
         typer.echo("these differ: run `panager memory reembed` to move to the configured one")
 
 
@@ -87,7 +95,8 @@ async def reembed_command(settings: Settings, model: str | None) -> None:
     finally:
         await pool.close()
     typer.echo(
-        f"re-embedded {report.count} memories with {report.new} ({report.dim} dimensions, "
+        f"re-embedded {report.count} memories and {report.passages} document passages with "
+        f"{report.new} ({report.dim} dimensions, "
         f"was {report.old or 'none'}) in {report.seconds:.1f}s"
     )
     if build_embedder(requested_model(settings), settings).name != report.new:

@@ -4,7 +4,10 @@ A document's text is cut into passages (~CHUNK_CHARS, on paragraph breaks, each
 knowing its page), embedded with the memory embedder and searched with the
 memory search itself (services/memory: `Retrieval` over `search_sql` for the
 `document_chunks` table — the same hybrid plan, BM25 statistics and score
-fusion; an exact scan per person, as memory does for small stores). Documents
+fusion: an exact scan for a person with up to EXACT_MAX passages, the HNSW
+index beyond). Passages share the memory store's embedder: adding a document
+binds the store as a first memory would (services/memory/binding.py), and
+`panager memory reembed` converts passages with the memories. Documents
 are never injected into a turn by themselves: only the turn that brings one
 sees its text, and later turns reach them through `document_search`.
 
@@ -18,14 +21,16 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from panager.clock import Clock
 from panager.db.pool import Pool
 from panager.db.queries import fetch_all, fetch_one, one
+from panager.services.memory.binding import EmbedderChanged, ensure_bound
 from panager.services.memory.queries import StoreTables, search_sql
 from panager.services.memory.retrieval import Retrieval
-from panager.services.memory.service import MemoryService
+from panager.services.memory.service import MemoryService, MemoryUnavailable
 
 CHUNK_CHARS = 900
 MAX_CHUNKS = 4_000  # per document (the page cap keeps real ones far below)
@@ -144,20 +149,26 @@ class DocumentService:
         self.memory = memory
         self.clock = clock
         self.quota_bytes = quota_bytes
-        self.retrieval = Retrieval(pool, strategy="exact", sql=CHUNK_SQL)
+        self.retrieval = Retrieval(pool, sql=CHUNK_SQL)
 
     async def add(self, user_id: int, name: str, mime: str, original: bytes, text: str, *,
                   pages: int | None = None, read_pages: int | None = None,
                   outline: list[str] | None = None) -> DocumentInfo:
-        """Store a document and its embedded passages; DocumentQuotaExceeded when full."""
+        """Store a document and its embedded passages; DocumentQuotaExceeded when full,
+        MemoryUnavailable when the embedder fails or the store moved to another one."""
         pieces = passages(text)
         vectors = []
         for i in range(0, len(pieces), EMBED_BATCH):
-            vectors += await self.memory.embedder.embed([p.text for p in pieces[i:i + EMBED_BATCH]])
+            vectors += await self.memory.embed([p.text for p in pieces[i:i + EMBED_BATCH]])
         doc_id, now = str(uuid.uuid4()), self.clock.now()
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext('documents'), %s::int)",
                                (user_id % 2**31,))
+            if vectors:
+                try:
+                    await ensure_bound(conn, self.memory.embedder.name, len(vectors[0]))
+                except EmbedderChanged as exc:
+                    raise MemoryUnavailable(str(exc)) from exc
             used = one(await (await conn.execute(USED, (user_id,))).fetchone())["used"]
             if used + len(original) + len(text.encode()) > self.quota_bytes:
                 raise DocumentQuotaExceeded
@@ -176,7 +187,13 @@ class DocumentService:
     async def search(self, user_id: int, query: str, limit: int = 5) -> list[DocumentHit]:
         """The person's passages best matching `query` (meaning and keywords, fused)."""
         vector = await self.memory.embed_query(query)
-        hits = await self.retrieval.search(user_id, query, limit, "hybrid", vector)
+        try:
+            hits = await self.retrieval.search(user_id, query, limit, "hybrid", vector)
+        except psycopg.errors.DataException as exc:  # vectors of another size
+            raise MemoryUnavailable(
+                "some passages are stored with another embedding model; run `panager memory "
+                "reembed` (or restart Panager if it was just run)."
+            ) from exc
         ids = sorted({h.source for h in hits})
         rows = await fetch_all(self.pool, NAMES, (user_id, ids)) if ids else []
         names = {r["id"]: r["name"] for r in rows}

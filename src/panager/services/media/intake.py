@@ -43,6 +43,7 @@ from panager.services.media.sandbox import DecodeFailed, Limits, run_job
 from panager.services.media.sniff import Sniffed, clean_name, sniff
 from panager.services.media.store import MediaStore, QuotaExceeded
 from panager.services.media.transcribe import Transcriber, TranscriptionFailed
+from panager.services.memory.service import MemoryUnavailable
 
 log = logging.getLogger(__name__)
 AttachmentKind = Literal["image", "voice", "audio", "document", "rejected"]
@@ -184,6 +185,9 @@ class MediaIntake:
                 notice = " ".join(filter(None, [notice, (
                     f"I read {base.name} but could not keep it: your documents fill your "
                     "storage; delete some on the Files page or ask me to forget one.")]))
+            except MemoryUnavailable as exc:
+                notice = " ".join(filter(None, [notice, (
+                    f"I read {base.name} but could not keep it for later searches: {exc}")]))
         return replace(base, kind="document", text=text, notice=notice, details=details)
 
 

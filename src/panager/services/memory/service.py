@@ -191,6 +191,10 @@ class MemoryService:
             ) from exc
         return [np.asarray(v, dtype=np.float32) for v in vectors]
 
+    async def embed(self, texts: list[str]) -> list[np.ndarray]:
+        """Passage vectors of `texts` with the store's embedder (MemoryUnavailable on failure)."""
+        return await self._embed(texts)
+
     async def embed_query(self, text: str) -> np.ndarray:
         """The query's vector (recently used queries are cached: one embedding per text)."""
         cached = self._query_cache.get(text)
