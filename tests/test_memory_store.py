@@ -348,7 +348,9 @@ async def test_documents_share_the_store_embedder_and_reembed_converts_them(
 
 async def test_passages_of_another_size_are_not_bound_over(pool, tmp_path, fake_openai, clock):
     """Passages stored before any embedder was recorded, by another model, stop a new binding
-    (saving says to run reembed) instead of being left unsearchable."""
+    (saving a memory or a document says to run reembed; so does searching documents) instead
+    of being left unsearchable; reembed converts them."""
+    from panager.services.media.documents import DocumentService
     from panager.services.memory.service import MemoryUnavailable
 
     async with pool.connection() as conn:
@@ -366,6 +368,11 @@ async def test_passages_of_another_size_are_not_bound_over(pool, tmp_path, fake_
         await local.save(1, "I live in Busan.")
     assert await store_status(pool) == (None, 0, 0)
     assert (await passage_column(pool))[0] == "vector"
+    documents = DocumentService(pool, local, clock, 10**7)
+    with pytest.raises(MemoryUnavailable, match="another embedding model; run `panager memory"):
+        await documents.search(1, "an old passage")
+    with pytest.raises(MemoryUnavailable, match="document passages come from another"):
+        await documents.add(1, "new.txt", "text/plain", b"x", "a new passage")
     await reembed(pool, local.embedder)
     assert await passage_column(pool) == (
         "vector(384)",

@@ -2,8 +2,9 @@
 
 Passages are embedded with the memory store's embedder. Their `embedding`
 column was an untyped `vector`, so no HNSW index could cover it and every
-`document_search` scanned the person's passages exactly (~300 ms at 10,000
-passages). From now on the memory store's binding types and indexes both
+`document_search` scanned the person's passages exactly (31 ms at 10,000
+passages on an idle two-core machine, 10 ms through the index; BENCHMARKS.md,
+"Attachments"). From now on the memory store's binding types and indexes both
 columns (services/memory/binding.py), and `panager memory reembed` converts
 passages with the memories.
 
@@ -11,9 +12,11 @@ This revision does the same for an existing store: when an embedder is
 recorded in `memory_meta` and every passage has its size, the column becomes
 `vector(dim)` and `document_chunks_embedding_hnsw` is built (m = 16,
 ef_construction = 1000, as for memories; a size over pgvector's 2,000 gets no
-index). Passages of another size were embedded by another model and cannot be
-searched with this one: then nothing changes here, and `panager memory
-status` / the next save say to run `panager memory reembed`.
+index). The build takes seconds for thousands of passages and a few minutes
+for 100,000 on two cores (as memories' index does, migration 0012). Passages
+of another size were embedded by another model and cannot be searched with
+this one: then nothing changes here, and `document_search` answers that
+`panager memory reembed` must be run (which types and indexes the column).
 
 Revision ID: 0023
 Revises: 0022
