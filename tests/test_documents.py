@@ -222,3 +222,21 @@ async def test_a_person_with_many_passages_is_searched_through_the_index(start, 
             "EXPLAIN " + documents.retrieval.sql.search_ann,
             {"user": ME, "v": await app.deps.memory.embed_query("heron"), "k": 5})).fetchall()
     assert "document_chunks_embedding_hnsw" in " ".join(next(iter(r.values())) for r in plan)
+
+
+async def test_a_failing_embedder_still_reads_the_document_and_says_it_was_not_kept(
+    start, openai
+):
+    """The embedding endpoint fails (every retry): the turn still gets the document's text,
+    the person is told it was not kept for later searches, and nothing half-stored remains."""
+    app = await start()
+    openai.embedding_failures = 10
+    att = await app.deps.media.take(ME, "lease.pdf", long_pdf())
+    assert att.kind == "document" and PHRASE in att.text
+    assert "could not keep it for later searches" in att.notice
+    assert "failed" in att.notice and "Traceback" not in att.notice
+    assert "document_id" not in att.details
+    assert await app.deps.media.documents.list(ME) == []
+    openai.embedding_failures = 0
+    kept = await app.deps.media.take(ME, "lease.pdf", long_pdf())
+    assert kept.details["document_id"] and kept.notice == ""

@@ -590,6 +590,7 @@ class FakeOpenAI:
         self.default_reply: Reply = text("ok")
         self.delay = 0.0
         self.embedding_dim = 64
+        self.embedding_failures = 0  # the next this many /v1/embeddings requests get a 500
         self._queue: deque[Reply] = deque()
         self._failures: deque[_Failure] = deque()
         self._fail_until = 0.0
@@ -790,6 +791,9 @@ class FakeOpenAI:
         """Serve ``POST /v1/embeddings`` with deterministic unit vectors."""
         body = await request.json()
         self.embedding_requests.append(body)
+        if self.embedding_failures > 0:
+            self.embedding_failures -= 1
+            return web.json_response(_error_body(500, None, None), status=500)
         dim = int(body.get("dimensions") or self.embedding_dim)
         fmt = body.get("encoding_format")
         inputs = _embedding_inputs(body.get("input", []))
