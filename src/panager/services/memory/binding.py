@@ -112,7 +112,6 @@ class VectorTable:
 MEMORIES = VectorTable("memories", "memories_embedding_hnsw")
 PASSAGES = VectorTable("document_chunks", "document_chunks_embedding_hnsw")
 VECTOR_TABLES = (MEMORIES, PASSAGES)
-CREATE_INDEX = MEMORIES.create_index
 REEMBED_TEMP = "CREATE TEMP TABLE memory_reembed (id uuid, embedding vector) ON COMMIT DROP"
 REEMBED_COPY = "COPY memory_reembed (id, embedding) FROM STDIN (FORMAT BINARY)"
 

@@ -37,8 +37,9 @@ from panager.services.memory.queries import (
 from panager.services.memory.text import query_terms
 
 CANDIDATES = 30  # per retriever, before fusion
-EF_SEARCH = 200  # hnsw.ef_search: index candidates kept (recall@5 at 100k, index built as
-# binding.CREATE_INDEX: 0.965 people's messages, 0.963-0.968 generated; BENCHMARKS.md "Memory")
+EF_SEARCH = 200  # hnsw.ef_search: index candidates kept (recall@5 at 100k, index built by
+# binding.VectorTable.create_index: 0.965 people's messages, 0.963-0.968 generated;
+# BENCHMARKS.md "Memory")
 EXACT_MAX = 3_000  # users with at most this many memories are scanned exactly (~2 ms)
 SIZE_TTL = 60.0  # seconds a user's memory count is trusted for choosing the plan
 SearchMode = Literal["hybrid", "vector", "text"]
