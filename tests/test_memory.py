@@ -363,6 +363,98 @@ async def test_a_very_large_users_lexical_leg_reads_memories_with_both_rare_term
     assert target.memory.id in [h.id for h in hits]
 
 
+async def test_index_searches_sharing_a_connection_each_scan_with_their_own_ef_search(
+    memory, alice, db_url, monkeypatch
+):
+    """An index search leaves its hnsw.ef_search on the connection's session (so the next
+    one needs no transaction to set it); a search asking another value on the same
+    connection sets its own, and the session setting follows each."""
+    from panager.db.pool import open_pool
+    from panager.services.memory import retrieval as memory_module
+    from panager.services.memory.retrieval import Retrieval
+
+    await memory.save_many(alice.id, ["I collect vinyl records.", "My bike is a Brompton.",
+                                      "I live near the river."])
+    monkeypatch.setattr(memory_module, "EXACT_MAX", 2)  # alice is searched through HNSW
+    pool = await open_pool(db_url, max_size=1)  # one connection: every search shares it
+    try:
+        wide, narrow = Retrieval(pool, ef_search=300), Retrieval(pool, ef_search=60)
+        vector = await memory.embed_query("what music do I collect?")
+        for retrieval, expected in ((wide, "300"), (narrow, "60"), (narrow, "60"),
+                                    (wide, "300")):
+            hits = await retrieval.search(alice.id, "what music do I collect?", 3, "hybrid",
+                                          vector)
+            assert hits[0].content == "I collect vinyl records."
+            async with pool.connection() as conn:
+                setting = await (await conn.execute("SHOW hnsw.ef_search")).fetchone()
+            assert next(iter(setting.values())) == expected
+    finally:
+        await pool.close()
+
+
+BM25_ROWS = [
+    "Cathy's cat sat on the cat mat.",
+    "The car is in the carport; the cart is broken.",
+    "cake cab can cap case cast cave cam cat",
+    "The wi-fi code is on example.com/a'b, see the café board.",
+    "A backslash path: lo\\cal and nothing else.",
+    "Nothing relevant is written here at all.",
+    "Another cat, a calm one.",
+]
+
+
+@pytest.mark.parametrize("terms", [
+    [("cat", True), ("mat", False)],  # a prefix term looked up as its few lexemes
+    [("ca", True)],  # more than EXPAND_MAX lexemes start with it: searched as a prefix
+    [("exa", True), ("wi", False)],  # lexemes holding a quote and a dot
+    [("lo", True), ("cav", True), ("zzz", True)],  # a backslash; a term in no memory
+])
+async def test_lexical_leg_scores_are_okapi_bm25_over_the_users_own_rows(
+    memory, alice, bob, terms
+):
+    """SEARCH_TEXT_ONLY's ranks equal Okapi BM25 (k1 1.2, b 0.75) computed here from the
+    rows' lexemes: N, df and avgdl from alice's rows only (bob's hold the same words), a
+    prefix term counting every lexeme it starts, tf from positions; whether the prefix is
+    looked up as the user's lexemes or scanned as a prefix."""
+    import math
+
+    from panager.services.memory.queries import BM25_B, BM25_K1, EXPAND_MAX, SEARCH_TEXT_ONLY
+
+    async with memory.pool.connection() as conn:
+        vectors = unit_vectors(len(BM25_ROWS) + 3, seed=11)
+        await copy_memories(conn, [(alice.id, text, v) for text, v in zip(
+            BM25_ROWS, vectors, strict=False)] + [
+            (bob.id, "cat cat cat example.com/a'b wi-fi carport", vectors[-1])] * 3)
+        lexemes = await (await conn.execute(
+            "SELECT m.id, u.lexeme, coalesce(array_length(u.positions, 1), 1) AS tf "
+            "FROM memories m, unnest(m.content_tsv) AS u WHERE m.user_id = %s", (alice.id,)
+        )).fetchall()
+        rows = await (await conn.execute(SEARCH_TEXT_ONLY, {
+            "user": alice.id, "k": 30, "terms": [t for t, _ in terms],
+            "pre": [p for _, p in terms]})).fetchall()
+    docs: dict[str, dict[str, int]] = {}
+    for r in lexemes:
+        docs.setdefault(str(r["id"]), {})[r["lexeme"]] = r["tf"]
+    n, avgdl = len(docs), sum(len(d) for d in docs.values()) / len(docs)
+    assert len({lx for d in docs.values() for lx in d if lx.startswith("ca")}) > EXPAND_MAX
+
+    def matches(term: str, prefix: bool, lexeme: str) -> bool:
+        return lexeme.startswith(term) if prefix else lexeme == term
+
+    expected: dict[str, float] = {}
+    for term, prefix in terms:
+        df = min(n, sum(1 for d in docs.values() for lx in d if matches(term, prefix, lx)))
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        for doc, counts in docs.items():
+            tf = sum(c for lx, c in counts.items() if matches(term, prefix, lx))
+            if tf:
+                norm = BM25_K1 * (1 - BM25_B + BM25_B * len(counts) / avgdl)
+                expected[doc] = expected.get(doc, 0.0) + idf * tf * (BM25_K1 + 1) / (tf + norm)
+    assert expected  # every case matches something of alice's
+    assert {str(r["id"]): r["rank"] for r in rows} == pytest.approx(expected, rel=1e-9)
+    assert [r["rank"] for r in rows] == sorted((r["rank"] for r in rows), reverse=True)
+
+
 async def test_recall_margin_keeps_a_large_store_quiet_on_unrelated_messages(memory, alice):
     """With hundreds of chat turns stored, the nearest memory clears e5's bar for most
     messages; the margin over the candidates' median keeps unrelated ones quiet while a

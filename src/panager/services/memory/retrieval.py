@@ -10,13 +10,17 @@ user among even larger ones), the query is repeated as an exact scan, so
 results never go missing because of other users' rows. On pgvector >= 0.8 the
 index scan itself can go on until enough of the user's rows are found
 (`hnsw.iterative_scan`); measured, it is left off by default
-(ITERATIVE_SCAN_AUTO). Every statement is filtered by `user_id`.
+(ITERATIVE_SCAN_AUTO). The index scan's settings (`hnsw.ef_search`, the scan
+mode) are set on a pooled connection's session when it does not hold them yet
+and remembered per connection (_SESSION_SCAN), so an index search is a single
+statement. Every statement is filtered by `user_id`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from typing import Literal
 
 import numpy as np
@@ -29,6 +33,8 @@ from panager.services.memory.queries import (
     MEMORY_SQL,
     SET_EF_SEARCH,
     SET_ITERATIVE_SCAN,
+    SET_SESSION_EF_SEARCH,
+    SET_SESSION_ITERATIVE_SCAN,
     VECTOR_VERSION,
     MemoryHit,
     SearchSQL,
@@ -50,6 +56,13 @@ IterativeScan = Literal["auto", "off", "strict_order", "relaxed_order"]
 # BENCHMARKS.md): it removes that query at equal recall but shows no consistent latency win
 # on our 2-core machine, so "auto" keeps today's plan; pass a mode to use it.
 ITERATIVE_SCAN_AUTO = ""
+# What each pooled connection's session holds for the index scan (hnsw.ef_search,
+# hnsw.iterative_scan; "" = the server's default), as `_index_leg` set it: a search that finds
+# its settings already there is one statement, not BEGIN, SET LOCAL, the query and COMMIT
+# (~1 ms of the two processes' time per search at 100,000 memories, BENCHMARKS.md).
+_SESSION_SCAN: weakref.WeakKeyDictionary[DictConnection, tuple[str, str]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _by_similarity(rows: list[dict]) -> list[dict]:
@@ -149,11 +162,16 @@ class Retrieval:
         if conn is None:
             async with self.pool.connection() as own:
                 return await self._index_leg(own, params)
-        scan = await self._iterative(conn)
-        async with conn.pipeline(), conn.transaction():
-            await self._set_index_scan(conn, params["k"], scan)
-            sql = self.sql.search_ann_crowd if params.get("crowd") else self.sql.search_ann
+        wanted = (str(max(self.ef_search, params["k"])), await self._iterative(conn))
+        had = _SESSION_SCAN.get(conn, ("", ""))
+        sql = self.sql.search_ann_crowd if params.get("crowd") else self.sql.search_ann
+        async with conn.pipeline():
+            if had[0] != wanted[0]:
+                await conn.execute(SET_SESSION_EF_SEARCH, (wanted[0],))
+            if had[1] != wanted[1]:
+                await conn.execute(SET_SESSION_ITERATIVE_SCAN, (wanted[1] or "off",))
             cur = await conn.execute(sql, params)
+        _SESSION_SCAN[conn] = wanted  # only once all of it went through
         rows = _by_similarity(await cur.fetchall())
         return rows if len(rows) >= params["k"] else await self._starved(conn, params)
 
