@@ -52,7 +52,8 @@ the full rows are read. Every query is filtered by `user_id`.
   those are matched to the terms with one hash join (an OR of equality and
   prefix tests cannot be hashed: it compared every lexeme of every candidate
   with every term). Together: the leg's execution 5.7 → 3.3 ms p50 there
-  (BENCHMARKS.md, "100,000 memories: ...").
+  (BENCHMARKS.md, "The lexical leg's prefix lookups, its scoring, and the index
+  leg's settings").
 - Sums are taken in term order, so the same memories give the same floats
   whichever plan runs.
 """
