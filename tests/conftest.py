@@ -22,7 +22,8 @@ from panager.config import Settings
 pytest_plugins = ["tests.hang_report"]  # what a test about to time out waits for
 
 TEST_DATABASE_URL = os.environ.get("PANAGER_TEST_DATABASE_URL") or os.environ.get("DATABASE_URL")
-TEMPLATE_DB = "panager_test_template"
+# one template per pytest-xdist worker: workers may share one server (DATABASE_URL)
+TEMPLATE_DB = "panager_test_template_" + os.environ.get("PYTEST_XDIST_WORKER", "main")
 CLEARED_ENV = (
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
@@ -48,6 +49,23 @@ CLEARED_ENV = (
     "PANAGER_TRANSCRIPTION_MODEL",
     "PANAGER_TRANSCRIPTION_BASE_URL",
 )
+
+
+RELIABILITY_PROPERTY = "reliability numbers"  # a report's user_properties key (tests/reliability)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Print what the reliability tests measured (tests/reliability/conftest.py `report`),
+    whatever the capture mode and whether or not the tests ran in pytest-xdist workers."""
+    reports = [r for kind in ("passed", "failed") for r in terminalreporter.stats.get(kind, ())]
+    numbers = [value for r in reports if getattr(r, "when", None) == "call"
+               for key, value in getattr(r, "user_properties", ()) if key == RELIABILITY_PROPERTY]
+    if not numbers:
+        return
+    terminalreporter.section("reliability numbers")
+    for title, values in numbers:
+        shown = ", ".join(f"{k}={v}" for k, v in values.items())
+        terminalreporter.write_line(f"{title}: {shown}")
 
 
 def with_database(url: str, name: str) -> str:

@@ -21,6 +21,7 @@ import pytest
 
 from panager.db.extension import server_facts, supports_iterative_scan
 from panager.services.memory import retrieval as memory_module
+from panager.services.memory.binding import MEMORIES
 from panager.services.memory.queries import MEMORY_SQL
 from panager.services.memory.service import MemoryService
 from tests.conftest import with_database
@@ -68,12 +69,16 @@ async def crowded_store(make_settings, make_app, url: str, **kwargs) -> MemorySe
             await app.deps.users.ensure(user, f"user{user}")
         vectors = rng.normal(size=(3_060, 384)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        # the index is built once over all rows: inserting them one by one into the HNSW
+        # graph (ef_construction 1000) took most of a minute
+        await conn.execute(MEMORIES.drop_index)
         async with conn.cursor().copy(
             "COPY memories (user_id, content, embedding) FROM STDIN (FORMAT BINARY)"
         ) as copy:
             copy.set_types(["int8", "text", "vector"])
             for i, vector in enumerate(vectors):
                 await copy.write_row((ALICE if i < 60 else BOB, f"note {i}", vector))
+        await conn.execute(MEMORIES.create_index)
     memory = app.deps.memory
     return MemoryService(memory.pool, memory.embedder, ef_search=40, **kwargs)
 

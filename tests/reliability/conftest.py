@@ -7,8 +7,10 @@ PostgreSQL that stops, a model API that answers 500. Process logs go to a
 file in the test's temp dir and are shown when a test fails.
 
 Numbers a test wants reported (the load test's throughput and latency) go
-through `report(...)`: they are printed in the terminal summary and, when
-PANAGER_RELIABILITY_REPORT names a file, written there as JSON (bench/run_all.py).
+through `report(...)`: they ride on the test's report (`user_properties`, so
+they reach the main process from a pytest-xdist worker too), are printed in the
+terminal summary (tests/conftest.py) and, when PANAGER_RELIABILITY_REPORT names
+a file, written there as JSON (bench/run_all.py).
 """
 
 from __future__ import annotations
@@ -23,33 +25,24 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import RELIABILITY_PROPERTY
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.test_cli_run import LAUNCHER
 
 TOKEN = "reliability-token"
 START_TIMEOUT = 60.0
-REPORTS: list[tuple[str, dict]] = []
+_PENDING: list[tuple[str, dict]] = []  # reported by the running test, not yet on its report
 
 
 def report(title: str, numbers: dict) -> None:
     """Record numbers for the terminal summary (and the JSON report file)."""
-    REPORTS.append((title, numbers))
+    _PENDING.append((title, numbers))
     path = os.environ.get("PANAGER_RELIABILITY_REPORT")
     if path:
         existing = json.loads(Path(path).read_text()) if Path(path).exists() else {}
         existing[title] = numbers
         Path(path).write_text(json.dumps(existing, indent=2))
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    """Print what the reliability tests measured, whatever the capture mode."""
-    if not REPORTS:
-        return
-    terminalreporter.section("reliability numbers")
-    for title, numbers in REPORTS:
-        shown = ", ".join(f"{k}={v}" for k, v in numbers.items())
-        terminalreporter.write_line(f"{title}: {shown}")
 
 
 @pytest.fixture
@@ -205,7 +198,11 @@ async def panager_run(discord, openai, request):
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
-    """Keep each phase's report on the item (the fixture above shows logs on failure)."""
+    """Keep each phase's report on the item (the fixture above shows logs on failure); the
+    numbers the test reported go on its call report."""
+    if call.when == "call":
+        item.user_properties.extend((RELIABILITY_PROPERTY, entry) for entry in _PENDING)
+        _PENDING.clear()
     rep = yield
     setattr(item, f"rep_{rep.when}", rep)
     return rep
