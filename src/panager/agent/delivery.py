@@ -4,7 +4,8 @@ A `reminder` goes to the messenger as written (no model call); an `agent`
 schedule runs `Assistant.run_turn(..., is_system_trigger=True)` in the user's
 thread and the answer goes to the messenger; system jobs (heartbeat, briefing,
 webhook calls) go to `agent/jobs.py`. The worker itself lives in
-`services/schedules/worker.py`; `App.make_worker` joins the two.
+`services/schedules/worker.py`, the `Delivery` protocol this implements in
+`services/schedules/delivery.py`; `App.make_worker` joins the two.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from panager.agent.confirm import proposals_text
 from panager.agent.jobs import SystemJobs
-from panager.services.schedules.worker import AgentAnswer
+from panager.services.schedules.delivery import AgentAnswer
 
 if TYPE_CHECKING:
     from datetime import datetime

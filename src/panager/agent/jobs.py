@@ -32,8 +32,8 @@ from panager.framing import frame
 from panager.llm import decide_with_retries
 from panager.services.google import api
 from panager.services.google.service import CALENDAR_SCOPE, TASKS_SCOPE
+from panager.services.schedules.delivery import AgentAnswer
 from panager.services.schedules.system import Heartbeat, heartbeat_of
-from panager.services.schedules.worker import AgentAnswer
 
 if TYPE_CHECKING:
     from panager.agent.runner import Assistant

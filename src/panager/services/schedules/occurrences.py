@@ -31,6 +31,12 @@ class Occurrence:
     next_run: datetime | None = None  # where to go when nothing is delivered
 
 
+def due_of(occ: Occurrence) -> datetime:
+    """The time of an occurrence being delivered (the worker's process() hands on only those)."""
+    assert occ.deliver is not None
+    return occ.deliver
+
+
 def next_after(schedule: Schedule, when: datetime) -> datetime | None:
     """The schedule's next occurrence strictly after `when` (None: no more)."""
     if not schedule.rrule:  # not recurring

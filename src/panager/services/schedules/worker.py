@@ -19,6 +19,10 @@ time is recorded as `missed` (reported to the user once) instead of being
 sent; a recurring schedule skips forward to its newest due occurrence and
 never replays the backlog. A failed delivery is retried with backoff; the
 last failure marks the run `failed` and shows in /schedules.
+
+Beside it: the `Delivery` protocol it calls (`delivery.py`), what each outcome
+writes to the database (`outcomes.py`), the missed-run reports (`reports.py`)
+and the LISTEN wake-up line (`wakeups.py`).
 """
 
 from __future__ import annotations
@@ -31,89 +35,42 @@ import socket
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol, TypedDict
-
-import psycopg
+from typing import TypedDict
 
 from panager.clock import Clock
 from panager.errors import UserBusy
 from panager.services.schedules.coalesce import Coalescer
+from panager.services.schedules.delivery import Delivery, DeliveryFailed, PermanentFailure
 from panager.services.schedules.liveness import worker_liveness
 from panager.services.schedules.occurrences import (
     Occurrence,
     compose,
+    due_of,
     error_text,
-    local_label,
-    missed_report,
-    next_after,
     plan_occurrence,
     short,
 )
+from panager.services.schedules.outcomes import Outcomes
+from panager.services.schedules.reports import MissedReports
 from panager.services.schedules.service import (
-    NOTIFY_CHANNEL,
-    MissedRun,
-    RunRecord,
     RunRequest,
     RunTicket,
     Schedule,
     ScheduleService,
-    Settlement,
 )
+from panager.services.schedules.wakeups import listen_for_wakeups
 from panager.services.users import User
 from panager.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
 SYSTEM_KINDS = frozenset({"heartbeat", "briefing", "webhook", "tidy"})  # system jobs
-RETRY_DELAYS = (30, 120, 600, 1800)  # seconds before attempts 2..5; then the run is failed
-NO_ROUTE_DELAY = timedelta(seconds=60)  # nobody can reach the user now: look again later
 # The user's turn is running: the agent run is handed back (claimable at once) and this
 # worker leaves that user's rows alone until its own run of the user ends, or this long.
 BUSY_DELAY = timedelta(seconds=2)
 MIN_WAIT = 0.005
 STOP_TIMEOUT = 5.0
-
-
-class Delivery(Protocol):
-    """How a worker reaches users: the app's messenger and assistant."""
-
-    async def send(self, user: User, text: str, key: str | None = None) -> bool:
-        """Deliver text; False when no front end can reach the user now.
-
-        `key` is the same for every attempt at one occurrence, so a channel that can
-        (Discord's message nonce) shows a re-send after a crash only once."""
-        ...
-
-    async def run_agent(
-        self, user: User, instruction: str, *, tainted: bool = False
-    ) -> AgentAnswer:
-        """Run the graph as a system trigger in the user's thread; return the answer.
-
-        `tainted`: the instruction was written in a model call that had read outside
-        content (the run is tainted from its start)."""
-        ...
-
-    async def run_system(self, user: User, schedule: Schedule, due: datetime) -> AgentAnswer:
-        """Run a system job (heartbeat, briefing, webhook call); empty text: nothing to say."""
-        ...
-
-
-@dataclass(frozen=True)
-class AgentAnswer:
-    """The result of a scheduled agent run."""
-
-    text: str
-    ok: bool = True
-
-
-class DeliveryFailed(Exception):
-    """A delivery attempt failed; it is retried with backoff."""
-
-
-class PermanentFailure(DeliveryFailed):
-    """A delivery that must not be retried (e.g. the user is blocked)."""
 
 
 def default_worker_id() -> str:
@@ -131,10 +88,6 @@ class WorkerOptions(TypedDict, total=False):
     user_in_flight: int  # runs of one user at once in this worker (fairness)
     listen_url: str | None  # LISTEN for new schedules (None: poll only)
     worker_id: str | None
-def _due(occ: Occurrence) -> datetime:
-    """The time of an occurrence being delivered (process() hands on only those)."""
-    assert occ.deliver is not None
-    return occ.deliver
 
 
 class _UsersFilter(TypedDict):
@@ -180,6 +133,8 @@ class SchedulerWorker:
             "skip_users": list(skip_users),
         }
         self.id = worker_id or default_worker_id()
+        self.outcomes = Outcomes(self.claims, self.id, clock)  # what each outcome records
+        self.reports = MissedReports(self.claims, delivery, grace=self.grace, lease=self.lease)
         self._tasks: set[asyncio.Task] = set()
         self._wake = asyncio.Event()
         self._saturated = False
@@ -201,7 +156,11 @@ class SchedulerWorker:
             await self._run(stop)
 
     async def _run(self, stop: asyncio.Event) -> None:
-        listener = asyncio.create_task(self._listen(self.listen_url)) if self.listen_url else None
+        listener = (
+            asyncio.create_task(listen_for_wakeups(self.listen_url, self._wake.set))
+            if self.listen_url
+            else None
+        )
         log.info("scheduler worker %s started", self.id)
         try:
             await self._guarded(self.report_missed)
@@ -325,25 +284,6 @@ class SchedulerWorker:
             for waiter in waiters:
                 waiter.cancel()
 
-    async def _listen(self, url: str) -> None:
-        """LISTEN on a dedicated connection; any notification wakes the loop."""
-        delay = 1.0
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-                async with conn:
-                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    self._wake.set()  # catch up on anything created while not listening
-                    delay = 1.0
-                    async for _ in conn.notifies():
-                        self._wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("scheduler: LISTEN connection lost (%s); retrying", exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 60.0)
-
     async def _release(self) -> None:
         """Hand back what this worker still holds, so others need not wait for the lease."""
         released = await self.claims.release_claims(self.id)
@@ -366,44 +306,25 @@ class SchedulerWorker:
             self._missed_pending = True
             self._wake.set()  # report it soon, not at the next due time
         if occurrence.deliver is None:
-            return await self._skip(schedule, occurrence)
+            return await self.outcomes.skip(schedule, occurrence)
         if occurrence.missed:
-            assert occurrence.missed_from is not None  # set whenever `missed` is
-            missed = RunRecord(occurrence.missed_from, "missed", missed_count=occurrence.missed)
-            await self.claims.record_run(
-                schedule, missed, worker=self.id, now=self.clock.now()
-            )
+            await self.outcomes.missed(schedule, occurrence)
         try:
             return await self._deliver(schedule, user, occurrence)
         except UserBusy:
-            return await self._hand_back(schedule, occurrence)
+            return await self.outcomes.hand_back(schedule, occurrence)
         except PermanentFailure as exc:
-            return await self._failed(schedule, occurrence, str(exc), permanent=True)
+            return await self.outcomes.failed(schedule, occurrence, str(exc), permanent=True)
         except (DeliveryFailed, TimeoutError) as exc:
-            return await self._failed(schedule, occurrence, str(exc) or "timed out")
+            return await self.outcomes.failed(schedule, occurrence, str(exc) or "timed out")
         except Exception as exc:
             log.warning("scheduler: delivery of %s raised", schedule.id, exc_info=True)
-            return await self._failed(schedule, occurrence, error_text(exc))
-
-    async def _skip(self, schedule: Schedule, occurrence: Occurrence) -> str:
-        """Nothing within the grace window: record the miss and move on."""
-        nxt = occurrence.next_run
-        settlement = Settlement(
-            next_run_at=nxt or schedule.next_run_at,
-            status="active" if nxt else "missed",
-            last_error=schedule.last_error,
-        )
-        assert occurrence.missed_from is not None  # nothing delivered: something was missed
-        missed = RunRecord(occurrence.missed_from, "missed", missed_count=occurrence.missed)
-        await self.claims.settle(
-            schedule, settlement, worker=self.id, now=self.clock.now(), run=missed
-        )
-        return "missed"
+            return await self.outcomes.failed(schedule, occurrence, error_text(exc))
 
     async def _deliver(self, schedule: Schedule, user: User | None, occ: Occurrence) -> str:
         if user is None or user.status == "blocked":
             raise PermanentFailure("the user is blocked or no longer exists")
-        due = _due(occ)
+        due = due_of(occ)
         output = None
         if schedule.kind != "reminder":
             output = await self.claims.stored_output(schedule, due)
@@ -414,18 +335,18 @@ class SchedulerWorker:
         if ticket is None:
             ticket = await self.claims.take_over(request, worker=self.id, now=self.clock.now())
         if ticket is None:
-            return await self._not_ours(schedule, due)
+            return await self.outcomes.not_ours(schedule, due)
         if schedule.kind in SYSTEM_KINDS and not (ticket.output or output):
             # a system job with nothing to say (a quiet heartbeat): done, nothing sent
-            await self._complete.submit((schedule, ticket, self._after(schedule, due)))
+            await self._complete.submit((schedule, ticket, self.outcomes.after(schedule, due)))
             return "quiet"
         text = ticket.output or output or schedule.message
         text = compose(schedule, text, due, late=occ.late, resent=ticket.interrupted)
         timeout = self.lease.total_seconds() / 2  # a send never outlives the lease
         send = self.delivery.send(user, text, key=f"run{ticket.id}")
         if not await asyncio.wait_for(send, timeout):
-            return await self._no_route(schedule, occ)
-        await self._complete.submit((schedule, ticket, self._after(schedule, due)))
+            return await self.outcomes.no_route(schedule, occ)
+        await self._complete.submit((schedule, ticket, self.outcomes.after(schedule, due)))
         return "delivered"
 
     async def _begin_batch(self, requests: list[RunRequest]) -> list[RunTicket | None]:
@@ -464,73 +385,6 @@ class SchedulerWorker:
         finally:
             await cancel_and_wait([task])
 
-    def _after(self, schedule: Schedule, delivered: datetime) -> Settlement:
-        """The schedule's next state after delivering the occurrence at `delivered`."""
-        nxt = next_after(schedule, delivered)
-        return Settlement(
-            next_run_at=nxt or delivered,
-            status="active" if nxt else "done",
-            last_run_at=self.clock.now(),
-        )
-
-    async def _not_ours(self, schedule: Schedule, when: datetime) -> str:
-        """The fence refused: another worker sends it, or it was already finished."""
-        status = await self.claims.run_status(schedule, when)
-        if status in ("delivered", "failed", "missed"):  # finished, but not moved on yet
-            settlement = self._after(schedule, when)
-            await self.claims.settle(schedule, settlement, worker=self.id, now=self.clock.now())
-        return "skipped"
-
-    async def _hand_back(self, schedule: Schedule, occ: Occurrence) -> str:
-        """The user's turn is running: hand the agent run back, slot freed (see BUSY_DELAY)."""
-        settlement = Settlement(
-            next_run_at=occ.deliver,
-            attempts=schedule.attempts,
-            last_error=schedule.last_error,
-            retry_at=None,  # claimable at once; this worker pauses the user (_turn_busy)
-        )
-        await self.claims.settle(schedule, settlement, worker=self.id, now=self.clock.now())
-        return "busy"
-
-    async def _no_route(self, schedule: Schedule, occ: Occurrence) -> str:
-        """No front end can reach the user: keep it due; the grace rules apply next time."""
-        now = self.clock.now()
-        error = "no front end could reach the user"
-        settlement = Settlement(
-            next_run_at=occ.deliver, last_error=error, retry_at=now + NO_ROUTE_DELAY
-        )
-        run = RunRecord(_due(occ), "retry", late=occ.late, error=error)
-        await self.claims.settle(schedule, settlement, worker=self.id, now=now, run=run)
-        return "no_route"
-
-    async def _failed(
-        self, schedule: Schedule, occ: Occurrence, error: str, *, permanent: bool = False
-    ) -> str:
-        """Retry with backoff, or record the final failure (visible in /schedules)."""
-        now = self.clock.now()
-        due = _due(occ)
-        attempts = schedule.attempts + 1
-        if not permanent and attempts <= len(RETRY_DELAYS):
-            retry_at = now + timedelta(seconds=RETRY_DELAYS[attempts - 1])
-            settlement = Settlement(
-                next_run_at=due, attempts=attempts, last_error=error, retry_at=retry_at
-            )
-            run = RunRecord(due, "retry", late=occ.late, attempts=attempts, error=error)
-            await self.claims.settle(schedule, settlement, worker=self.id, now=now, run=run)
-            log.warning("scheduler: %s attempt %d failed (%s)", schedule.id, attempts, error)
-            return "retry"
-        nxt = next_after(schedule, due)
-        label = local_label(due, schedule.timezone)
-        settlement = Settlement(
-            next_run_at=nxt or due,
-            status="active" if nxt else "failed",
-            last_error=f"delivery of {label} failed after {attempts} attempt(s): {error}",
-        )
-        run = RunRecord(due, "failed", late=occ.late, attempts=attempts, error=error)
-        await self.claims.settle(schedule, settlement, worker=self.id, now=now, run=run)
-        log.error("scheduler: %s failed permanently (%s)", schedule.id, error)
-        return "failed"
-
     # -- missed-run reports ------------------------------------------------------------------
 
     async def report_missed(self) -> int:
@@ -539,25 +393,4 @@ class SchedulerWorker:
         missed = await self.claims.claim_unreported_missed(
             self.clock.now(), **self.users_filter
         )
-        by_user: dict[int, list[MissedRun]] = defaultdict(list)
-        for run in missed:
-            by_user[run.user_id].append(run)
-        users = await self.claims.users(list(by_user)) if by_user else {}
-        reported = 0
-        for user_id, runs in by_user.items():
-            if await self._send_report(users.get(user_id), runs):
-                reported += len(runs)
-            else:
-                await self.claims.unmark_reported([r.id for r in runs])
-        return reported
-
-    async def _send_report(self, user: User | None, runs: list[MissedRun]) -> bool:
-        if user is None or user.status == "blocked":
-            return True  # nobody to tell; do not keep retrying
-        try:
-            text = missed_report(runs, self.grace)
-            timeout = self.lease.total_seconds() / 2
-            return await asyncio.wait_for(self.delivery.send(user, text), timeout)
-        except Exception:
-            log.warning("scheduler: could not report missed runs to %s", user.id, exc_info=True)
-            return False
+        return await self.reports.send(missed)

@@ -1,0 +1,55 @@
+"""The delivery contract: how a scheduler worker reaches users, and how a delivery fails.
+
+The worker (`services/schedules/worker.py`) depends only on this `Delivery`
+protocol; the app's implementation is `agent/delivery.py`, joined to the worker
+by `App.make_worker`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from panager.services.schedules.types import Schedule
+from panager.services.users import User
+
+
+class Delivery(Protocol):
+    """How a worker reaches users: the app's messenger and assistant."""
+
+    async def send(self, user: User, text: str, key: str | None = None) -> bool:
+        """Deliver text; False when no front end can reach the user now.
+
+        `key` is the same for every attempt at one occurrence, so a channel that can
+        (Discord's message nonce) shows a re-send after a crash only once."""
+        ...
+
+    async def run_agent(
+        self, user: User, instruction: str, *, tainted: bool = False
+    ) -> AgentAnswer:
+        """Run the graph as a system trigger in the user's thread; return the answer.
+
+        `tainted`: the instruction was written in a model call that had read outside
+        content (the run is tainted from its start)."""
+        ...
+
+    async def run_system(self, user: User, schedule: Schedule, due: datetime) -> AgentAnswer:
+        """Run a system job (heartbeat, briefing, webhook call); empty text: nothing to say."""
+        ...
+
+
+@dataclass(frozen=True)
+class AgentAnswer:
+    """The result of a scheduled agent run."""
+
+    text: str
+    ok: bool = True
+
+
+class DeliveryFailed(Exception):
+    """A delivery attempt failed; it is retried with backoff."""
+
+
+class PermanentFailure(DeliveryFailed):
+    """A delivery that must not be retried (e.g. the user is blocked)."""
