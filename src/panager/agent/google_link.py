@@ -36,7 +36,8 @@ from panager.agent.state import TurnContext
 from panager.agent.tools.google import GOOGLE_CONNECT, GOOGLE_TOOL_NAMES
 from panager.agent.tools.mail import MAIL_TOOL_NAMES
 from panager.errors import AuthRequired
-from panager.services.google.service import SCOPE_NAMES, GoogleAuthRequired, GoogleService
+from panager.services.google.calls import GoogleAuthRequired
+from panager.services.google.service import SCOPE_NAMES, GoogleService
 
 if TYPE_CHECKING:
     from panager.agent.messaging import Messenger

@@ -31,12 +31,8 @@ from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, Describer, shown_t
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.services.google import api
-from panager.services.google.service import (
-    CALENDAR_SCOPE,
-    NOT_CONFIGURED,
-    TASKS_SCOPE,
-    GoogleAuthRequired,
-)
+from panager.services.google.calls import GoogleAuthRequired
+from panager.services.google.service import CALENDAR_SCOPE, NOT_CONFIGURED, TASKS_SCOPE
 from panager.services.users import User
 
 GOOGLE_TOOL_NAMES = frozenset(

@@ -6,12 +6,9 @@ is read, and the tokens are stored sealed (Fernet, keyed from
 PANAGER_SECRET_KEY). Nothing is stored for a forged, expired, replayed or
 denied callback.
 
-Calls: the Google clients are synchronous and httplib2 is not thread-safe, so
-every call builds its own services inside `asyncio.to_thread`. google-auth
-refreshes an expired access token on the way; the refreshed token is written
-back sealed. A refresh refused with `invalid_grant` marks the account
-disconnected and raises `GoogleAuthRequired`, which the graph turns into a
-reconnect link.
+Calls run through `self.calls`, a `GoogleCalls` (calls.py): each in its own
+thread with the user's own credentials, a refreshed token written back sealed,
+and a revoked grant turned into `GoogleAuthRequired` (a reconnect link).
 """
 
 from __future__ import annotations
@@ -24,14 +21,11 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
 import psycopg
-from google.auth.exceptions import RefreshError, TransportError
-from google.oauth2.credentials import Credentials
-from googleapiclient.errors import HttpError
 
 from panager.clock import Clock
 from panager.config import Settings
 from panager.db.pool import Pool
-from panager.errors import AuthRequired, ToolError
+from panager.services.google.calls import GET_ACCOUNT, GoogleCalls
 from panager.services.google.oauth import (
     CALENDAR_SCOPE,
     CALLBACK_PATH,
@@ -49,7 +43,7 @@ from panager.services.google.oauth import (
     OAuthFlow,
     Tokens,
 )
-from panager.services.google.sealing import InvalidToken, Sealer
+from panager.services.google.sealing import Sealer
 
 __all__ = [
     "CALENDAR_SCOPE",
@@ -64,7 +58,6 @@ __all__ = [
     "TASKS_SCOPE",
     "BrowserSession",
     "GoogleAccount",
-    "GoogleAuthRequired",
     "GoogleEndpoints",
     "GoogleService",
     "LinkOutcome",
@@ -78,10 +71,6 @@ NOT_CONFIGURED = (
     "Google Calendar and Tasks are not configured on this Panager instance: the admin must "
     "set GOOGLE_CLIENT_ID and GOOGLE_CLIENT_SECRET (see docs/google.md)."
 )
-RECONNECT_MESSAGE = (
-    "Google no longer accepts my access to your account (it was revoked or expired), "
-    "so you need to connect it again."
-)
 # Libraries that print tokens at DEBUG level; they must never reach a log.
 _SECRET_LOGGERS = (
     "requests_oauthlib",
@@ -89,23 +78,6 @@ _SECRET_LOGGERS = (
     "google.auth",
     "google.oauth2",
     "google_auth_httplib2",
-)
-
-
-class GoogleAuthRequired(AuthRequired):
-    """The user has no usable Google link; the turn ends with a link to connect it.
-
-    `scopes`: what the link must ask for (empty: Calendar and Tasks; MAIL_SCOPES for a mail
-    tool whose scope is missing)."""
-
-    def __init__(self, message: str | None = None, scopes: tuple[str, ...] = ()) -> None:
-        super().__init__("Google", "", message)
-        self.scopes = scopes
-
-
-MAIL_MISSING = (
-    "Your Google link does not include Gmail yet, so you need to allow it (Calendar and "
-    "Tasks stay as they are)."
 )
 
 
@@ -137,17 +109,8 @@ ON CONFLICT (user_id) DO UPDATE
        status = 'connected', connected_at = EXCLUDED.connected_at,
        disconnected_at = NULL, updated_at = EXCLUDED.updated_at
 """
-GET_ACCOUNT = "SELECT * FROM google_accounts WHERE user_id = %s"
 SUB_OWNER = "SELECT user_id FROM google_accounts WHERE google_sub = %s AND user_id <> %s"
 USER_STATUS = "SELECT status FROM users WHERE id = %s"
-SAVE_REFRESHED = """
-UPDATE google_accounts SET token_ciphertext = %s, refreshed_at = %s, updated_at = %s
- WHERE user_id = %s AND status = 'connected'
-"""
-MARK_DISCONNECTED = """
-UPDATE google_accounts SET status = 'disconnected', disconnected_at = %s, updated_at = %s
- WHERE user_id = %s AND status = 'connected'
-"""
 DELETE_ACCOUNT = "DELETE FROM google_accounts WHERE user_id = %s"
 DELETE_OPEN_STATES = "DELETE FROM oauth_states WHERE user_id = %s AND used_at IS NULL"
 INSERT_PENDING = "INSERT INTO pending_messages (user_id, text, created_at) VALUES (%s, %s, %s)"
@@ -196,17 +159,18 @@ class GoogleService:
         self.pool = pool
         self.clock = clock
         self.client_id = settings.google_client_id or ""
-        self._client_secret = settings.google_client_secret or ""
+        client_secret = settings.google_client_secret or ""
         self._sealer = Sealer(settings.secret_key)
         self.oauth = OAuthFlow(
             pool,
             clock,
             self._sealer,
             self.client_id,
-            self._client_secret,
+            client_secret,
             settings.public_url.rstrip("/") + CALLBACK_PATH,
             endpoints or GoogleEndpoints(),
         )
+        self.calls = GoogleCalls(pool, clock, self._sealer, self.oauth, client_secret)
         quiet_secret_loggers()
 
     @property
@@ -315,7 +279,7 @@ class GoogleService:
 
         if CALENDAR_SCOPE not in scopes:
             return None
-        clients = GoogleClients(self._credentials(tokens), self.endpoints)
+        clients = GoogleClients(self.calls.credentials(tokens), self.endpoints)
         try:
             entry = clients.calendar.calendarList().get(calendarId="primary").execute()
             return entry.get("id")
@@ -352,7 +316,7 @@ class GoogleService:
             row = await (await conn.execute(GET_ACCOUNT, (user_id,))).fetchone()
             if row is None:
                 return False
-            tokens = self._open_tokens(user_id, row["token_ciphertext"])
+            tokens = self.calls.open_tokens(user_id, row["token_ciphertext"])
             async with conn.transaction():
                 await conn.execute(DELETE_ACCOUNT, (user_id,))
                 await conn.execute(DELETE_PENDING, (user_id,))
@@ -379,17 +343,6 @@ class GoogleService:
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("could not reach Google to revoke a grant (%s)", type(exc).__name__)
 
-    def _open_tokens(self, user_id: int, sealed: str) -> Tokens | None:
-        try:
-            return Tokens.loads(self._sealer.open(sealed))
-        except (InvalidToken, ValueError, KeyError):
-            log.warning(
-                "stored Google tokens of user %s cannot be decrypted (PANAGER_SECRET_KEY "
-                "changed?); the user must link again",
-                user_id,
-            )
-            return None
-
     # -- pending messages -----------------------------------------------------------------
 
     async def add_pending(self, user_id: int, text: str) -> None:
@@ -413,107 +366,4 @@ class GoogleService:
 
     async def call(self, user_id: int, scope: str, operation: Callable[[Any], T]) -> T:
         """Run `operation(GoogleClients)` in a thread with the user's own credentials."""
-        tokens = await self._usable_tokens(user_id, scope)
-        credentials = self._credentials(tokens)
-        try:
-            return await asyncio.to_thread(self._run, credentials, operation)
-        except RefreshError as exc:
-            if "invalid_grant" in str(exc):
-                await self._mark_disconnected(user_id)
-                raise GoogleAuthRequired(RECONNECT_MESSAGE, _asks(scope)) from None
-            raise ToolError("Google refused to refresh access; try again in a moment.") from None
-        except HttpError as exc:
-            await self._raise_for_http(user_id, exc, scope)
-            raise
-        except (TransportError, OSError) as exc:
-            raise ToolError(
-                f"Google could not be reached ({type(exc).__name__}); try again in a moment."
-            ) from None
-        finally:
-            if credentials.token != tokens.access_token:
-                await self._save_refreshed(user_id, credentials)
-
-    async def _usable_tokens(self, user_id: int, scope: str) -> Tokens:
-        async with self.pool.connection() as conn:
-            row = await (await conn.execute(GET_ACCOUNT, (user_id,))).fetchone()
-        if row is None:
-            raise GoogleAuthRequired(scopes=_asks(scope))
-        if row["status"] != "connected":
-            raise GoogleAuthRequired(RECONNECT_MESSAGE, _asks(scope))
-        tokens = self._open_tokens(user_id, row["token_ciphertext"])
-        if tokens is None:
-            raise GoogleAuthRequired(scopes=_asks(scope))
-        if scope in MAIL_SCOPES and scope not in row["scopes"]:
-            raise GoogleAuthRequired(MAIL_MISSING, MAIL_SCOPES)
-        if scope not in row["scopes"]:
-            name = SCOPE_NAMES.get(scope, scope)
-            raise ToolError(
-                f"The user's Google link does not include {name} access. They can run "
-                f"/connect google and allow {name} to use this."
-            )
-        return tokens
-
-    def _credentials(self, tokens: Tokens) -> Credentials:
-        return Credentials(
-            token=tokens.access_token,
-            refresh_token=tokens.refresh_token,
-            token_uri=self.endpoints.token_uri,
-            client_id=self.client_id,
-            client_secret=self._client_secret,
-            expiry=tokens.expiry,
-        )
-
-    def _run(self, credentials: Credentials, operation: Callable[[Any], T]) -> T:
-        from panager.services.google.api import GoogleClients
-
-        clients = GoogleClients(credentials, self.endpoints)
-        try:
-            return operation(clients)
-        finally:
-            clients.close()
-
-    async def _raise_for_http(self, user_id: int, exc: HttpError, scope: str = "") -> None:
-        status = exc.resp.status
-        if status == 401:
-            await self._mark_disconnected(user_id)
-            raise GoogleAuthRequired(RECONNECT_MESSAGE, _asks(scope)) from None
-        reason = _http_reason(exc)
-        if status == 403:
-            raise ToolError(
-                f"Google refused this ({reason}). If access is missing, the user can run "
-                "/connect google (or /connect google mail) again and allow it."
-            ) from None
-        if status == 429 or status >= 500:
-            raise ToolError(f"Google is busy (HTTP {status}); try again in a moment.") from None
-        raise ToolError(f"Google rejected the request (HTTP {status}: {reason}).") from None
-
-    async def _save_refreshed(self, user_id: int, credentials: Credentials) -> None:
-        """Persist a token google-auth refreshed during a call (sealed, like all tokens)."""
-        tokens = Tokens(credentials.token, credentials.refresh_token, credentials.expiry)
-        now = self.clock.now()
-        try:
-            async with self.pool.connection() as conn:
-                await conn.execute(
-                    SAVE_REFRESHED, (self._sealer.seal(tokens.dumps()), now, now, user_id)
-                )
-        except Exception as exc:
-            log.warning("could not save a refreshed Google token (%s)", type(exc).__name__)
-
-    async def _mark_disconnected(self, user_id: int) -> None:
-        now = self.clock.now()
-        async with self.pool.connection() as conn:
-            await conn.execute(MARK_DISCONNECTED, (now, now, user_id))
-        log.info("Google refused the grant of user %s; marked disconnected", user_id)
-
-
-def _asks(scope: str) -> tuple[str, ...]:
-    """What a link must ask for so a call needing `scope` works afterwards."""
-    return MAIL_SCOPES if scope in MAIL_SCOPES else ()
-
-
-def _http_reason(exc: HttpError) -> str:
-    try:
-        reason = exc._get_reason()  # the message Google put in the error body
-    except Exception:
-        reason = ""
-    return (reason or "no details").strip()[:200]
+        return await self.calls.call(user_id, scope, operation)
