@@ -28,13 +28,8 @@ from panager.agent.effects.registry import EffectServices
 from panager.agent.effects.windows import learn_served_window
 from panager.agent.events import EventEmitter
 from panager.agent.google_link import GoogleLinkFlow, auth_hook
-from panager.agent.graph import (
-    GraphConfig,
-    GraphLimits,
-    ModelInvoker,
-    StreamInvoker,
-    build_graph,
-)
+from panager.agent.graph import build_graph
+from panager.agent.graph_config import GraphConfig, GraphLimits, ModelInvoker, StreamInvoker
 from panager.agent.messaging import FanoutMessenger
 from panager.agent.relay import UserMessageRelay
 from panager.agent.runner import Assistant, ModelSelector

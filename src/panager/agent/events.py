@@ -14,7 +14,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+if TYPE_CHECKING:
+    from panager.agent.state import TurnContext
 
 log = logging.getLogger(__name__)
 
@@ -74,3 +77,10 @@ class EventEmitter:
     async def __call__(self, type_: EventType, user_id: int, **data: Any) -> None:
         """Shorthand: build and emit an Event."""
         await self.emit(Event(type_, user_id, data))
+
+
+# Any: an event carries free-form data
+async def emit_event(ctx: TurnContext, type_: EventType, **data: Any) -> None:
+    """Emit an event to the run's emitter (`ctx.emitter`), if the run has one."""
+    if ctx.emitter is not None:
+        await ctx.emitter(type_, ctx.user.id, **data)

@@ -31,7 +31,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from panager.agent.graph import AuthHandler
+from panager.agent.graph_config import AuthHandler
 from panager.agent.state import TurnContext
 from panager.agent.tools.google import GOOGLE_CONNECT, GOOGLE_TOOL_NAMES
 from panager.agent.tools.mail import MAIL_TOOL_NAMES

@@ -5,47 +5,42 @@ state updates; per-run data (the user, their closure-bound tools, the event
 emitter) arrives as LangGraph's runtime context (`TurnContext`), never in the
 checkpointed state. Tool calls of one model reply run concurrently with
 `asyncio.gather`; every call gets exactly one result, errors included.
+
+This module holds the agent node, the routing and `build_graph`; the tools node is
+in agent/tools_node.py, the confirm node in agent/confirm_node.py, and what the
+graph is built from (`GraphConfig`) in agent/graph_config.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
 from langchain_core.messages.tool import ToolCall
 from langchain_core.tools import BaseTool
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.runtime import Runtime
-from pydantic import ValidationError
 
 from panager.agent.attachments import with_images
-from panager.agent.confirm import unanswered_calls
 from panager.agent.confirm_node import (
     UNPARSED_CALLS,
     ConfirmNode,
-    ProposalStore,
     needs_confirm,
     route_after_confirm,
 )
-from panager.agent.effects import Effect, ModelCall
-from panager.agent.events import EventType
-from panager.agent.history import memo_counter, trim_history, truncate_text
+from panager.agent.effects import ModelCall
+from panager.agent.events import emit_event
+from panager.agent.graph_config import GraphConfig
+from panager.agent.history import memo_counter, trim_history
 from panager.agent.prompts import OUTSIDE_SECTION, build_system_prompt
-from panager.agent.recorders import redact
-from panager.agent.state import AgentState, Recall, TurnContext
-from panager.agent.taint import CALL_TAINTED, call_tainted, mark, marked
-from panager.agent.tools.base import CURRENT_CALL, clean_args
-from panager.clock import Clock, SystemClock
-from panager.errors import AuthRequired, ContextOverflow, ModelUnavailable, ToolError
-from panager.llm import TextSink
+from panager.agent.state import AgentState, TurnContext
+from panager.agent.taint import call_tainted, mark
+from panager.agent.tools_node import ToolsNode
+from panager.errors import ContextOverflow, ModelUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -53,34 +48,10 @@ FINAL_ANSWER_NOTE = (
     "You have reached the limit of tool calls for this message. Do not call tools; give the "
     "user your best answer now from what you have, and say what is left undone."
 )
-UNPARSED_ARGS = (
-    "The arguments of this call were not valid JSON, so it did not run. Call it again with "
-    "the arguments as one JSON object."
-)
 OVERFLOW_MESSAGE = (
     "This conversation is too long for the model even after compacting it. Your message is "
     "kept; send /compact or /clear and try again."
 )
-ModelInvoker = Callable[[BaseChatModel, Sequence[BaseTool], list[AnyMessage]], Awaitable[AIMessage]]
-# Like ModelInvoker, streaming the reply's text into the sink (llm.stream_with_retries).
-StreamInvoker = Callable[
-    [BaseChatModel, Sequence[BaseTool], list[AnyMessage], TextSink], Awaitable[AIMessage]
-]
-AuthHandler = Callable[[TurnContext, AuthRequired], Awaitable[str | None]]
-# Called when the API refuses the prompt as too long: shrink `call` (attempt 1, 2, …).
-OverflowHandler = Callable[[ModelCall, int], Awaitable[None]]
-# The person's profile sections for the system prompt (once per turn).
-ProfileLoader = Callable[[Any], Awaitable[Mapping[str, str]]]
-# The prompt sections of the skills loaded into the thread (by name).
-SkillsText = Callable[[Sequence[str]], Sequence[str]]
-
-
-async def plain_invoke(
-    model: BaseChatModel, tools: Sequence[BaseTool], messages: list[AnyMessage]
-) -> AIMessage:
-    """Bind tools (if any) and call the model once."""
-    bound = model.bind_tools(list(tools)) if tools else model
-    return await bound.ainvoke(messages)
 
 
 def _latest_human_text(messages: Sequence[AnyMessage]) -> str:
@@ -88,23 +59,6 @@ def _latest_human_text(messages: Sequence[AnyMessage]) -> str:
         if isinstance(msg, HumanMessage):
             return msg.text if hasattr(msg, "text") else str(msg.content)
     return ""
-
-
-def _result_content(value: Any, limit: int) -> str:  # Any: whatever a tool returned
-    if isinstance(value, str):
-        text = value
-    else:
-        text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
-    return truncate_text(text, limit)
-
-
-def _error_message(call: ToolCall, text: str) -> ToolMessage:
-    return ToolMessage(
-        content=json.dumps({"error": text}, ensure_ascii=False),
-        tool_call_id=call["id"],
-        name=call.get("name"),
-        status="error",
-    )
 
 
 def promote_unparsed_calls(response: AIMessage) -> AIMessage:
@@ -131,54 +85,8 @@ def promote_unparsed_calls(response: AIMessage) -> AIMessage:
     )
 
 
-def _validation_text(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
-        parts.append(f"{where}: {err.get('msg')}")
-    return "Invalid arguments — " + "; ".join(parts)
-
-
-@dataclass(frozen=True)
-class GraphLimits:
-    """How far one turn may go."""
-
-    max_iterations: int = 10  # model calls per turn; the last one gets no tools
-    history_max_tokens: int = 12_000  # trim_messages budget for the history sent
-    max_tool_result_chars: int = 20_000  # longer tool results are truncated
-    overflow_retries: int = 2  # compactions + retries after a context-length refusal
-
-
-@dataclass(frozen=True)
-class GraphConfig:
-    """Everything the graph uses, named and typed; built before the graph, never changed.
-
-    The app assembles it from its services (app.py); tests pass only what they need.
-    Per-run data (the user, their tools, the emitter, a per-user model) arrives as
-    `TurnContext`, not here.
-    """
-
-    model: BaseChatModel | None  # the default model; a user's /model choice rides on the turn
-    checkpointer: BaseCheckpointSaver | None = None
-    effects: Sequence[Effect] = ()  # run in order before and after each model call
-    recall: Recall | None = None  # memories for the system prompt (once per turn)
-    on_auth_required: AuthHandler | None = None  # a tool needs a linked account: the link
-    on_overflow: OverflowHandler | None = None  # the prompt was too long: shrink the call
-    skills_text: SkillsText | None = None  # prompt sections of the loaded skills
-    profile: ProfileLoader | None = None  # the person's standing profile (every prompt)
-    invoke: ModelInvoker = plain_invoke  # how the model is called (retries live in llm.py)
-    # The streamed call (text as message_delta events); None: `invoke` only (stream: false).
-    stream_invoke: StreamInvoker | None = None
-    clock: Clock = field(default_factory=SystemClock)
-    limits: GraphLimits = GraphLimits()
-    context_window: int | None = None  # tokens; None when unknown (compaction decides)
-    # Taint tracking and the confirm node (SPEC §2); off only to measure what they cost.
-    taint_checks: bool = True
-    proposals: ProposalStore | None = None  # where unattended runs hold consequential calls
-
-
 class Graph:
-    """The nodes of the agent graph, as bound methods over one `GraphConfig`."""
+    """The agent node of the graph, as bound methods over one `GraphConfig`."""
 
     def __init__(self, config: GraphConfig) -> None:
         self.config = config
@@ -196,7 +104,7 @@ class Graph:
             await effect.before_model(call)
             if call.stop_reply:
                 return await self._stop(call, ctx, iteration)
-        await self._emit(ctx, "turn_start", iteration=iteration)
+        await emit_event(ctx, "turn_start", iteration=iteration)
         call.phase, call.response = "after", await self._call_model(state, ctx, call)
         for effect in self.config.effects:
             await effect.after_model(call)
@@ -289,7 +197,7 @@ class Graph:
 
     async def _stop(self, call: ModelCall, ctx: TurnContext, iteration: int) -> dict:
         reply = AIMessage(content=call.stop_reply or "")
-        await self._emit(ctx, "turn_start", iteration=iteration)
+        await emit_event(ctx, "turn_start", iteration=iteration)
         await self._emit_message_end(ctx, reply, iteration)
         return {
             "messages": [*call.state_updates, reply],
@@ -341,15 +249,10 @@ class Graph:
             ctx.extra["profile"] = loaded
         return ctx.extra["profile"]
 
-    # Any: an event carries free-form data (see agent/events.py)
-    async def _emit(self, ctx: TurnContext, type_: EventType, **data: Any) -> None:
-        if ctx.emitter is not None:
-            await ctx.emitter(type_, ctx.user.id, **data)
-
     async def _emit_message_end(
         self, ctx: TurnContext, response: AIMessage, iteration: int
     ) -> None:
-        await self._emit(
+        await emit_event(
             ctx,
             "message_end",
             iteration=iteration,
@@ -361,113 +264,7 @@ class Graph:
             text=response.text,
         )
         if not response.tool_calls:
-            await self._emit(ctx, "turn_end", iteration=iteration)
-
-    # -- tools node -------------------------------------------------------------------------
-
-    async def tools(self, state: AgentState, runtime: Runtime[TurnContext]) -> dict:
-        """Run the last reply's calls concurrently (those the confirm node left open); one
-        result per call, in order."""
-        ctx = runtime.context
-        reply, open_calls = unanswered_calls(state["messages"])
-        assert reply is not None  # route_after_agent/confirm: an AI reply with open calls
-        by_name = {t.name: t for t in (*ctx.unlisted_tools, *ctx.tools)}
-        unparsed = reply.additional_kwargs.get(UNPARSED_CALLS) or {}
-        tainted = CALL_TAINTED.set(marked(reply))  # copied into every gathered call
-        try:
-            outcomes = await asyncio.gather(
-                *(self._run_call(ctx, by_name, c, c["id"] in unparsed) for c in open_calls)
-            )
-        finally:
-            CALL_TAINTED.reset(tainted)
-        messages: list[AnyMessage] = [msg for msg, _ in outcomes]
-        auth = next((a for _, a in outcomes if a is not None), None)
-        if auth is not None:
-            messages.append(await self._auth_reply(ctx, auth))
-            link_reply = messages[-1]
-            await self._emit(
-                ctx, "message_end", iteration=state.get("model_calls", 0), id=link_reply.id,
-                tool_calls=[], calls=[], usage={}, text=link_reply.text,
-            )
-        await self._emit(ctx, "turn_end", iteration=state.get("model_calls", 0))
-        return {"messages": messages}
-
-    async def _run_call(
-        self, ctx: TurnContext, by_name: dict[str, BaseTool], call: ToolCall, unparsed: bool = False
-    ) -> tuple[ToolMessage, AuthRequired | None]:
-        await self._emit(ctx, "tool_start", name=call["name"], args=call.get("args"), id=call["id"])
-        auth = None
-        message: ToolMessage | AuthRequired
-        if unparsed:
-            message = _error_message(call, UNPARSED_ARGS)
-        else:
-            message = await self._execute(by_name, call)
-        if isinstance(message, AuthRequired):
-            auth, message = (
-                message,
-                _error_message(
-                    call,
-                    f"{message.provider} not linked; the user got a link to connect it.",
-                ),
-            )
-        await self._emit(
-            ctx,
-            "tool_end",
-            name=call["name"],
-            id=call["id"],
-            status=message.status,
-            result=message.content,
-        )
-        return message, auth
-
-    async def _execute(
-        self, by_name: dict[str, BaseTool], call: ToolCall
-    ) -> ToolMessage | AuthRequired:
-        tool = by_name.get(call["name"])
-        if tool is None:
-            valid = ", ".join(sorted(by_name)) or "none"
-            return _error_message(call, f"Unknown tool {call['name']!r}. Valid tools: {valid}.")
-        if not isinstance(call.get("args"), dict):
-            return _error_message(call, "Arguments must be a JSON object.")
-        running = CURRENT_CALL.set(str(call["id"]))
-        try:
-            value = await tool.ainvoke(clean_args(call["args"]))
-        except AuthRequired as exc:
-            return exc
-        except ToolError as exc:
-            return _error_message(call, str(exc))
-        except ValidationError as exc:
-            return _error_message(call, _validation_text(exc))
-        except Exception as exc:
-            log.exception("tool %s failed", call["name"])
-            return _error_message(
-                call,
-                f"The tool failed unexpectedly ({type(exc).__name__}). Try again or tell the user.",
-            )
-        finally:
-            CURRENT_CALL.reset(running)
-        content = _result_content(value, self.config.limits.max_tool_result_chars)
-        return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
-
-    async def _auth_reply(self, ctx: TurnContext, auth: AuthRequired) -> AIMessage:
-        link = auth.link
-        if self.config.on_auth_required is not None:
-            link = await self.config.on_auth_required(ctx, auth) or link
-        # The live link (a usable OAuth state) reaches the user through the turn's result;
-        # what is stored (checkpoint, /save, recording) carries a redacted form.
-        stored = redact(link)
-        if stored != link:
-            ctx.extra.setdefault("live_links", {})[stored] = link
-        text = (
-            f"{auth.message} Connect it here: {stored}\n"
-            "I'll finish your request once it's linked."
-        )
-        return AIMessage(
-            content=text,
-            additional_kwargs={
-                "panager_link": {"url": stored, "label": f"Connect {auth.provider}"}
-            },
-        )
+            await emit_event(ctx, "turn_end", iteration=iteration)
 
 
 class TextEvents:
@@ -525,7 +322,7 @@ def build_graph(
     nodes = Graph(config)
     builder = StateGraph(AgentState, context_schema=TurnContext)
     builder.add_node("agent", nodes.agent)
-    builder.add_node("tools", nodes.tools)
+    builder.add_node("tools", ToolsNode(config))
     builder.add_edge(START, "agent")
     if config.taint_checks:
         builder.add_node("confirm", ConfirmNode(config.clock, config.proposals))
