@@ -8,8 +8,8 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.runner import SYSTEM_TRIGGER_PREFIX
 from panager.agent.tools.schedule import schedule_tools
+from panager.agent.turn_input import SYSTEM_TRIGGER_PREFIX
 from panager.errors import ToolError
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.scheduler_helpers import scheduler_app, worker

@@ -10,15 +10,14 @@ inbox) passes a `message_key`: the user's message is stored in the thread
 under that id, and `resume=True` first looks there — an answer already
 produced is returned as it is (no second model call), a message already in
 the thread but unanswered is continued, anything else runs as a new turn.
+What the graph is handed (context, new messages, images) is built in
+agent/turn_input.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import unicodedata
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.types import Command, Durability
 
 from panager.agent import approvals
-from panager.agent.attachments import Images, media_refs, notes_for, turn_messages
+from panager.agent.attachments import notes_for
 from panager.agent.confirm import (
     EXPIRED,
     NEW_MESSAGE,
@@ -48,9 +47,8 @@ from panager.agent.interrupted import ShownText, keep_interrupted
 from panager.agent.state import SCHEDULED_RUN, TurnContext
 from panager.agent.taint import marked
 from panager.agent.threads import OPEN_QUESTION, Threads
-from panager.agent.tools import tools_for_turn
+from panager.agent.turn_input import clean_text, turn_context, turn_images, turn_inputs
 from panager.errors import ModelUnavailable, UserBusy
-from panager.framing import frame
 from panager.llm import NO_MODEL_MESSAGE
 from panager.services.media.intake import Attachment
 from panager.services.media.vision import sees_images
@@ -64,11 +62,6 @@ FAILURE_MESSAGE = (
 )
 # The model for a user: their /model choice, else the instance default (None: no model).
 ModelSelector = Callable[[User], BaseChatModel | None]
-SYSTEM_TRIGGER_PREFIX = (
-    "[Scheduled task started by the scheduler, not a message from the user; the task "
-    "text is quoted data] "
-)
-OUTSIDE_TASK = "scheduled task written while reading outside content"
 WAITING = (
     "A question from me is waiting for your answer (approve or deny the action I asked "
     "about); this waits until then."
@@ -93,22 +86,6 @@ class TurnResult:
     question: Question | None = None  # the turn stopped to ask the person (agent/confirm.py)
     proposals: tuple[PendingCall, ...] = ()  # calls an unattended run held for approval
     tainted: bool = False  # the answer was written with outside content: no link previews
-
-
-def clean_text(text: str) -> str:
-    """Drop NUL bytes, lone surrogates and other control characters (keeping newlines/tabs)."""
-    text = text.encode("utf-8", "replace").decode("utf-8") if _has_surrogates(text) else text
-    return "".join(
-        ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cs")
-    ).strip()
-
-
-def _has_surrogates(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 class Assistant:
@@ -214,7 +191,9 @@ class Assistant:
                 if isinstance(found, TurnResult):
                     return found
                 replay, message_key = found
-            ctx = await self._context(user, model, emitter, is_system_trigger, text, tainted)
+            ctx = await turn_context(
+                self.deps, user, model, emitter or self.emitter, is_system_trigger, text, tainted
+            )
             ctx.unattended = is_system_trigger if unattended is None else unattended
             return await self._run_locked(ctx, text, replay, message_key, attachments)
 
@@ -254,31 +233,6 @@ class Assistant:
         snapshot = await self.graph.aget_state(self.config_for(user))
         return pending_question(snapshot.interrupts)
 
-    async def _context(
-        self,
-        user: User,
-        model: BaseChatModel,
-        emitter: EventEmitter | None,
-        is_system_trigger: bool,
-        text: str | None,
-        tainted: bool = False,
-    ) -> TurnContext:
-        instruction = text if is_system_trigger else None
-        if instruction is not None and tainted:
-            instruction = frame(OUTSIDE_TASK, instruction)
-        window = self.deps.runtime.compactor.usable_window(user.model or self.deps.settings.model)
-        offered, unlisted = await tools_for_turn(self.deps, user, window)
-        return TurnContext(
-            user=user,
-            tools=offered,
-            unlisted_tools=unlisted,
-            emitter=emitter or self.emitter,
-            model=model,
-            is_system_trigger=is_system_trigger,
-            system_instruction=instruction,
-            user_text=None if is_system_trigger else text,
-        )
-
     async def answer(
         self,
         user: User,
@@ -303,7 +257,7 @@ class Assistant:
             value = check_answer(question, key, decisions, self.deps.clock.now())
             if isinstance(value, str):
                 return TurnResult(value, ok=False, question=question)
-            ctx = await self._context(user, model, emitter, False, None)
+            ctx = await turn_context(self.deps, user, model, emitter or self.emitter, False, None)
             return await self._invoke(ctx, Command(resume=value), None)
 
     async def approve_proposal(self, user: User, proposal_id: str) -> TurnResult:
@@ -340,8 +294,10 @@ class Assistant:
             await self.deps.mcp.refresh()  # approvals made elsewhere count from this turn on
         if ctx.user.id not in self._clean_threads:
             await self.repair_thread(ctx.user)
-        inputs = self._inputs(ctx, text, replay, message_key, attachments)
-        ctx.extra["images"] = await self._images(ctx.user, inputs["messages"])
+        inputs = turn_inputs(ctx, text, replay, message_key, attachments, self.sees_images)
+        ctx.extra["images"] = await turn_images(
+            self.deps, ctx.user, inputs["messages"], self.sees_images
+        )
         new = inputs["messages"][-1] if inputs["messages"] else None
         return await self._invoke(ctx, inputs, new)
 
@@ -383,48 +339,6 @@ class Assistant:
             SCHEDULED_RUN.reset(scheduled)
             unsubscribe()
             await emitter("agent_end", user.id)
-
-    def _inputs(
-        self,
-        ctx: TurnContext,
-        text: str,
-        replay: bool,
-        message_key: str | None = None,
-        attachments: Sequence[Attachment] = (),
-    ) -> dict:
-        if replay:  # the user's message is already in the thread (pending replay)
-            return {"messages": [], "model_calls": 0, "unattended": ctx.unattended}
-        if attachments and not ctx.is_system_trigger:
-            key = message_key or str(uuid.uuid4())
-            seen = self.sees_images(ctx.user)
-            messages = turn_messages(text, attachments, key, sees_images=seen)
-            return {"messages": messages, "model_calls": 0, "unattended": ctx.unattended}
-        if ctx.is_system_trigger:
-            instruction = ctx.system_instruction or text
-            framed = instruction != text  # written while reading outside content
-            quoted = instruction if framed else json.dumps(text, ensure_ascii=False)
-            msg = HumanMessage(
-                SYSTEM_TRIGGER_PREFIX + quoted,
-                name="scheduler",
-                additional_kwargs={"panager_system_trigger": True},
-                id=str(uuid.uuid4()),
-            )
-        else:
-            msg = HumanMessage(text, id=message_key or str(uuid.uuid4()))
-        return {"messages": [msg], "model_calls": 0, "unattended": ctx.unattended}
-
-    async def _images(self, user: User, messages: list) -> Images:
-        """This turn's images, read from the person's store, when their model sees images."""
-        media = self.deps.media
-        refs = [(m.id, r) for m in messages for r in media_refs(m)]
-        if not refs or media is None or not self.sees_images(user):
-            return {}
-        images: dict[str, list[tuple[str, bytes]]] = {}
-        for message_id, ref in refs:
-            found = await media.store.get(user.id, str(ref["id"]))
-            if found is not None:
-                images.setdefault(message_id, []).append((found.mime, found.data))
-        return images
 
     async def repair_thread(self, user: User) -> int:
         """Answer tool calls left without results (crash, cancel); returns how many.
