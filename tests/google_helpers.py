@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -68,36 +69,60 @@ class GoogleHarness:
     recorder: RecordingMessenger
     extra: dict = field(default_factory=dict)
 
-    async def get(self, path_and_query: str) -> tuple[int, str, dict]:
+    browser: aiohttp.CookieJar | None = None  # this harness's browser: its cookies stay
+
+    def _jar(self, browser: aiohttp.CookieJar | None) -> aiohttp.CookieJar:
+        if browser is not None:
+            return browser
+        if self.browser is None:
+            self.browser = self.new_browser()
+        return self.browser
+
+    def new_browser(self) -> aiohttp.CookieJar:
+        """Another browser: keeps cookies for 127.0.0.1, and sends the ones marked Secure
+        (PANAGER_PUBLIC_URL is https here, the test server plain http)."""
+        return aiohttp.CookieJar(unsafe=True, treat_as_secure_origin=[self.server.url])
+
+    async def get(
+        self, path_and_query: str, browser: aiohttp.CookieJar | None = None
+    ) -> tuple[int, str, dict]:
+        """A GET from `browser` (a cookie jar; default: the harness's own browser)."""
         async with (
-            aiohttp.ClientSession() as session,
+            aiohttp.ClientSession(cookie_jar=self._jar(browser)) as session,
             session.get(self.server.url + path_and_query, allow_redirects=False) as response,
         ):
             return response.status, await response.text(), dict(response.headers)
 
-    async def follow(self, redirect: str) -> tuple[int, str]:
+    async def follow(
+        self, redirect: str, browser: aiohttp.CookieJar | None = None
+    ) -> tuple[int, str]:
         """The browser coming back from Google to our callback (whatever host it names)."""
-        status, body, _ = await self.get(f"{CALLBACK_PATH}?{urlsplit(redirect).query}")
+        status, body, _ = await self.get(f"{CALLBACK_PATH}?{urlsplit(redirect).query}", browser)
         return status, body
 
-    async def post(self, path: str, data: dict) -> tuple[int, str, dict]:
+    async def post(
+        self, path: str, data: dict, browser: aiohttp.CookieJar | None = None
+    ) -> tuple[int, str, dict]:
+        """A form POST from `browser` (default: the harness's own)."""
         async with (
-            aiohttp.ClientSession() as session,
+            aiohttp.ClientSession(cookie_jar=self._jar(browser)) as session,
             session.post(self.server.url + path, data=data, allow_redirects=False) as response,
         ):
             return response.status, await response.text(), dict(response.headers)
 
-    async def start_page(self, link: str) -> tuple[int, str]:
+    async def start_page(
+        self, link: str, browser: aiohttp.CookieJar | None = None
+    ) -> tuple[int, str]:
         """The browser opening one of our short links: the page naming the link's owner."""
-        status, body, _ = await self.get(f"{START_PATH}?{urlsplit(link).query}")
+        status, body, _ = await self.get(f"{START_PATH}?{urlsplit(link).query}", browser)
         return status, body
 
-    async def consent(self, link: str) -> str:
+    async def consent(self, link: str, browser: aiohttp.CookieJar | None = None) -> str:
         """Open our link, press Continue: where the browser is redirected (Google)."""
-        status, body = await self.start_page(link)
+        status, body = await self.start_page(link, browser)
         assert status == 200 and "Continue" in body, (status, body)
-        state = parse_qs(urlsplit(link).query)["state"][0]
-        status, body, headers = await self.post(START_PATH, {"state": state})
+        form = dict(re.findall(r'name="(\w+)" value="([^"]*)"', body))
+        status, body, headers = await self.post(START_PATH, form, browser)
         assert status == 302, (status, body)
         return headers["Location"]
 

@@ -9,6 +9,7 @@ import logging
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
+from yarl import URL
 
 from panager.services.google.service import START_PATH
 from tests.fakes.google_server import FakeGoogle
@@ -139,32 +140,72 @@ async def _with_cookie(h, method: str, path: str, cookie: str | None, data=None)
         return response.status, await response.text(), dict(response.headers)
 
 
-async def test_a_google_link_is_bound_to_the_web_session_that_continued_it(fake, make_app):
-    """Mallory continues her own link while signed in to Panager's web page and forwards
-    Google's consent address to Bob: in Bob's browser (signed in as Bob, or not signed in
-    at all) the callback is refused and nothing is stored; Mallory is told nothing. In her
-    own browser the same flow links, and the note goes to her, the owner."""
+def browser(h, session_cookie: str | None = None):
+    """A browser of its own (a cookie jar), signed in to Panager's web page if given."""
+    jar = h.new_browser()
+    if session_cookie is not None:
+        jar.update_cookies({"panager_session": session_cookie}, URL(h.server.url))
+    return jar
+
+
+async def test_a_google_link_is_bound_to_the_browser_that_continued_it(fake, make_app):
+    """Mallory continues her own link, signed in to Panager's web page or not (a private
+    window), and forwards Google's consent address to Bob: in Bob's browser (signed in
+    as Bob, or not signed in at all) the callback is refused and nothing is stored;
+    Mallory is told nothing. In her own browser the same flow links, and the note goes
+    to her, the owner."""
     from panager.services.web_sessions import WebSessionService
 
     h = await start_harness(make_app, fake)
     mallory, bob = await people(h)
     sessions = WebSessionService(h.app.pool, h.app.clock)
     mallory_cookie, bob_cookie = await sessions.start(mallory.id), await sessions.start(bob.id)
+    for signed_in in (True, False):
+        mallorys = browser(h, mallory_cookie if signed_in else None)
+        link = await h.app.deps.google.create_link(mallory.id)
+        redirect = await fake.authorize(await h.consent(link, mallorys), account=BOB)
+        for bobs in (browser(h, bob_cookie), browser(h)):
+            status, body = await h.follow(redirect, bobs)
+            assert status == 403 and "another browser" in body, signed_in
+        assert await h.sql("SELECT * FROM google_accounts") == [] and h.recorder.sent == []
+        status, body = await h.follow(redirect, mallorys)  # her own browser
+        assert status == 200 and "@mallory" in body, signed_in
+        sent = await h.recorder.wait()
+        assert [s[0] for s in sent] == [mallory.id] and "linked" in sent[0][1]
+        await h.app.deps.google.disconnect(mallory.id)
+        h.recorder.sent.clear()
+
+
+async def test_another_site_posting_continue_binds_nothing(fake, make_app):
+    """Continue posted without the cookie the link's page set (another site's form, or a
+    script that skipped the page), or with a form that does not repeat it, is refused and
+    binds nothing; Google's address reached without our page finishes nothing; the first
+    browser to continue keeps the link."""
+    h = await start_harness(make_app, fake)
+    mallory, _ = await people(h)
     link = await h.app.deps.google.create_link(mallory.id)
     state = parse_qs(urlsplit(link).query)["state"][0]
-    status, _, headers = await _with_cookie(h, "POST", START_PATH, mallory_cookie,
-                                            {"state": state})
-    assert status == 302
-    redirect = await fake.authorize(headers["Location"], account=BOB)  # forwarded to Bob
-    callback = f"/oauth/google/callback?{urlsplit(redirect).query}"
-    for cookie in (bob_cookie, None):
-        status, body, _ = await _with_cookie(h, "GET", callback, cookie)
-        assert status == 403 and "another browser" in body, cookie
-    assert await h.sql("SELECT * FROM google_accounts") == [] and h.recorder.sent == []
-    status, body, _ = await _with_cookie(h, "GET", callback, mallory_cookie)  # her browser
-    assert status == 200 and "@mallory" in body
-    sent = await h.recorder.wait()
-    assert [s[0] for s in sent] == [mallory.id] and "linked" in sent[0][1]
+    status, body, _ = await h.post(START_PATH, {"state": state}, browser(h))
+    assert status == 403 and "Continue from your link" in body
+    elsewhere = browser(h)
+    assert (await h.start_page(link, elsewhere))[0] == 200  # the cookie is set ...
+    for form in ({"state": state}, {"state": state, "browser": "x" * 32}):
+        status, body, _ = await h.post(START_PATH, form, elsewhere)  # ... but not repeated
+        assert status == 403 and "Continue from your link" in body
+    consent = await h.app.deps.google.consent_url(state)  # a browser that skips our page
+    status, body = await h.follow(await fake.authorize(consent, account=BOB), elsewhere)
+    assert status == 403 and await h.sql("SELECT * FROM google_accounts") == []
+    rows = await h.sql("SELECT browser_key, used_at FROM oauth_states")
+    assert [(r["browser_key"], r["used_at"]) for r in rows] == [(None, None)]
+    mallorys, bobs = browser(h), browser(h)
+    redirect = await fake.authorize(await h.consent(link, mallorys), account=ALICE)
+    assert (await h.start_page(link, bobs))[0] == 200
+    kept = bobs.filter_cookies(URL(h.server.url + START_PATH))["panager_google"].value
+    form = {"state": state, "browser": kept}
+    status, body, _ = await h.post(START_PATH, form, bobs)
+    assert status == 403 and "another browser" in body
+    status, body = await h.follow(redirect, mallorys)
+    assert status == 200 and ALICE in body
 
 
 async def test_a_link_continued_in_a_browser_signed_in_as_someone_else_is_refused(

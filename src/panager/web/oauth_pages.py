@@ -64,6 +64,14 @@ PAGES: dict[str, tuple[int, str, str]] = {
         "another browser than this one, so nothing was stored. Open the link in the browser "
         "you use Panager with. " + _AGAIN,
     ),
+    "no_cookie": (
+        403,
+        "Continue from your link's page",
+        "This browser did not come from the page your link opens, or it refuses cookies, so "
+        "nothing was stored. Open the link from your chat again in this browser and press "
+        "Continue there: Panager sets one cookie so it knows this browser when Google sends "
+        "it back.",
+    ),
     "replayed": (
         400,
         "This link was already used",
@@ -119,6 +127,7 @@ CONFIRM_TEXT = (
 )
 CONFIRM_FORM = (
     '<form method="post" action="{action}"><input type="hidden" name="state" value="{state}">'
+    '<input type="hidden" name="browser" value="{browser}">'
     '<button class="button" type="submit">Continue to Google</button></form>'
 )
 SECURITY_HEADERS = {

@@ -1,50 +1,30 @@
-"""The web server: the web page (web/routes.py), Google's OAuth callback, health, metrics.
+"""The web server: the web page (web/routes.py), the Google link's pages
+(web/google_link.py), webhooks, health, metrics.
 
 `start_web(app)` binds PANAGER_HTTP_HOST/PANAGER_HTTP_PORT (port 0 picks a
 free port; the bound one is on the returned server) and registers the server's
-closer in `app.closers`. A Google link continued in a browser signed in to
-Panager must be that user's, and is bound to that web session: the callback
-must come with it (a forwarded consent address fails elsewhere); a callback
-in a browser signed in as someone else is refused too. The callback
-completes the link in this process and
-replays the user's pending message here too, in a background task the closer
-waits for. The access log never contains a query string: the callback's
-carries the authorization code and the state.
+closer in `app.closers`; background work (a replay after linking) runs in tasks
+the closer waits for. The access log never contains a query string: the OAuth
+callback's carries the authorization code and the state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import html
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from panager.agent.messaging import FanoutMessenger
-from panager.services.google.service import (
-    CALLBACK_PATH,
-    START_PATH,
-    BrowserSession,
-    LinkOutcome,
-)
-from panager.services.web_sessions import WebSessionService
-from panager.web.auth import COOKIE
+from panager.web.google_link import GoogleLinkPages
 from panager.web.hooks import WebhookEndpoint, log_path
 from panager.web.notices import WebNotices
-from panager.web.oauth_pages import (
-    CONFIRM_FORM,
-    CONFIRM_TEXT,
-    PAGE,
-    SECURITY_HEADERS,
-    render_page,
-)
 from panager.web.telegram_hook import TelegramWebhook
 
 if TYPE_CHECKING:
@@ -123,14 +103,12 @@ def build_web_app(app: App, server: WebServer) -> web.Application:
     web_app.add_routes(
         [
             web.get("/healthz", handlers.healthz),
-            web.get(START_PATH, handlers.google_start),
-            web.post(START_PATH, handlers.google_continue),
-            web.get(CALLBACK_PATH, handlers.google_callback),
             web.get("/metrics", handlers.metrics),
         ]
     )
     from panager.web.routes import add_pages
 
+    web_app.add_routes(GoogleLinkPages(app, server).routes())
     web_app.add_routes(WebhookEndpoint(app).routes())
     web_app.add_routes(TelegramWebhook(app).routes())
     gate = add_pages(web_app, app, server.spawn)
@@ -171,99 +149,6 @@ class _Handlers:
                 {"status": "unavailable", "database": "unreachable"}, status=503
             )
         return web.json_response({"status": "ok", "database": "ok"})
-
-    async def _owner(self, user_id: int | None) -> str:
-        user = await self.app.deps.users.get(user_id) if user_id is not None else None
-        return user.username if user is not None else "unknown"
-
-    async def _browser(self, request: web.Request) -> BrowserSession | None:
-        """The Panager web session this browser is signed in with, if any."""
-        cookie = request.cookies.get(COOKIE)
-        session = await self.app.deps.web_sessions.lookup(cookie)
-        if session is None or not cookie:
-            return None
-        return BrowserSession(session.user.id, WebSessionService.key(cookie))
-
-    async def _bind(
-        self, state: str | None, owner: int, browser: BrowserSession
-    ) -> str | LinkOutcome:
-        """Continue pressed in a signed-in browser: only the link's own user's, and the
-        callback must then come with this same session."""
-        google = self.app.deps.google
-        assert google is not None
-        if browser.user_id != owner:
-            return LinkOutcome(False, "other_browser", owner)
-        await google.oauth.bind_state(state, browser.key)
-        return await google.consent_url(state)
-
-    async def google_start(self, request: web.Request) -> web.Response:
-        """A page naming the Panager user the link belongs to, with a Continue button."""
-        google = self.app.deps.google
-        if google is None:
-            return render_page("not_configured")
-        state = request.query.get("state")
-        try:
-            row = await google.oauth.check_state(state)
-            if not isinstance(row, LinkOutcome) and not await google.may_link(row["user_id"]):
-                row = LinkOutcome(False, "blocked", row["user_id"])
-        except Exception as exc:  # malformed input must never become a 500
-            log.warning("Google start refused a malformed link (%s)", type(exc).__name__)
-            row = LinkOutcome(False, "forged")
-        if isinstance(row, LinkOutcome):
-            self.server.counters[("oauth_start", row.reason)] += 1
-            return render_page(row.reason)
-        owner = html.escape(await self._owner(row["user_id"]))
-        instance = html.escape(urlsplit(self.app.settings.public_url).netloc or "this instance")
-        text = CONFIRM_TEXT.format(owner=owner, instance=instance)
-        form = CONFIRM_FORM.format(action=START_PATH, state=html.escape(state or "", quote=True))
-        body = PAGE.format(
-            title=f"Link Google to @{owner} on {instance}", text=text, icon="🔗", extra=form
-        )
-        return web.Response(text=body, content_type="text/html", headers=SECURITY_HEADERS)
-
-    async def google_continue(self, request: web.Request) -> web.Response:
-        """The Continue button: on to Google's consent page for a valid link, else explain."""
-        google = self.app.deps.google
-        if google is None:
-            return render_page("not_configured")
-        state = str((await request.post()).get("state") or "") or None
-        browser = await self._browser(request)
-        try:
-            row = await google.oauth.check_state(state)
-            if not isinstance(row, LinkOutcome) and not await google.may_link(row["user_id"]):
-                target: str | LinkOutcome = LinkOutcome(False, "blocked", row["user_id"])
-            elif not isinstance(row, LinkOutcome) and browser is not None:
-                target = await self._bind(state, row["user_id"], browser)
-            else:
-                target = await google.consent_url(state)
-        except Exception as exc:
-            log.warning("Google start refused a malformed link (%s)", type(exc).__name__)
-            target = LinkOutcome(False, "forged")
-        if isinstance(target, LinkOutcome):
-            self.server.counters[("oauth_start", target.reason)] += 1
-            return render_page(target.reason)
-        raise web.HTTPFound(target, headers={"Cache-Control": "no-store"})
-
-    async def google_callback(self, request: web.Request) -> web.Response:
-        """Finish linking; on success, replay the user's pending message in the background."""
-        google = self.app.deps.google
-        if google is None:
-            return render_page("not_configured")
-        query = request.query
-        try:
-            outcome = await google.complete_link(
-                state=query.get("state"), code=query.get("code"), error=query.get("error"),
-                browser=await self._browser(request),
-            )
-        except Exception:
-            log.exception("Google callback failed")
-            self.server.counters[("oauth", "error")] += 1
-            return render_page("error")
-        self.server.counters[("oauth", outcome.reason)] += 1
-        flow = self.app.google_link
-        if outcome.ok and outcome.user_id is not None and flow is not None:
-            self.server.spawn(flow.replay_pending(outcome.user_id))
-        return render_page(outcome.reason, outcome, await self._owner(outcome.user_id))
 
     async def metrics(self, request: web.Request) -> web.Response:
         """Prometheus text format; needs `Authorization: Bearer $PANAGER_METRICS_TOKEN`.

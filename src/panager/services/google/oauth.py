@@ -6,10 +6,12 @@ verifier (encrypted), in `oauth_states` — so any process can finish the flow,
 and neither a database reader nor a log reader can rebuild a usable state.
 The callback checks, in order: a state row exists and the signature matches
 (else "forged"), it was not used ("replayed"), it has not expired
-("expired"), the browser is not signed in to Panager as someone else and, when
-a web session pressed Continue, it is that session ("other_browser"); then it
-marks the state used in the same statement that checks it, so two concurrent
-callbacks cannot both pass.
+("expired"), the browser is not signed in to Panager as someone else and it
+is the browser that pressed Continue on the link's page ("other_browser": the
+page sets a random cookie, Continue binds the state to its hash, the callback
+must bring the same cookie, so Google's consent address cannot be passed on to
+someone else's browser); then it marks the state used in the same statement
+that checks it, so two concurrent callbacks cannot both pass.
 
 Links always ask for offline access with forced consent, so Google returns a
 refresh token every time, and with `include_granted_scopes=true`, so a link
@@ -71,8 +73,9 @@ DELETE FROM oauth_states
 """
 GET_STATE = "SELECT * FROM oauth_states WHERE state_hash = %s"
 BIND_STATE = """
-UPDATE oauth_states SET web_session = %s
- WHERE state_hash = %s AND used_at IS NULL AND web_session IS NULL
+UPDATE oauth_states SET browser_key = %s
+ WHERE state_hash = %s AND used_at IS NULL AND browser_key IS NULL
+RETURNING user_id
 """
 USE_STATE = """
 UPDATE oauth_states SET used_at = %s
@@ -100,7 +103,7 @@ class LinkOutcome:
     ok: bool
     reason: str  # linked | missing_state | forged | expired | replayed | denied |
     #              exchange_failed | no_scopes | no_refresh_token | blocked | already_linked |
-    #              other_browser | other_account
+    #              other_browser | no_cookie | other_account
     user_id: int | None = None
     email: str | None = None
     scopes: tuple[str, ...] = ()
@@ -164,19 +167,26 @@ def id_token_claims(id_token: str | None) -> dict:
 
 
 @dataclass(frozen=True)
-class BrowserSession:
-    """The Panager web session a browser came with: whose, and the hash of its cookie."""
+class Browser:
+    """Who a browser is to the link flow: the hash of the cookie the link's page set
+    (None: it has none) and the Panager user its web session belongs to (None: not
+    signed in)."""
 
-    user_id: int
-    key: bytes
+    key: bytes | None
+    user_id: int | None = None
+
+    @staticmethod
+    def key_of(cookie: str | None) -> bytes | None:
+        """The stored form of the link page's cookie (only its hash is kept)."""
+        return hashlib.sha256(cookie.encode()).digest() if cookie else None
 
 
-def _same_browser(row: dict, browser: BrowserSession | None) -> bool:
+def _same_browser(row: dict, browser: Browser) -> bool:
     """The callback's browser may finish this link (see `claim_state`)."""
-    if browser is not None and browser.user_id != row["user_id"]:
+    if browser.user_id is not None and browser.user_id != row["user_id"]:
         return False
-    bound = row.get("web_session")
-    return bound is None or (browser is not None and bytes(bound) == browser.key)
+    bound = row.get("browser_key")
+    return bound is not None and browser.key is not None and bytes(bound) == browser.key
 
 
 def _state_hash(nonce: str) -> str:
@@ -295,22 +305,31 @@ class OAuthFlow:
             flow.oauth2session.close()
         return url
 
-    async def bind_state(self, state: str | None, web_session: bytes) -> None:
-        """Tie a (checked) state to the Panager web session of the browser continuing it: the
-        callback must then come from that session (a first binding stays)."""
+    async def bind_state(self, state: str | None, browser_key: bytes) -> bool:
+        """Tie a (checked, unused) state to the browser continuing it: the callback must
+        then come from that browser. A first binding stays: False when another browser
+        continued it already."""
         nonce = (state or "").partition(".")[0]
         async with self.pool.connection() as conn:
-            await conn.execute(BIND_STATE, (web_session, _state_hash(nonce)))
+            bound = await (
+                await conn.execute(BIND_STATE, (browser_key, _state_hash(nonce)))
+            ).fetchone()
+            if bound is not None:
+                return True
+            row = await (await conn.execute(GET_STATE, (_state_hash(nonce),))).fetchone()
+        return row is not None and row["browser_key"] is not None and (
+            bytes(row["browser_key"]) == browser_key)
 
     async def claim_state(
-        self, state: str | None, browser: BrowserSession | None = None
+        self, state: str | None, browser: Browser
     ) -> tuple[int, str, tuple[str, ...]] | LinkOutcome:
         """(user id, PKCE verifier, scopes asked for; empty: the default) of a valid, now
         used, state — or why it is refused.
 
-        `browser` is the web session the callback came with (None: not signed in). It must
-        belong to the link's user, and be the session that continued the link if one did;
-        a refusal for this reason leaves the state unused for the right browser."""
+        `browser` is the browser the callback came with: it must carry the cookie of the
+        browser that pressed Continue, and if it is signed in to Panager, be signed in as
+        the link's user; a refusal for this reason leaves the state unused for the right
+        browser."""
         nonce, _, signature = (state or "").partition(".")
         if not nonce or not signature:
             return LinkOutcome(False, "missing_state" if not state else "forged")

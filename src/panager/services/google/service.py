@@ -37,7 +37,7 @@ from panager.services.google.oauth import (
     START_PATH,
     STATE_TTL,
     TASKS_SCOPE,
-    BrowserSession,
+    Browser,
     GoogleEndpoints,
     LinkOutcome,
     OAuthFlow,
@@ -56,7 +56,7 @@ __all__ = [
     "START_PATH",
     "STATE_TTL",
     "TASKS_SCOPE",
-    "BrowserSession",
+    "Browser",
     "GoogleAccount",
     "GoogleEndpoints",
     "GoogleService",
@@ -206,9 +206,9 @@ class GoogleService:
 
     async def complete_link(
         self, *, state: str | None, code: str | None, error: str | None = None,
-        browser: BrowserSession | None = None,
+        browser: Browser,
     ) -> LinkOutcome:
-        """Finish the OAuth callback: validate `state` (and the browser's web session, see
+        """Finish the OAuth callback: validate `state` (and the browser, see
         `OAuthFlow.claim_state`), exchange `code`, store the tokens."""
         claimed = await self.oauth.claim_state(state, browser)
         if isinstance(claimed, LinkOutcome):
