@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from panager.agent.commands import CommandContext, dispatch
@@ -320,6 +321,37 @@ async def test_a_person_not_let_in_may_use_a_code_but_not_make_one(make_app):
     assert (await run(app, ("discord", DISCORD_ID), "/link approve", member)).startswith("Joined")
     now_in = await app.deps.access.admit_identity("telegram", TELEGRAM_ID, "new")
     assert now_in.allowed and now_in.user.id == member.id
+
+
+@pytest.mark.parametrize("mode", ["invite", "allowlist"])
+async def test_unlinking_is_no_way_in_past_invite_or_allowlist(make_app, mode):
+    """A member lets a stranger join, the stranger unlinks: the detached front end is a
+    new person waiting to be let in, exactly as at its first message, not an active one."""
+    app = await make_app(access=mode)
+    users = app.deps.users
+    member = await users.ensure_identity("discord", DISCORD_ID, "mina")
+    stranger = (await app.deps.access.admit_identity("telegram", TELEGRAM_ID, "new")).user
+    assert stranger.status == "pending"
+    assert (await link(app, ("discord", DISCORD_ID), ("telegram", TELEGRAM_ID))).startswith(
+        "Joined")
+    joined = (await app.deps.access.admit_identity("telegram", TELEGRAM_ID, "new")).user
+    reply = await run(app, ("telegram", TELEGRAM_ID), "/unlink", joined)
+    assert reply.startswith("Unlinked.") and "needs an invite or an admin's allow" in reply
+    after = await app.deps.access.admit_identity("telegram", TELEGRAM_ID, "new")
+    assert not after.allowed and after.user.id != member.id
+    assert after.user.status == "pending" and after.refusal
+    assert (await users.get(member.id)).status == "active"
+
+
+async def test_unlinking_in_open_mode_leaves_both_front_ends_in(make_app):
+    app = await make_app(access="open")
+    member = await app.deps.users.ensure_identity("discord", DISCORD_ID, "mina")
+    assert (await link(app, ("discord", DISCORD_ID), ("telegram", TELEGRAM_ID))).startswith(
+        "Joined")
+    reply = await run(app, ("telegram", TELEGRAM_ID), "/unlink", member)
+    assert reply.startswith("Unlinked.") and "invite" not in reply
+    after = await app.deps.access.admit_identity("telegram", TELEGRAM_ID, "new")
+    assert after.allowed and after.user.id != member.id and after.user.status == "active"
 
 
 async def test_a_code_used_by_its_own_person_and_an_expired_code_are_refused(make_app, clock):

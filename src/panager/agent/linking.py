@@ -235,8 +235,12 @@ class Linking:
                 return "This front end is not joined to anyone."
             if await count_identities(conn, user.id) < 2:
                 return "Nothing to unlink: this is your only front end."
+            # Let in only as this front end alone would be at its first message: joining
+            # is not a way past `invite`/`allowlist`.
+            admitted = self.listed([identity]) or self.deps.access.mode == "open"
             new = await detach_identity(
-                conn, user.id, *identity, user.username, admin=self.listed([identity])
+                conn, user.id, *identity, user.username, admin=self.listed([identity]),
+                admitted=admitted,
             )
         rest = await self.deps.users.identities(user.id)
         async with self.deps.pool.connection() as conn:
@@ -245,9 +249,13 @@ class Linking:
         self.deps.access.note_rights(new, self.listed([identity]))
         log.info("identity %s:%s detached from person %s into %s", *identity, user.id, new)
         names = ", ".join(platform_label(p) for p, _ in rest)
+        waits = "" if admitted else (
+            " Like anyone new here, it needs an invite or an admin's allow before it can talk "
+            "to Panager."
+        )
         return (
             f"Unlinked. {platform_label(identity[0])} starts as a new, empty person from your "
-            f"next message; your memories, schedules and conversation stay on {names}."
+            f"next message; your memories, schedules and conversation stay on {names}.{waits}"
         )
 
 

@@ -213,7 +213,8 @@ FIND_PERSON = "SELECT user_id FROM identities WHERE platform = %s AND platform_i
 USERNAME_TAKEN = "SELECT 1 FROM users WHERE lower(username) = lower(%s)"
 NEW_PERSON = """
 INSERT INTO users (id, username, display_name, timezone, role, status, notify)
-SELECT nextval('person_ids'), %(username)s, display_name, timezone, %(role)s, 'active', 'auto'
+SELECT nextval('person_ids'), %(username)s, display_name, timezone, %(role)s, %(status)s,
+       'auto'
   FROM users WHERE id = %(old)s
 RETURNING id
 """
@@ -327,17 +328,22 @@ async def _threads(conn: Any, plan: JoinPlan) -> None:
 
 
 async def detach_identity(
-    conn: Any, person: int, platform: str, platform_id: int, username: str, *, admin: bool
+    conn: Any, person: int, platform: str, platform_id: int, username: str, *, admin: bool,
+    admitted: bool,
 ) -> int:
-    """Move one identity of `person` to a new, empty person; returns the new person's id."""
+    """Move one identity of `person` to a new, empty person, let in (`admitted`) or waiting
+    to be (pending); returns the new person's id."""
     name = username
     suffix = 2
     while await (await conn.execute(USERNAME_TAKEN, (name,))).fetchone() is not None:
         name = f"{username}-{suffix}"
         suffix += 1
     role = "admin" if admin else "user"
+    status = "active" if admitted else "pending"
     row = await (
-        await conn.execute(NEW_PERSON, {"username": name, "role": role, "old": person})
+        await conn.execute(
+            NEW_PERSON, {"username": name, "role": role, "status": status, "old": person}
+        )
     ).fetchone()
     await conn.execute(DETACH, (row["id"], platform, platform_id))
     return int(row["id"])
