@@ -27,7 +27,15 @@ from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.history import schema_tokens
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, Describer, shown_text, tool
+from panager.agent.tools.base import (
+    CONSEQUENTIAL,
+    ORDINARY,
+    CallView,
+    Describer,
+    ToolClass,
+    shown_text,
+    tool,
+)
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.services.google import api
@@ -198,6 +206,25 @@ def describe_change(what: str, key: str) -> Describer:
     return describe
 
 
+def create_event_class(args: Mapping[str, Any], view: CallView) -> ToolClass:
+    """An event on the person's own primary calendar is a write they see and can undo; on
+    any other calendar (shared with, or owned by, other people) its text reaches them, so
+    a tainted call may not choose it alone."""
+    other = _calendar_id(args.get("calendar_id")) != "primary"
+    return CONSEQUENTIAL if view.tainted and other else ORDINARY
+
+
+def describe_create_event(args: Mapping[str, Any]) -> str:
+    """The event a question shows: title, times, calendar, and any text it carries."""
+    words = (
+        f"Create the event {shown_text(str(args.get('title', '')))} from "
+        f"{args.get('start', '')} to {args.get('end', '')} on calendar "
+        f"{shown_text(_calendar_id(args.get('calendar_id')))}"
+    )
+    extra = {k: args[k] for k in ("location", "description") if args.get(k)}
+    return words + "".join(f"; {k} = {shown_text(str(v))}" for k, v in extra.items())
+
+
 def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     """The eight Google tools for `user`."""
     zone = user.zone
@@ -220,7 +247,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         lo, hi = list_window(start, end, zone, deps.clock.now())
         return await read(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
 
-    @tool(classify=ORDINARY)
+    @tool(classify=create_event_class, describe=describe_create_event)
     async def calendar_create_event(
         title: str,
         start: str,
@@ -228,13 +255,13 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         description: str | None = None,
         location: str | None = None,
         calendar_id: str = "primary",
-    ) -> dict:
+    ) -> dict | str:
         """Create a Google Calendar event; start/end ISO 8601, or two dates for an all-day
         event (end inclusive)."""
         body = event_body(title, start, end, description, location, zone)
         cal = _calendar_id(calendar_id)
         event_id = api.event_id_for(user.id, cal, body["summary"], body["start"], body["end"])
-        return await run(
+        made = await run(
             CALENDAR_SCOPE,
             api.create_event,
             calendar_id=cal,
@@ -242,6 +269,8 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             event_id=event_id,
             zone=zone,
         )
+        # An event found already there holds what others with access may have written.
+        return frame("Google Calendar", made) if made.pop("existing", False) else made
 
     @tool(classify=CONSEQUENTIAL, describe=describe_change("Change the calendar event", "event_id"))
     async def calendar_update_event(

@@ -211,7 +211,8 @@ def event_id_for(user_id: int, calendar_id: str, title: str, start: dict, end: d
 def create_event(
     clients: GoogleClients, calendar_id: str, body: dict, event_id: str, zone: ZoneInfo
 ) -> dict:
-    """Insert the event under `event_id`; an earlier identical create is returned instead."""
+    """Insert the event under `event_id`; an earlier identical create is returned instead,
+    marked `existing` (its fields were written at Google, maybe by others)."""
     events = clients.calendar.events()
     try:
         made = events.insert(calendarId=calendar_id, body={**body, "id": event_id}).execute(
@@ -228,10 +229,14 @@ def create_event(
         existing = events.patch(
             calendarId=calendar_id, eventId=event_id, body={**body, "status": "confirmed"}
         ).execute(num_retries=RETRIES)
-        return {"ok": True, "created": True, "event": event_view(existing, zone, calendar_id)}
+        return {
+            "ok": True, "created": True, "existing": True,
+            "event": event_view(existing, zone, calendar_id),
+        }
     return {
         "ok": True,
         "created": False,
+        "existing": True,
         "note": "this event already existed (same title and time); not duplicated",
         "event": event_view(existing, zone, calendar_id),
     }
