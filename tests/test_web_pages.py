@@ -204,6 +204,27 @@ async def test_schedule_form_errors_match_the_tools(make_app):
     await client.close()
 
 
+async def test_out_of_range_numbers_in_forms_get_a_message_not_a_500(make_app):
+    h = await web_harness(make_app, admin_ids=[ALICE])
+    client = await h.client(ALICE)
+    try:
+        for expires in ("9999999999d", "1000000w"):
+            status, body = await client.post("/admin/invites", {"uses": "1", "expires": expires})
+            assert status == 400 and "too long: at most 365 days" in body, expires
+        assert await h.app.deps.access.invites() == []
+        for every in ("99999999999999999", "9" * 5000, "1441"):
+            status, body = await client.post("/schedules/heartbeat", {
+                "action": "on", "every": every, "start": "08:00", "end": "22:00"})
+            assert status == 200 and "Heartbeat not changed" in body, every[:20]
+        assert await h.app.deps.system_jobs.heartbeat(ALICE) is None
+        status, body = await client.post("/schedules/heartbeat", {
+            "action": "on", "every": "1440", "start": "08:00", "end": "22:00"})
+        assert status == 200 and "Heartbeat on" in body  # a day is the longest, and allowed
+    finally:
+        await client.close()
+        await h.server.stop()
+
+
 async def test_invites_can_be_revoked(make_app):
     h = await web_harness(make_app)
 
@@ -266,4 +287,28 @@ async def test_connections_page_adds_gmail_to_a_linked_account(make_app):
                            (list(MAIL_SCOPES),))
     status, body = await client.get("/connections")
     assert "Add Gmail" not in body and "Gmail" in body
+    await client.close()
+
+
+async def test_a_plain_form_shows_a_refused_or_failed_turn_and_keeps_the_text(make_app):
+    """Without JavaScript: an over-long message is refused on the page and given back in
+    the box (it was never stored); a model failure is shown, and the message stays in the
+    conversation."""
+    from panager.errors import ModelUnavailable
+
+    h = await web_harness(make_app)
+    client = await h.client(ALICE)
+    limit = h.app.deps.config.max_message_chars
+    long_text = "<b>x</b>" + "y" * limit
+    status, page = await client.post("/chat", {"text": long_text})
+    assert status == 200 and f"the limit is {limit:,}" in page
+    assert "&lt;b&gt;x&lt;/b&gt;" + "y" * limit + "</textarea>" in page
+
+    def fail(_messages):
+        raise ModelUnavailable("The model is not answering right now.")
+
+    h.model.add(fail)
+    status, page = await client.post("/chat", {"text": "what's up?"})
+    assert status == 200 and "The model is not answering right now." in page
+    assert "what&#39;s up?" in page and "what&#39;s up?</textarea>" not in page
     await client.close()

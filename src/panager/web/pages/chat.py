@@ -206,9 +206,21 @@ class ChatPage:
                 user, text, emitter=emitter, attachments=attachments)))
         task.add_done_callback(lambda _: self.turns.release(user.id))
         if not streaming:
-            await asyncio.shield(task)
-            raise web.HTTPSeeOther("/chat")
+            return await self._plain_result(request, session, await asyncio.shield(task), text,
+                                            attachments)
         return await self._stream(request, (task, queue, started), None, notes)
+
+    async def _plain_result(self, request: web.Request, session: WebSession, result,
+                            text: str, attachments: list[Attachment]) -> web.Response:
+        """A plain form's turn: an answer shows in the conversation (redirect); a refusal or
+        a failure is shown on the page, and a message refused before it was kept (too long)
+        is given back in the box, so nothing typed is lost."""
+        if result.ok:
+            raise web.HTTPSeeOther("/chat")
+        refused = self.app.assistant.check_message(text, attachments) is not None
+        shown = {"text": result.text, "ok": False, "link": result.link, "command": "",
+                 "draft": text if refused else ""}
+        return await self.index(request, session, reply=shown)
 
     async def _stream(self, request: web.Request, running, shown: dict | None,
                       notes: list[str] | None = None):
