@@ -10,6 +10,8 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
 from panager.agent import tools as tools_pkg
+from panager.agent.confirm_node import UNPARSED_CALLS
+from panager.agent.graph import promote_unparsed_calls, unique_call_ids
 from panager.errors import ToolError
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 
@@ -209,3 +211,21 @@ async def test_over_long_and_hostile_input(make_app):
     assert model.requests == []
     result = await app.assistant.run_turn(user, "hi\x00 there \ud800!")
     assert result.ok and result.text == "echo: hi there ?!"
+
+
+def test_calls_sharing_an_id_get_distinct_ids_and_an_unparsed_mark_stays_with_its_call():
+    """A reply whose calls share one id (a valid call and one with bad JSON): the second
+    gets a fresh id, the "unparsed" mark follows it; distinct ids are left alone."""
+    shared = AIMessage(
+        content="",
+        tool_calls=[{"name": "a", "args": {}, "id": "x", "type": "tool_call"}],
+        invalid_tool_calls=[
+            {"name": "b", "args": "{bad", "id": "x", "error": None, "type": "invalid_tool_call"}
+        ],
+    )
+    fixed = promote_unparsed_calls(unique_call_ids(shared))
+    first, second = (c["id"] for c in fixed.tool_calls)
+    assert first == "x" and second not in ("x", None)
+    assert fixed.additional_kwargs[UNPARSED_CALLS] == {second: True}
+    apart = calls(call("a", id="p"), call("b", id="q"))
+    assert unique_call_ids(apart) is apart

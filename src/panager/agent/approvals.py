@@ -3,7 +3,10 @@
 `decline` closes a question the person did not answer (they wrote something
 else, or it expired before a scheduled run came): every open call of the reply
 gets a "declined" result, so the model reads why nothing happened. `approve`
-runs one stored proposal, exactly once (the row is taken atomically first).
+runs one stored proposal, exactly once (the row is taken atomically first),
+with the taint of the run that held it: the person approved this one call, not
+whatever it stores, so an agent schedule approved from a tainted run is stored
+tainted, as when the same call is approved in a question (agent/tools_node.py).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, AnyMessage
 
 from panager.agent.confirm import Question, declined_message, question_text, unanswered_calls
-from panager.agent.taint import TAINT_KEY
+from panager.agent.taint import CALL_TAINTED, TAINT_KEY
 from panager.agent.tools import build_tools
 from panager.agent.tools.base import CURRENT_CALL, clean_args
 from panager.errors import AuthRequired, ToolError
@@ -74,9 +77,11 @@ async def approve(assistant: Assistant, user: User, proposal_id: str) -> TurnRes
             raise ToolError(f"the tool {proposal.tool} is not available now")
         async with assistant.user_lock(user.id):
             running = CURRENT_CALL.set(proposal.id)
+            tainted = CALL_TAINTED.set(proposal.tainted)
             try:
                 outcome = await tool.ainvoke(clean_args(proposal.args))
             finally:
+                CALL_TAINTED.reset(tainted)
                 CURRENT_CALL.reset(running)
             await _note(assistant, user, proposal.id, proposal.description)
     except AuthRequired as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -111,9 +112,11 @@ def question_key(reply_id: str | None, calls: Iterable[ToolCall]) -> str:
     return "q" + hashlib.sha256(seed.encode()).hexdigest()[:15]
 
 
-def proposal_id(user_id: int, call_id: str) -> str:
-    """The proposal id of a held call (the same if the node runs again after a crash)."""
-    return "p" + hashlib.sha256(f"{user_id}:{call_id}".encode()).hexdigest()[:12]
+def new_proposal_id() -> str:
+    """A fresh id for a held call: random, never derived from the model's call id, which
+    some providers reuse across replies (`{tool}:{n}` restarting at 0 each turn), so an
+    Approve always names the one call it was shown with."""
+    return "p" + secrets.token_hex(6)
 
 
 def question_text(q: Question) -> str:

@@ -31,7 +31,7 @@ from panager.agent.confirm import (
     PendingCall,
     Question,
     declined_message,
-    proposal_id,
+    new_proposal_id,
     question_key,
     unanswered_calls,
 )
@@ -63,8 +63,10 @@ class ProposalStore(Protocol):
         args: dict[str, Any],
         description: str,
         now: Any,  # Any: a datetime from the graph's clock
+        tainted: bool = True,
     ) -> None:
-        """Store a held call (idempotent per id)."""
+        """Store a held call under a new id (a taken id raises); `tainted`: the reply
+        that made the call was written in a tainted model call."""
         ...
 
 
@@ -111,7 +113,7 @@ class ConfirmNode:
         if not held:
             return {}
         if ctx.unattended:
-            return {"messages": await self._propose(ctx, held)}
+            return {"messages": await self._propose(ctx, held, tainted)}
         question = Question(
             key=question_key(reply.id, [c for c, _ in held]),
             calls=tuple(
@@ -136,20 +138,21 @@ class ConfirmNode:
         return {"messages": declined} if declined else {}
 
     async def _propose(
-        self, ctx: TurnContext, held: Sequence[tuple[ToolCall, BaseTool]]
+        self, ctx: TurnContext, held: Sequence[tuple[ToolCall, BaseTool]], tainted: bool
     ) -> list[AnyMessage]:
-        """Store each held call as a proposal; its result says it waits for approval."""
+        """Store each held call as a proposal with the reply's taint (the approved call
+        runs with it, as a call approved in a question does); its result says it waits."""
         results: list[AnyMessage] = []
         store = self.proposals
         for call, tool in held:
             text = UNATTENDED
             if store is not None:
-                ident = proposal_id(ctx.user.id, str(call["id"]))
+                ident = new_proposal_id()
                 words = await question_words(tool, call["name"], call["args"], ident)
                 try:
                     await store.create(
                         ctx.user.id, ident, call["name"], dict(call["args"]), words,
-                        self.clock.now(),
+                        self.clock.now(), tainted,
                     )
                 except Exception:
                     log.exception("could not store a proposal for user %s", ctx.user.id)

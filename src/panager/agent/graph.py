@@ -14,6 +14,7 @@ graph is built from (`GraphConfig`) in agent/graph_config.py.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,6 +60,32 @@ def _latest_human_text(messages: Sequence[AnyMessage]) -> str:
         if isinstance(msg, HumanMessage):
             return msg.text if hasattr(msg, "text") else str(msg.content)
     return ""
+
+
+def unique_call_ids(response: AIMessage) -> AIMessage:
+    """The reply with a distinct id on every tool call: a repeated or missing one replaced.
+
+    Some OpenAI-compatible servers give every call of a reply the same id. Answers to a
+    question, tool results and declines are all keyed by call id, so two calls sharing
+    one would be approved, answered or declined together ("Approve only 2" approving
+    call 1 too). Ids that are already distinct are kept as the provider wrote them."""
+    seen: set[str] = set()
+    changed = False
+
+    def distinct(ident: str | None) -> str:
+        nonlocal changed
+        if not ident or ident in seen:
+            ident, changed = f"call_{uuid.uuid4().hex[:24]}", True
+        seen.add(ident)
+        return ident
+
+    calls = [{**c, "id": distinct(c.get("id"))} for c in response.tool_calls]
+    invalid = [  # one without an id is dropped later (promote_unparsed_calls)
+        {**c, "id": distinct(c["id"])} if c.get("id") else c for c in response.invalid_tool_calls
+    ]
+    if not changed:
+        return response
+    return response.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
 
 
 def promote_unparsed_calls(response: AIMessage) -> AIMessage:
@@ -134,7 +161,7 @@ class Graph:
                 log.info("context overflow for user %s; compacting (%d)", ctx.user.id, attempt)
                 await self.config.on_overflow(call, attempt)
                 continue
-            response = promote_unparsed_calls(response)
+            response = promote_unparsed_calls(unique_call_ids(response))
             if last_round and response.tool_calls:
                 response = AIMessage(
                     content=response.text or "I stopped here: too many steps for one message."

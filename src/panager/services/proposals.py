@@ -2,10 +2,12 @@
 
 A scheduled run (or any unattended run) executes no call that sends, deletes
 or schedules on its own; each one it attempts is stored here with the plain
-words the person is shown. Approving takes the row with one atomic update
-(`pending` → `approved`), so a call runs at most once however many times the
-button is pressed, in however many processes. Every statement is scoped to
-the user.
+words the person is shown and whether the run that held it was tainted (the
+approved call runs with that taint). Approving takes the row with one atomic
+update (`pending` → `approved`), so a call runs at most once however many times
+the button is pressed, in however many processes. Every statement is scoped to
+the user. An id is never reused: storing a second call under an id raises,
+so an Approve can only ever run the call it was shown with.
 """
 
 from __future__ import annotations
@@ -20,23 +22,27 @@ from panager.db.pool import Pool
 from panager.db.queries import fetch_all, fetch_one
 
 CREATE = """
-INSERT INTO proposals (id, user_id, tool, args, description, created_at)
-VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING
+INSERT INTO proposals (id, user_id, tool, args, description, created_at, tainted)
+VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING RETURNING id
 """
 TAKE = """
 UPDATE proposals SET status = 'approved', decided_at = %s
  WHERE id = %s AND user_id = %s AND status = 'pending'
-RETURNING id, tool, args, description, status, created_at
+RETURNING id, tool, args, description, status, created_at, tainted
 """
 GET = """
-SELECT id, tool, args, description, status, created_at FROM proposals
+SELECT id, tool, args, description, status, created_at, tainted FROM proposals
  WHERE id = %s AND user_id = %s
 """
 FAILED = "UPDATE proposals SET status = 'failed' WHERE id = %s AND user_id = %s"
 PENDING = """
-SELECT id, tool, args, description, status, created_at FROM proposals
+SELECT id, tool, args, description, status, created_at, tainted FROM proposals
  WHERE user_id = %s AND status = 'pending' ORDER BY created_at DESC, id LIMIT %s
 """
+
+
+class ProposalConflict(Exception):
+    """A proposal with this id is already stored: the new call is not stored under it."""
 
 
 @dataclass(frozen=True)
@@ -49,12 +55,13 @@ class Proposal:
     description: str
     status: str  # pending | approved | failed
     created_at: datetime
+    tainted: bool  # the run that held it had read outside content
 
 
 def _proposal(row: dict[str, Any]) -> Proposal:
     return Proposal(
         row["id"], row["tool"], dict(row["args"]), row["description"], row["status"],
-        row["created_at"],
+        row["created_at"], bool(row["tainted"]),
     )
 
 
@@ -72,12 +79,18 @@ class ProposalService:
         args: dict[str, Any],
         description: str,
         now: datetime,
+        tainted: bool = True,
     ) -> None:
-        """Store a held call (a second store of the same id changes nothing)."""
-        async with self.pool.connection() as conn:
-            await conn.execute(
-                CREATE, (proposal_id, user_id, tool, Jsonb(args), description, now)
-            )
+        """Store a held call; `tainted`: the run that held it had read outside content.
+
+        Raises ProposalConflict when the id is taken (whoever's call holds it), leaving
+        the stored call as it was."""
+        row = await fetch_one(
+            self.pool, CREATE,
+            (proposal_id, user_id, tool, Jsonb(args), description, now, tainted),
+        )
+        if row is None:
+            raise ProposalConflict(f"proposal id {proposal_id} is already used")
 
     async def take(self, user_id: int, proposal_id: str, now: datetime) -> Proposal | None:
         """Mark the user's pending proposal approved and return it; None when it is not

@@ -20,9 +20,12 @@ from panager.agent.tools.base import (
     tool,
 )
 from panager.errors import ToolError
+from panager.framing import frame
 from panager.services.schedules.recurrence import ScheduleInputError
 from panager.services.schedules.service import Schedule
 from panager.services.users import User
+
+OUTSIDE_SCHEDULE = "schedule written while reading outside content"
 
 
 def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
@@ -82,7 +85,7 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             raise ToolError(
                 f"Unknown schedule id {schedule_id!r}; use schedule_list to see the ids."
             )
-        return {"ok": True, "id": cancelled.id, "cancelled": _short(cancelled.message)}
+        return {"ok": True, "id": cancelled.id, "cancelled": schedule_text(cancelled)}
 
     return [schedule_create, schedule_list, schedule_cancel]
 
@@ -92,7 +95,7 @@ def schedule_summary(schedule: Schedule, now: datetime) -> dict:
     item = {
         "id": schedule.id,
         "kind": schedule.kind,
-        "message": _short(schedule.message, 200),
+        "message": schedule_text(schedule, 200),
         "status": schedule.status,
     }
     if schedule.status == "active":
@@ -104,6 +107,13 @@ def schedule_summary(schedule: Schedule, now: datetime) -> dict:
     if schedule.last_error:
         item["last_error"] = schedule.last_error
     return item
+
+
+def schedule_text(schedule: Schedule, limit: int = 80) -> str:
+    """A schedule's message for the model, shortened; one written in a tainted call is
+    framed again (reading it back taints the call, so nothing launders through a schedule)."""
+    text = _short(schedule.message, limit)
+    return frame(OUTSIDE_SCHEDULE, text) if schedule.tainted else text
 
 
 def _short(text: str, limit: int = 80) -> str:
