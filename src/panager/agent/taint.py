@@ -6,9 +6,10 @@ results — holds framed outside content (`panager.framing`), or when a message
 in it was itself written in a tainted call (the mark rides on AIMessages and on
 notes such as relays, so a model's own words about an injected text do not
 launder it). The mark is stored on the reply (`TAINT_KEY` in
-`additional_kwargs`); tools read it for the call they are running through
+`additional_kwargs`; defined in `panager.framing`, so a saved conversation
+file keeps it too); tools read it for the call they are running through
 `CALL_TAINTED`, and anything they write from it (a memory, a schedule, a
-summary) keeps the mark.
+summary, a `/save` file) keeps the mark.
 
 The person's own words are the human messages that carry neither mark: what a
 classification rule may treat as "written by the person" (`person_text`).
@@ -22,9 +23,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 
-from panager.framing import holds_outside
+from panager.framing import TAINT_KEY, holds_outside
 
-TAINT_KEY = "panager_tainted"
 # True while the tools of a tainted reply run (asyncio.gather copies it into each call).
 CALL_TAINTED: ContextVar[bool] = ContextVar("panager_call_tainted", default=False)
 

@@ -102,14 +102,25 @@ async def update_thread(
 
 
 async def replace_thread(
-    owner: ThreadOwner, user: User, messages: Sequence[AnyMessage], summary: str | None
+    owner: ThreadOwner,
+    user: User,
+    messages: Sequence[AnyMessage],
+    summary: str | None,
+    *,
+    summary_tainted: bool,
 ) -> int:
-    """Start a new conversation holding `messages` (tool pairs repaired); returns the count."""
+    """Start a new conversation holding `messages` (tool pairs repaired, their taint marks
+    kept) and `summary` (with its flag: a tainted one comes back framed); returns the count."""
     repaired = repair_tool_pairs(messages)
     async with owner.user_lock(user.id):
         checkpointer = owner.graph.checkpointer
         if isinstance(checkpointer, BaseCheckpointSaver):  # not None (nor a subgraph's bool)
             await checkpointer.adelete_thread(user.thread_id)
-        values = {"messages": repaired, "summary": summary or "", "loaded_skills": []}
+        values = {
+            "messages": repaired,
+            "summary": summary or "",
+            "summary_tainted": bool(summary) and summary_tainted,
+            "loaded_skills": [],
+        }
         await owner.graph.aupdate_state(owner.config_for(user), values)
     return len(repaired)

@@ -2,16 +2,27 @@
 
 Format (one JSON object a line, UTF-8):
 
-    {"type": "session", "version": 1, "user_id": 42, "created_at": "…", "summary": "…"}
+    {"type": "session", "version": 2, "user_id": 42, "created_at": "…", "summary": "…",
+     "summary_tainted": false}
     {"type": "message", "id": "…", "parent_id": null, "timestamp": "…", "role": "user",
      "content": "…"}
     {"type": "message", "id": "…", "parent_id": "…", "timestamp": "…", "role": "assistant",
-     "content": "", "tool_calls": [{"id": "call_1", "name": "task_list", "args": {}}]}
+     "content": "", "tool_calls": [{"id": "call_1", "name": "task_list", "args": {}}],
+     "tainted": false}
     {"type": "message", "id": "…", "parent_id": "…", "timestamp": "…", "role": "tool",
      "content": "…", "tool_call_id": "call_1", "name": "task_list", "status": "success"}
 
 The first line is the header; every other line is one message whose
-`parent_id` is the previous message's id. `$PANAGER_HOME/sessions/<user>.jsonl`
+`parent_id` is the previous message's id.
+
+The file keeps the taint of what it holds (agent/taint.py): `summary_tainted`
+says the summary was written from outside content, and `tainted` on a message
+is its mark (written on every assistant line, on other lines only when set;
+framed outside content stays framed in the text itself). A file that does not
+say (version 1, a hand-written line) never comes back more trusted than it
+could have been: a summary counts as tainted unless the header says
+`"summary_tainted": false`, and an assistant message unless its line says
+`"tainted": false`. `$PANAGER_HOME/sessions/<user>.jsonl`
 is the live recording (appended by `SessionRecorder`); saved conversations are
 `$PANAGER_HOME/sessions/<user>/<name>.jsonl`, so one user never sees another's.
 """
@@ -30,7 +41,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
-VERSION = 1
+from panager.framing import TAINT_KEY
+
+VERSION = 2
 MAX_SESSION_BYTES = 5_000_000
 MAX_NAME = 64
 ROLES = {"user": HumanMessage, "assistant": AIMessage, "tool": ToolMessage}
@@ -52,12 +65,25 @@ class Session:
 
     header: dict[str, Any]
     messages: list[AnyMessage] = field(default_factory=list)
+    unmarked: bool = False  # an assistant line did not say whether it was tainted
 
     @property
     def summary(self) -> str | None:
         """The running summary saved with the conversation, if any."""
         value = self.header.get("summary")
         return value if isinstance(value, str) and value else None
+
+    @property
+    def summary_tainted(self) -> bool:
+        """Whether the summary counts as written from outside content: unless the header
+        says `false`, it does (an older file cannot vouch for it)."""
+        return self.summary is not None and self.header.get("summary_tainted") is not False
+
+    @property
+    def assumed_tainted(self) -> bool:
+        """Whether some of the file counts as tainted only because the file does not say."""
+        unsaid = self.summary is not None and "summary_tainted" not in self.header
+        return unsaid or self.unmarked
 
 
 def sanitize_name(name: str) -> str:
@@ -67,7 +93,9 @@ def sanitize_name(name: str) -> str:
     return cleaned[:MAX_NAME].rstrip(".-_")
 
 
-def header_record(user_id: int, created_at: datetime, summary: str | None = None) -> dict:
+def header_record(
+    user_id: int, created_at: datetime, summary: str | None = None, summary_tainted: bool = False
+) -> dict:
     """The first line of a session file."""
     header: dict[str, Any] = {
         "type": "session",
@@ -77,6 +105,7 @@ def header_record(user_id: int, created_at: datetime, summary: str | None = None
     }
     if summary:
         header["summary"] = summary
+        header["summary_tainted"] = bool(summary_tainted)
     return header
 
 
@@ -84,17 +113,23 @@ def message_record(
     msg: AnyMessage, *, id: str, parent_id: str | None, timestamp: datetime
 ) -> dict | None:
     """One message line; None for kinds that are not stored (system, removals)."""
-    base = {"type": "message", "id": id, "parent_id": parent_id, "timestamp": timestamp.isoformat()}
+    base: dict[str, Any] = {
+        "type": "message", "id": id, "parent_id": parent_id, "timestamp": timestamp.isoformat()
+    }
     content = msg.content if isinstance(msg.content, str) else msg.text
+    tainted = bool((msg.additional_kwargs or {}).get(TAINT_KEY))
+    mark = {"tainted": True} if tainted else {}
     if isinstance(msg, HumanMessage):
         record = {**base, "role": "user", "content": content}
         if msg.name:
             record["name"] = msg.name
-        return record
+        return {**record, **mark}
     if isinstance(msg, AIMessage):
         calls = [{"id": c["id"], "name": c["name"], "args": c["args"]} for c in msg.tool_calls]
         record = {**base, "role": "assistant", "content": content}
-        return {**record, "tool_calls": calls} if calls else record
+        if calls:
+            record["tool_calls"] = calls
+        return {**record, "tainted": tainted}  # always said: a line without it loads tainted
     if isinstance(msg, ToolMessage):
         return {
             **base,
@@ -103,15 +138,22 @@ def message_record(
             "tool_call_id": msg.tool_call_id,
             "name": msg.name,
             "status": msg.status,
+            **mark,
         }
     return None
 
 
 def dump_session(
-    user_id: int, messages: Sequence[AnyMessage], summary: str | None, now: datetime
+    user_id: int,
+    messages: Sequence[AnyMessage],
+    summary: str | None,
+    now: datetime,
+    *,
+    summary_tainted: bool,
 ) -> str:
-    """A whole conversation as JSONL text (header + one line per message)."""
-    lines = [json.dumps(header_record(user_id, now, summary), ensure_ascii=False)]
+    """A whole conversation as JSONL text (header + one line per message), taint kept."""
+    header = header_record(user_id, now, summary, summary_tainted)
+    lines = [json.dumps(header, ensure_ascii=False)]
     parent = None
     for msg in messages:
         msg_id = msg.id or uuid.uuid4().hex
@@ -133,7 +175,9 @@ def parse_session(text: str) -> Session:
     session = Session(header)
     for number, line in enumerate(lines[1:], start=2):
         if line.strip():
-            session.messages.append(_message(_json_line(line, number), number))
+            obj = _json_line(line, number)
+            session.messages.append(_message(obj, number))
+            session.unmarked |= obj.get("role") == "assistant" and "tainted" not in obj
     return session
 
 
@@ -158,21 +202,30 @@ def _message(obj: dict, number: int) -> AnyMessage:
         raise SessionFormatError(number, '"content" must be a string')
     msg_id = obj.get("id") if isinstance(obj.get("id"), str) else None
     msg_id = msg_id[:128] if msg_id else uuid.uuid4().hex
+    marks = _marks(obj, role)
     try:
         if role == "user":
-            return HumanMessage(content, id=msg_id, name=obj.get("name"))
+            return HumanMessage(content, id=msg_id, name=obj.get("name"), additional_kwargs=marks)
         if role == "assistant":
             calls = [_tool_call(c, number) for c in obj.get("tool_calls") or []]
-            return AIMessage(content, id=msg_id, tool_calls=calls)
+            return AIMessage(content, id=msg_id, tool_calls=calls, additional_kwargs=marks)
         return ToolMessage(
             content,
             id=msg_id,
             tool_call_id=str(obj["tool_call_id"]),
             name=obj.get("name"),
             status="error" if obj.get("status") == "error" else "success",
+            additional_kwargs=marks,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise SessionFormatError(number, f"invalid {role} message ({exc})") from None
+
+
+def _marks(obj: dict, role: str) -> dict[str, Any]:
+    """The loaded message's taint mark: as the line says; an assistant line that says
+    nothing (or anything but `false`) counts as tainted."""
+    tainted = obj.get("tainted", role == "assistant") is not False
+    return {TAINT_KEY: True} if tainted else {}
 
 
 def _tool_call(call: Any, number: int) -> dict:

@@ -15,6 +15,13 @@ from panager.services.sessions import (
     sanitize_name,
 )
 
+# A file that does not say what was written from outside content (an older format, a line
+# written by hand) loads as if it had been: say so, since questions before actions follow.
+UNMARKED_NOTE = (
+    "The file does not say which parts were written from outside content, so they count "
+    "as if they were: actions with consequences will ask you first."
+)
+
 
 def _store(ctx: CommandContext) -> SessionStore:
     return ctx.deps.runtime.sessions
@@ -36,7 +43,7 @@ async def sessions_command(ctx: CommandContext, args: str) -> str:
 
 @command("save", "/save [name]", "save this conversation to a file")
 async def save_command(ctx: CommandContext, args: str) -> CommandReply | str:
-    """Export the current thread (and its summary) as JSONL."""
+    """Export the current thread (and its summary) as JSONL, taint marks kept."""
     now = ctx.deps.clock.now()
     name = sanitize_name(args) if args else f"chat-{now.astimezone(ctx.user.zone):%Y%m%d-%H%M}"
     if not name:
@@ -45,7 +52,10 @@ async def save_command(ctx: CommandContext, args: str) -> CommandReply | str:
     messages = values.get("messages", [])
     if not messages:
         return CommandReply("There is nothing to save yet.", ok=False)
-    text = dump_session(ctx.user.id, messages, values.get("summary"), now)
+    text = dump_session(
+        ctx.user.id, messages, values.get("summary"), now,
+        summary_tainted=bool(values.get("summary_tainted")),
+    )
     try:
         _store(ctx).save(ctx.user.id, name, text)
     except SessionLimit as exc:
@@ -56,7 +66,8 @@ async def save_command(ctx: CommandContext, args: str) -> CommandReply | str:
 
 @command("load", "/load NAME", "replace this conversation with a saved one")
 async def load_command(ctx: CommandContext, args: str) -> CommandReply | str:
-    """Import a saved conversation; a malformed file reports the offending line."""
+    """Import a saved conversation with its taint marks (a file that does not say loads
+    tainted); a malformed file reports the offending line."""
     name = sanitize_name(args)
     if not name:
         return CommandReply("Which one? /sessions lists the saved conversations.", ok=False)
@@ -69,5 +80,9 @@ async def load_command(ctx: CommandContext, args: str) -> CommandReply | str:
         return CommandReply(f"Could not load {name}: {exc}. Nothing was changed.", ok=False)
     except ValueError as exc:
         return CommandReply(f"Could not load {name}: {exc}.", ok=False)
-    count = await replace_thread(ctx.assistant, ctx.user, session.messages, session.summary)
-    return f"Loaded {name}: {count} messages. Your memories and schedules are unchanged."
+    count = await replace_thread(
+        ctx.assistant, ctx.user, session.messages, session.summary,
+        summary_tainted=session.summary_tainted,
+    )
+    loaded = f"Loaded {name}: {count} messages. Your memories and schedules are unchanged."
+    return loaded + (f" {UNMARKED_NOTE}" if session.assumed_tainted else "")
