@@ -12,6 +12,9 @@ message run. Files a message carries are downloaded by the platform and taken
 in by the media intake (services/media/intake.py) before the turn; what was
 heard and what could not be used is said first. A question before a
 consequential call comes with Approve/Deny buttons (adapters/questions.py).
+Text that is not the sender's own (a forwarded message, `Incoming.outside_source`)
+is framed as outside content where it enters, so it taints the turn, never
+counts as the person's words, and is never run as a slash command.
 The platform itself is a `Conversation`.
 """
 
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from panager.agent.commands import CommandContext, CommandReply, dispatch, is_command, parse
+from panager.framing import frame
 
 if TYPE_CHECKING:
     from panager.adapters.streaming import StreamedReply
@@ -51,6 +55,18 @@ class Incoming:
     key: str  # names the turn (`message_key`): a resumed message is not answered twice
     resume: bool = False  # handled before by a process that died
     attachments: bool = False  # files, stickers: `Conversation.attachments` takes them in
+    # Where the text came from when it is not the sender's own words (a forwarded message):
+    # it enters the turn framed as outside content and is never run as a command.
+    outside_source: str | None = None
+
+    def words(self) -> str:
+        """The text as the turn gets it: the sender's own, or framed outside content."""
+        text = self.text.strip()
+        return frame(self.outside_source, text) if text and self.outside_source else text
+
+    def command_text(self) -> str:
+        """The text when it may be a command: only the sender's own words can be."""
+        return "" if self.outside_source else self.text.strip()
 
     @classmethod
     def from_row(cls, platform: str, row: InboxMessage) -> Incoming:
@@ -127,7 +143,7 @@ class Answerer:
         admission = await self.access.admit_identity(
             incoming.platform, incoming.sender_id, incoming.username, incoming.display_name
         )
-        text = incoming.text.strip()
+        text = incoming.command_text()
         identity = (incoming.platform, incoming.sender_id)
         if not admission.allowed:
             if command_name(text) in OPEN_COMMANDS and admission.user.status != "blocked":
@@ -142,8 +158,9 @@ class Answerer:
         notes = self.app.assistant.attachment_notes(admission.user, attachments)
         if notes:  # what was heard, what could not be used: before the answer
             await chat.note("\n".join(notes))
-        if text or any(a.kind != "rejected" for a in attachments):
-            await self.turn(admission.user, text, chat, incoming, attachments)
+        words = incoming.words()
+        if words or any(a.kind != "rejected" for a in attachments):
+            await self.turn(admission.user, words, chat, incoming, attachments)
 
     async def run_command(
         self, user: User, text: str, identity: tuple[str, int] | None = None

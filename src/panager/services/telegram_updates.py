@@ -6,7 +6,9 @@ a private chat (groups, supergroups, channels: no row, so no model call),
 messages from bots, edits, and update kinds it does not handle. A button
 press (`callback_query`) is a row too, so it is handled in line with the
 person's messages. `store_update` inserts the row keyed by `update_id`: an
-update Telegram sends again is dropped there (exactly once).
+update Telegram sends again is dropped there (exactly once). A forwarded
+message is marked (`forwarded`, and `forwarded_from` names its origin when
+Telegram does): its text, caption and files are someone else's words.
 
 Nothing here holds a file URL: a file is named by its `file_id`, and only
 the front end, which holds the bot token, turns that into bytes.
@@ -92,6 +94,7 @@ def _message_row(update_id: int, message: dict[str, Any]) -> TelegramRow | None:
         "message_id": message.get("message_id"),
         "files": files,
         "forwarded": bool(message.get("forward_origin") or message.get("forward_date")),
+        "forwarded_from": forward_origin(message),
     }
     return TelegramRow(
         update_id,
@@ -103,6 +106,39 @@ def _message_row(update_id: int, message: dict[str, Any]) -> TelegramRow | None:
         bool(files),
         payload,
     )
+
+
+def forward_origin(message: dict[str, Any]) -> str:
+    """Who a forwarded message came from, as Telegram names them ("" when it does not say
+    or the message is not forwarded): a person, a hidden sender's name, a chat, a channel."""
+    origin = message.get("forward_origin")
+    if isinstance(origin, dict):
+        kind = origin.get("type")
+        if kind == "user":
+            return _person_name(origin.get("sender_user"))
+        if kind == "hidden_user":
+            return str(origin.get("sender_user_name") or "")
+        return _chat_name(origin.get("sender_chat") if kind == "chat" else origin.get("chat"))
+    # Bot API before 7.0: forward_from, forward_from_chat, forward_sender_name
+    return (_person_name(message.get("forward_from"))
+            or _chat_name(message.get("forward_from_chat"))
+            or str(message.get("forward_sender_name") or ""))
+
+
+def _person_name(person: Any) -> str:
+    if not isinstance(person, dict):
+        return ""
+    name = " ".join(str(p) for p in (person.get("first_name"), person.get("last_name")) if p)
+    handle = f"@{person['username']}" if person.get("username") else ""
+    return f"{name} ({handle})" if name and handle else name or handle
+
+
+def _chat_name(chat: Any) -> str:
+    if not isinstance(chat, dict):
+        return ""
+    title = str(chat.get("title") or "")
+    handle = f"@{chat['username']}" if chat.get("username") else ""
+    return f"{title} ({handle})" if title and handle else title or handle
 
 
 def _file(kind: str, value: Any) -> dict[str, Any]:

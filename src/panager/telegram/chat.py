@@ -5,7 +5,9 @@ streamed answer through `TelegramSurface` (HTML with a plain-text fallback,
 link previews off while streaming and in tainted answers), the typing action
 repeated every few seconds while a turn runs, and files downloaded through
 the Bot API (the file URL holds the token and stays inside `download`) and
-handed to the media intake as bytes.
+handed to the media intake as bytes. A forwarded message is someone else's:
+its text or caption reaches the turn framed as outside content (never as a
+command), its files as outside content too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from panager.adapters.answering import ATTACHMENT_NOTE, Incoming
@@ -36,12 +39,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TYPING_EVERY = 4.0  # Telegram shows the action for about five seconds
+FORWARDED = "a forwarded Telegram message"
 UNREADABLE = ("sticker",)  # said in words instead
 
 
 def incoming(row: InboxMessage) -> Incoming:
-    """A stored Telegram message as the shared answerer sees it."""
-    return Incoming.from_row("telegram", row)
+    """A stored Telegram message as the shared answerer sees it: a forwarded one's text or
+    caption is outside content, its source naming whom Telegram says it came from."""
+    described = Incoming.from_row("telegram", row)
+    payload = row.payload or {}
+    if not payload.get("forwarded"):
+        return described
+    origin = str(payload.get("forwarded_from") or "")
+    return replace(described, outside_source=f"{FORWARDED} from {origin}" if origin else FORWARDED)
 
 
 class TelegramChat:
