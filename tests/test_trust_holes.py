@@ -179,9 +179,38 @@ async def test_relays_block_answers_the_same_for_any_name(make_app, tmp_path):
             reply = await command(app, bob, f"/relays {word} @{name}")
             answers.setdefault(word, set()).add((reply.ok, reply.text.replace(name, "NAME")))
     assert all(len(texts) == 1 for texts in answers.values()), answers
-    await command(app, bob, "/relays block mallory")  # and it did block the real one
+    # the list shows the names as typed, blocked or not, whoever has them
+    for name in ("Mallory", "nobody-here", "pending-pat"):
+        await command(app, bob, f"/relays block @{name}")
+    listed = (await command(app, bob, "/relays")).text
+    assert "Blocked: @Mallory, @nobody-here, @pending-pat." in listed
+    with pytest.raises(Exception, match="can receive"):  # and it did block the real one
+        await app.deps.relay.send(mallory, "bob", "hi")
+    async with app.pool.connection() as conn:  # a rename does not undo the block
+        await conn.execute("UPDATE users SET username = 'mallory-renamed' WHERE id = %s",
+                           (mallory.id,))
+    mallory = await app.deps.users.get(mallory.id)
     with pytest.raises(Exception, match="can receive"):
         await app.deps.relay.send(mallory, "bob", "hi")
+    for name in ("mallory", "NOBODY-HERE", "pending-pat"):
+        await command(app, bob, f"/relays unblock {name}")
+    assert "Blocked: nobody." in (await command(app, bob, "/relays")).text
+    assert (await app.deps.relay.send(mallory, "bob", "hi"))["sent"]
+    await app.deps.relay.drain()
+
+
+async def test_relays_block_keeps_at_most_so_many_names(make_app, tmp_path):
+    from panager.services.relays import MAX_BLOCKED_NAMES
+
+    app, _, _, bob = await relay_app(make_app, tmp_path)
+    async with app.pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO relay_block_names (user_id, name) SELECT %s, 'n' || i "
+            "FROM generate_series(1, %s) i", (bob.id, MAX_BLOCKED_NAMES))
+    full = await command(app, bob, "/relays block one-more")
+    assert not full.ok and "unblock some first" in full.text
+    assert (await command(app, bob, "/relays block n7")).ok  # one already kept: fine
+    assert not (await command(app, bob, "/relays block " + "x" * 65)).ok
 
 
 # -- advisory locks and the embedded server's runtime directory ----------------------------------

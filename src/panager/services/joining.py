@@ -52,6 +52,8 @@ PERSON_COLUMNS: dict[tuple[str, str], str] = {
     ("token_usage", "user_id"): "summed per day and model",
     ("relay_blocks", "user_id"): "moved (duplicates and blocks of oneself dropped)",
     ("relay_blocks", "blocked_id"): "pointed at keep (a block of oneself dropped)",
+    ("relay_block_names", "user_id"): "moved (a name both blocked kept once)",
+    ("relay_block_names", "blocked_id"): "pointed at keep",
     ("relay_sends", "sender_id"): "moved",
     ("relay_sends", "recipient_id"): "moved",
     ("web_links", "user_id"): "moved",
@@ -161,6 +163,13 @@ SELECT CASE WHEN user_id = %(gone)s THEN %(keep)s ELSE user_id END,
 ON CONFLICT DO NOTHING;
 DELETE FROM relay_blocks WHERE %(gone)s IN (user_id, blocked_id);
 DELETE FROM relay_blocks WHERE user_id = %(keep)s AND blocked_id = %(keep)s
+"""
+RELAY_BLOCK_NAMES = """
+INSERT INTO relay_block_names (user_id, name, blocked_id, created_at)
+SELECT %(keep)s, name, blocked_id, created_at FROM relay_block_names WHERE user_id = %(gone)s
+ON CONFLICT DO NOTHING;
+DELETE FROM relay_block_names WHERE user_id = %(gone)s;
+UPDATE relay_block_names SET blocked_id = %(keep)s WHERE blocked_id = %(gone)s
 """
 WEBHOOK_NAMES = """
 UPDATE webhooks g SET name = g.name || '-' || substr(g.id, 1, 6)
@@ -278,8 +287,8 @@ async def join_people(conn: Any, plan: JoinPlan) -> None:
     await conn.execute(MOVE.format(table="schedules", column="user_id"), params)
     await conn.execute(REDEMPTIONS, params)
     await conn.execute(MOVE.format(table="invite_redemptions", column="user_id"), params)
-    for sql in (USAGE, RELAY_BLOCKS, WEBHOOK_NAMES, HEARTBEAT_SEEN, END_CODES, DOCUMENTS, PROFILE,
-                MAIL_SHOWN):
+    for sql in (USAGE, RELAY_BLOCKS, RELAY_BLOCK_NAMES, WEBHOOK_NAMES, HEARTBEAT_SEEN, END_CODES,
+                DOCUMENTS, PROFILE, MAIL_SHOWN):
         await _run(conn, sql, params)
     await conn.execute(MOVE.format(table="webhooks", column="user_id"), params)
     for table, column in MOVED:

@@ -20,10 +20,18 @@ BLOCK = """
 INSERT INTO relay_blocks (user_id, blocked_id) VALUES (%s, %s) ON CONFLICT DO NOTHING
 """
 UNBLOCK = "DELETE FROM relay_blocks WHERE user_id = %s AND blocked_id = %s"
-BLOCKED_NAMES = """
-SELECT u.username FROM relay_blocks b JOIN users u ON u.id = b.blocked_id
- WHERE b.user_id = %s ORDER BY lower(u.username)
+BLOCKED_NAMES = "SELECT name FROM relay_block_names WHERE user_id = %s ORDER BY lower(name)"
+COUNT_NAMES = "SELECT count(*) AS n FROM relay_block_names WHERE user_id = %s"
+KEEP_NAME = """
+INSERT INTO relay_block_names (user_id, name, blocked_id) VALUES (%s, %s, %s)
+ON CONFLICT DO NOTHING
 """
+DROP_NAME = """
+DELETE FROM relay_block_names WHERE user_id = %s AND lower(name) = lower(%s)
+RETURNING blocked_id
+"""
+HAS_NAME = "SELECT 1 FROM relay_block_names WHERE user_id = %s AND lower(name) = lower(%s)"
+MAX_BLOCKED_NAMES = 200
 ACCEPTS = """
 SELECT NOT u.relays_off
        AND NOT EXISTS (SELECT 1 FROM relay_blocks b WHERE b.user_id = u.id AND b.blocked_id = %s)
@@ -65,21 +73,32 @@ class RelayService:
             row = await (await conn.execute(GET_OFF, (user_id,))).fetchone()
         return bool(row and row["relays_off"])
 
-    async def block(self, user_id: int, sender_id: int) -> None:
-        """`user_id` no longer receives relays from `sender_id`."""
-        async with self.pool.connection() as conn:
-            await conn.execute(BLOCK, (user_id, sender_id))
+    async def block(self, user_id: int, name: str, sender_id: int | None) -> bool:
+        """`user_id` blocks `name` (kept as typed) and, when someone has it, no longer
+        receives relays from them (`sender_id`). False: MAX_BLOCKED_NAMES kept already."""
+        async with self.pool.connection() as conn, conn.transaction():
+            count = one(await (await conn.execute(COUNT_NAMES, (user_id,))).fetchone())["n"]
+            kept = await (await conn.execute(HAS_NAME, (user_id, name))).fetchone()
+            if count >= MAX_BLOCKED_NAMES and kept is None:
+                return False
+            await conn.execute(KEEP_NAME, (user_id, name, sender_id))
+            if sender_id is not None:
+                await conn.execute(BLOCK, (user_id, sender_id))
+        return True
 
-    async def unblock(self, user_id: int, sender_id: int) -> bool:
-        """Lift a block; False when there was none."""
-        async with self.pool.connection() as conn:
-            return (await conn.execute(UNBLOCK, (user_id, sender_id))).rowcount > 0
+    async def unblock(self, user_id: int, name: str, sender_id: int | None) -> None:
+        """Lift the block of `name`: of whom it blocked (even renamed since) and of its
+        holder now, `sender_id`, if any."""
+        async with self.pool.connection() as conn, conn.transaction():
+            rows = await (await conn.execute(DROP_NAME, (user_id, name))).fetchall()
+            for blocked in {r["blocked_id"] for r in rows} | {sender_id} - {None}:
+                await conn.execute(UNBLOCK, (user_id, blocked))
 
     async def blocked(self, user_id: int) -> list[str]:
-        """Usernames `user_id` blocked."""
+        """The names `user_id` blocked, as typed (whether or not anyone has them)."""
         async with self.pool.connection() as conn:
             rows = await (await conn.execute(BLOCKED_NAMES, (user_id,))).fetchall()
-        return [r["username"] for r in rows]
+        return [r["name"] for r in rows]
 
     async def accepts(self, recipient_id: int, sender_id: int) -> bool:
         """True when the recipient takes relays and has not blocked this sender."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.services.relays import RelayService
+from panager.services.relays import MAX_BLOCKED_NAMES, RelayService
 
 USAGE = "/relays [on|off|block NAME|unblock NAME]"
+MAX_NAME = 64
 
 
 @command("relays", USAGE, "messages other users send you via Panager: on/off, block a sender")
@@ -27,17 +28,19 @@ async def relays_command(ctx: CommandContext, args: str) -> CommandReply | str:
 
 
 async def _block(ctx: CommandContext, relays: RelayService, word: str, name: str) -> CommandReply:
-    """Block or unblock a sender by name. The answer is the same whether or not someone has
-    that name (and whether a block existed), so the command cannot probe who uses Panager."""
-    if not name:
+    """Block or unblock a sender by name. The answer, and the list `/relays` shows after
+    it, are the same whether or not someone has that name (the name is kept as typed),
+    so the command cannot probe who uses Panager."""
+    if not name or len(name) > MAX_NAME:
         return CommandReply(f"Whom? {USAGE}", ok=False)
     sender = await ctx.deps.users.by_username(name)
-    if sender is not None and sender.id != ctx.user.id:
-        if word == "block":
-            await relays.block(ctx.user.id, sender.id)
-        else:
-            await relays.unblock(ctx.user.id, sender.id)
-    if word == "block":
-        return CommandReply(f"Done: if @{name} uses Panager, they can no longer message you "
-                            "through it.")
-    return CommandReply(f"Done: if @{name} uses Panager, they can message you through it again.")
+    holder = sender.id if sender is not None and sender.id != ctx.user.id else None
+    if word == "unblock":
+        await relays.unblock(ctx.user.id, name, holder)
+        return CommandReply(
+            f"Done: if @{name} uses Panager, they can message you through it again.")
+    if not await relays.block(ctx.user.id, name, holder):
+        return CommandReply(f"You have blocked {MAX_BLOCKED_NAMES} names; unblock some first.",
+                            ok=False)
+    return CommandReply(f"Done: if @{name} uses Panager, they can no longer message you "
+                        "through it.")
