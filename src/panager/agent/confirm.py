@@ -53,6 +53,7 @@ PROPOSED = (
 )
 UNATTENDED = "Not run: nobody is present in this run to approve it."
 PROPOSAL_LINE = re.compile(r"/approve (p[0-9a-f]{12})\b")
+FENCED = re.compile(r"```.*?(?:```|\Z)", re.S)  # a code block, or one left open
 
 
 @dataclass(frozen=True)
@@ -154,8 +155,11 @@ def proposals_text(proposals: Sequence[PendingCall]) -> str:
 
 
 def proposal_ids(text: str) -> list[str]:
-    """The proposal ids a delivered answer offers (front ends add a button for each)."""
-    return list(dict.fromkeys(PROPOSAL_LINE.findall(text or "")))
+    """The proposal ids a delivered answer offers (front ends add a button for each). An
+    id quoted inside a code block is someone's words, not an offer: a relayed message is
+    one, so its sender cannot put an Approve button under it."""
+    outside = FENCED.sub("", text or "")
+    return list(dict.fromkeys(PROPOSAL_LINE.findall(outside)))
 
 
 def pending_question(interrupts: Sequence[Any]) -> Question | None:
