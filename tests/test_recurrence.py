@@ -108,6 +108,92 @@ def test_fall_back_ambiguous_time_fires_once_at_the_first_instant():
     assert len(on_the_day) == 1
 
 
+# 2026-10-25 in Berlin: 02:00-03:00 happens twice, first CEST (00:00-01:00Z), then CET
+# (01:00-02:00Z). An explicit offset names one of the two passes.
+BEFORE_FALL_BACK = utc(2026, 10, 24, 12)
+
+
+@pytest.mark.parametrize("at", ["2026-10-25T01:30:00Z", "2026-10-25T02:30+01:00"])
+def test_explicit_offset_in_the_second_pass_of_a_repeated_hour_is_kept(at):
+    plan = plan_schedule(at, None, BERLIN, BEFORE_FALL_BACK)
+    assert plan.first_utc == utc(2026, 10, 25, 1, 30)  # not 00:30Z, the first pass
+    assert plan.anchor_local == datetime(2026, 10, 25, 2, 30)
+    assert parse_when(at, BERLIN, BEFORE_FALL_BACK) == utc(2026, 10, 25, 1, 30)
+    text = describe_schedule(plan.first_utc, BERLIN, BEFORE_FALL_BACK, None)
+    assert text.startswith("Sun 25 Oct 2026 02:30 (UTC+01:00) Europe/Berlin")
+
+
+def test_explicit_offset_in_the_first_pass_stays_the_first_pass():
+    plan = plan_schedule("2026-10-25T02:30+02:00", None, BERLIN, BEFORE_FALL_BACK)
+    assert plan.first_utc == utc(2026, 10, 25, 0, 30)
+    text = describe_schedule(plan.first_utc, BERLIN, BEFORE_FALL_BACK, None)
+    assert text.startswith("Sun 25 Oct 2026 02:30 (UTC+02:00) Europe/Berlin")
+
+
+def test_second_pass_start_of_a_daily_series_fires_then_and_at_0230_afterwards():
+    plan = plan_schedule("2026-10-25T01:30Z", "FREQ=DAILY", BERLIN, BEFORE_FALL_BACK)
+    assert plan.first_utc == utc(2026, 10, 25, 1, 30)
+    assert plan.anchor_local == datetime(2026, 10, 25, 2, 30)
+    later = series(plan.rule, BERLIN, plan.anchor_local, plan.first_utc, limit=2)
+    assert later == [utc(2026, 10, 26, 1, 30), utc(2026, 10, 27, 1, 30)]  # 02:30 CET
+    assert first_occurrence(utc(2026, 10, 25, 1, 30), "FREQ=DAILY", BERLIN) == plan.first_utc
+
+
+def test_second_pass_start_of_an_hourly_series_goes_on_without_repeating_the_hour():
+    plan = plan_schedule("2026-10-25T02:30+01:00", "FREQ=HOURLY", BERLIN, BEFORE_FALL_BACK)
+    assert plan.first_utc == utc(2026, 10, 25, 1, 30)
+    later = series(plan.rule, BERLIN, plan.anchor_local, plan.first_utc, limit=2)
+    assert later == [utc(2026, 10, 25, 2, 30), utc(2026, 10, 25, 3, 30)]  # 03:30, 04:30 CET
+
+
+def test_second_pass_start_that_the_rule_does_not_match_takes_the_next_match():
+    plan = plan_schedule(
+        "2026-10-25T02:30+01:00", "FREQ=WEEKLY;BYDAY=MO", BERLIN, BEFORE_FALL_BACK
+    )
+    assert plan.first_utc == utc(2026, 10, 26, 1, 30)  # Monday 02:30 CET
+    # and a rule ending between the two passes cannot start at the second
+    with pytest.raises(ScheduleInputError, match="never fire"):
+        plan_schedule(
+            "2026-10-25T02:30+01:00", "FREQ=DAILY;UNTIL=20261025T010000Z", BERLIN,
+            BEFORE_FALL_BACK,
+        )
+
+
+@pytest.mark.parametrize(
+    ("now", "at", "expected"),
+    [
+        # "in 30 minutes" at 02:10 CET, the second pass (01:10Z): the model adds 30 minutes
+        # to the shown time and offset, or to the wall time alone
+        (utc(2026, 10, 25, 1, 10), "2026-10-25T02:40+01:00", utc(2026, 10, 25, 1, 40)),
+        (utc(2026, 10, 25, 1, 10), "2026-10-25T02:40", utc(2026, 10, 25, 1, 40)),
+        (utc(2026, 10, 25, 1, 10), "02:40", utc(2026, 10, 25, 1, 40)),  # today, not tomorrow
+        (utc(2026, 10, 25, 1, 10), "2026-10-25T01:40Z", utc(2026, 10, 25, 1, 40)),
+        # the same at 02:10 CEST, the first pass (00:10Z)
+        (utc(2026, 10, 25, 0, 10), "2026-10-25T02:40+02:00", utc(2026, 10, 25, 0, 40)),
+        (utc(2026, 10, 25, 0, 10), "2026-10-25T02:40", utc(2026, 10, 25, 0, 40)),
+        (utc(2026, 10, 25, 0, 10), "02:40", utc(2026, 10, 25, 0, 40)),
+    ],
+)
+def test_in_30_minutes_typed_during_the_repeated_hour(now, at, expected):
+    plan = plan_schedule(at, None, BERLIN, now)
+    assert plan.first_utc == expected
+    assert describe_schedule(plan.first_utc, BERLIN, now, None).endswith("in 30 minutes")
+
+
+def test_a_time_both_passes_of_which_are_behind_is_refused_as_past():
+    now = utc(2026, 10, 25, 1, 10)  # 02:10 CET, second pass
+    with pytest.raises(ScheduleInputError) as err:
+        plan_schedule("2026-10-25T02:05", None, BERLIN, now)
+    assert "in the past; it is now Sun 25 Oct 2026 02:10 (UTC+01:00)" in str(err.value)
+    with pytest.raises(ScheduleInputError, match="in the past"):
+        plan_schedule("2026-10-25T02:40+02:00", None, BERLIN, now)  # the first pass, gone
+
+
+def test_year_one_is_refused_with_a_message_not_an_overflow():
+    with pytest.raises(ScheduleInputError, match="Could not read"):
+        plan_schedule("0001-01-01T00:30", None, BERLIN, NOW)
+
+
 @pytest.mark.parametrize(
     ("day", "zone"),
     [("2026-03-08", NEW_YORK), ("2026-11-01", NEW_YORK), ("2026-03-29", BERLIN)],

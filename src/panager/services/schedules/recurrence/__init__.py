@@ -31,6 +31,11 @@ All returned instants are aware UTC datetimes. Consequences worth knowing:
 * The anchor is the *wall time*, not the UTC instant: if the first time falls in a
   gap, the anchor stays 02:30 while the first instant is 03:30. :func:`plan_schedule`
   returns both; :func:`first_occurrence` only sees the instant.
+* ``fold=0`` is for times the series computes. A time given with an explicit offset
+  names one instant and keeps it (:func:`parse_at`): ``02:30+01:00`` on Berlin's
+  fall-back day is the *second* 02:30, and a series starting there fires at that
+  instant first, then at 02:30 by the wall clock. An offset-less time typed during
+  the repeated hour whose first pass is over means the pass still ahead.
 * Rules are checked for feasibility before any expansion, so a rule that can never
   match (``BYMONTH=2;BYMONTHDAY=30``) is rejected instead of making dateutil scan
   to the year 9999.
@@ -51,6 +56,7 @@ from panager.services.schedules.recurrence.rules import validate_rrule
 from panager.services.schedules.recurrence.zones import (
     ScheduleInputError,
     localize,
+    parse_at,
     parse_local,
     parse_when,
     parse_zone,
@@ -65,6 +71,7 @@ __all__ = [
     "localize",
     "next_occurrence",
     "occurrences_between",
+    "parse_at",
     "parse_local",
     "parse_when",
     "parse_zone",

@@ -21,7 +21,7 @@ from panager.services.schedules.recurrence.zones import (
     _render,
     _utc,
     localize,
-    parse_local,
+    parse_at,
     wall_time,
 )
 
@@ -102,13 +102,28 @@ def _first(
     return found
 
 
+def _first_from(
+    spec: _Rule, zone: ZoneInfo, local: datetime, instant: datetime
+) -> tuple[datetime, datetime]:
+    """First occurrence at or after `instant`, the time `at` named (wall time `local`)."""
+    early = localize(local, zone)
+    if instant == early:
+        return _first(spec, zone, local, instant)
+    # `instant` is the second pass of a repeated hour: the series expands with fold=0, so
+    # it starts with that very instant if the rule matches `local`, else the next match
+    until = _until_utc(spec, zone)
+    if _first(spec, zone, local, early)[0] == local and (until is None or instant <= until):
+        return local, instant
+    return _first(spec, zone, local, instant)
+
+
 def first_occurrence(at_utc: datetime, rule: str | None, zone: ZoneInfo) -> datetime:
     """First fire instant: `at` for one-shots, else the first rule instance at or after `at`."""
     at = _utc(at_utc).replace(microsecond=0)
     spec = _spec(rule)
     if spec is None:
         return at
-    return _first(spec, zone, wall_time(at, zone), at)[1]
+    return _first_from(spec, zone, wall_time(at, zone), at)[1]
 
 
 def next_occurrence(
@@ -163,12 +178,15 @@ def plan_schedule(
     *,
     tolerance: timedelta = timedelta(seconds=30),
 ) -> SchedulePlan:
-    """Parse and check a new schedule; keeps the wall-time anchor even if `at` is in a DST gap."""
-    local = parse_local(at, zone, now)
+    """Parse and check a new schedule; keeps the wall-time anchor even if `at` is in a DST gap.
+
+    `at` with an explicit offset is the first fire instant as given, even in the second
+    pass of a repeated hour (which the wall-clock expansion alone would never name)."""
+    local, instant = parse_at(at, zone, now, tolerance=tolerance)
     rule = validate_rrule(repeat)
-    anchor, first = local, localize(local, zone)
+    anchor, first = local, instant
     if rule is not None:
-        anchor, first = _first(_parse_rule(rule), zone, local, first)
+        anchor, first = _first_from(_parse_rule(rule), zone, local, instant)
     validate_future(first, now, tolerance=tolerance, zone=zone)
     return SchedulePlan(first_utc=first, anchor_local=anchor, rule=rule)
 
