@@ -6,11 +6,17 @@ Discord front ends provide one each. `FanoutMessenger` tries several.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from panager.services.schedules.delivery import DeliveryFailed
+
 if TYPE_CHECKING:
     from panager.services.users import User
+
+log = logging.getLogger(__name__)
 
 TOOL_LABELS = {
     "memory_save": "💾 saving a memory",
@@ -38,7 +44,11 @@ def tool_status_label(name: str) -> str:
 
 
 class Messenger(Protocol):
-    """Delivers a message to a user; returns True when delivered."""
+    """Delivers a message to a user; returns True when delivered.
+
+    False: this front end cannot reach the person now. A failure of the front end
+    itself raises DeliveryFailed with a short plain sentence for the person ("Telegram
+    could not be reached"), never the library's own text, logged where it happened."""
 
     async def send(
         self, user: User, text: str, *, link: dict | None = None, key: str | None = None
@@ -54,6 +64,12 @@ class Messenger(Protocol):
 # choice first, else the one they wrote from last (services/linking.py).
 Route = Callable[["User"], Awaitable[list[str]]]
 CHAT_PLATFORMS = ("discord", "telegram")
+FRONT_END_NAMES = {
+    "discord": "Discord",
+    "telegram": "Telegram",
+    "web": "The web page",
+    "terminal": "The terminal",
+}
 
 
 class FanoutMessenger:
@@ -62,7 +78,11 @@ class FanoutMessenger:
     A messenger may name its `platform`. For a person with a chat front end, the chat
     messengers are tried in the person's order and a terminal or web page that is open
     only shows a copy once a chat delivered — it is never the only destination. For
-    anyone else (the terminal's own user), each messenger is tried in turn."""
+    anyone else (the terminal's own user), each messenger is tried in turn.
+
+    A messenger that raises counts as that front end failing: the next one is tried, and
+    only when none delivered does the send raise DeliveryFailed, naming in plain words
+    the front ends that failed."""
 
     def __init__(self, messengers: Sequence[Messenger] = (), route: Route | None = None) -> None:
         self.messengers = list(messengers)
@@ -85,17 +105,48 @@ class FanoutMessenger:
             return False
         for shown in self.messengers:
             if _platform(shown) not in (*CHAT_PLATFORMS, None):
-                await shown.send(user, text, link=link, key=key)
+                # only a copy: the message was delivered, so a failure here changes nothing
+                with contextlib.suppress(DeliveryFailed):
+                    await _try_send(shown, user, text, link, key)
         return True
 
     @staticmethod
     async def _first(
         messengers: Sequence[Messenger], user: User, text: str, link: dict | None, key: str | None
     ) -> bool:
+        failures: list[str] = []
         for messenger in messengers:
-            if await messenger.send(user, text, link=link, key=key):
-                return True
+            try:
+                if await _try_send(messenger, user, text, link, key):
+                    return True
+            except DeliveryFailed as exc:
+                if str(exc) not in failures:
+                    failures.append(str(exc))
+        if failures:
+            raise DeliveryFailed("; ".join(failures))
         return False
+
+
+async def _try_send(
+    messenger: Messenger, user: User, text: str, link: dict | None, key: str | None
+) -> bool:
+    """One front end's send; an unexpected exception becomes DeliveryFailed (logged once)."""
+    try:
+        return bool(await messenger.send(user, text, link=link, key=key))
+    except DeliveryFailed:
+        raise
+    except Exception as exc:
+        log.warning(
+            "delivery to person %s through %s failed (%s)",
+            user.id, _platform(messenger) or type(messenger).__name__, type(exc).__name__,
+            exc_info=True,
+        )
+        raise DeliveryFailed(unreachable(_platform(messenger))) from exc
+
+
+def unreachable(platform: str | None) -> str:
+    """The plain sentence a person sees when a front end failed ("Telegram could not be …")."""
+    return f"{FRONT_END_NAMES.get(platform or '', 'A front end')} could not be reached"
 
 
 def _platform(messenger: Messenger) -> str | None:

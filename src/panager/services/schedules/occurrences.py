@@ -125,10 +125,9 @@ def missed_report(runs: Sequence[MissedRun], grace: timedelta) -> str:
     return "\n".join(lines)
 
 
-def error_text(exc: Exception) -> str:
-    """A short, user-visible description of a delivery error."""
-    detail = " ".join(str(exc).split())
-    return short(f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__, 200)
+# What /schedules shows for an unexpected delivery error: never the exception's own text,
+# which can be a library's message or an HTML error page (the worker logs the exception).
+UNEXPECTED_ERROR = "something unexpected went wrong (the worker's log has the details)"
 
 
 def short(text: str, limit: int = 80) -> str:

@@ -44,10 +44,10 @@ from panager.services.schedules.coalesce import Coalescer
 from panager.services.schedules.delivery import Delivery, DeliveryFailed, PermanentFailure
 from panager.services.schedules.liveness import worker_liveness
 from panager.services.schedules.occurrences import (
+    UNEXPECTED_ERROR,
     Occurrence,
     compose,
     due_of,
-    error_text,
     plan_occurrence,
     short,
 )
@@ -315,11 +315,13 @@ class SchedulerWorker:
             return await self.outcomes.hand_back(schedule, occurrence)
         except PermanentFailure as exc:
             return await self.outcomes.failed(schedule, occurrence, str(exc), permanent=True)
-        except (DeliveryFailed, TimeoutError) as exc:
-            return await self.outcomes.failed(schedule, occurrence, str(exc) or "timed out")
-        except Exception as exc:
+        except DeliveryFailed as exc:  # our own plain sentence
+            return await self.outcomes.failed(schedule, occurrence, str(exc))
+        except TimeoutError:
+            return await self.outcomes.failed(schedule, occurrence, "timed out")
+        except Exception:
             log.warning("scheduler: delivery of %s raised", schedule.id, exc_info=True)
-            return await self.outcomes.failed(schedule, occurrence, error_text(exc))
+            return await self.outcomes.failed(schedule, occurrence, UNEXPECTED_ERROR)
 
     async def _deliver(self, schedule: Schedule, user: User | None, occ: Occurrence) -> str:
         if user is None or user.status == "blocked":
