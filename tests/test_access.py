@@ -113,6 +113,31 @@ def test_durations_and_invite_arguments():
     assert parse_invite_args("5 30m") == (5, timedelta(minutes=30))
 
 
+@pytest.mark.parametrize("text", ["9999999999d", "1000000w", "53w", "366d", "8785h", "9" * 5000 + "m"])
+def test_expiry_beyond_a_year_is_refused_with_the_limit(text):
+    with pytest.raises(AccessError, match="too long: at most 365 days"):
+        parse_duration(text)
+
+
+def test_the_longest_expiries_are_accepted():
+    assert parse_duration("365d") == parse_duration("8760h") == timedelta(days=365)
+    assert parse_duration("52w") == timedelta(weeks=52)
+
+
+async def test_invite_command_with_a_huge_expiry_or_uses_answers_and_stores_nothing(app):
+    access = service(app)
+    admin = (await access.admit(ADMIN, "boss")).user
+    ctx = CommandContext(user=admin, assistant=app.assistant, front_end="terminal")
+    for args, words in (("1 1000000w", "too long"), ("1 9999999999d", "too long"),
+                        ("1" * 5000, "Uses must be between"), ("² 7d", "Invalid expiry")):
+        reply = await dispatch(ctx, f"/invite {args}")
+        assert not reply.ok and words in reply.text and "Usage: /invite" in reply.text, args
+        assert "Traceback" not in reply.text and "Overflow" not in reply.text
+    assert await access.invites() == []
+    with pytest.raises(AccessError, match="between 1 minute and 365 days"):
+        await access.create_invite(ADMIN, expires_in=timedelta(weeks=1000000))
+
+
 async def test_inbox_accepts_once_and_hands_out_in_order(app):
     one = InboxService(app.pool, app.clock, "worker-1")
     two = InboxService(app.pool, app.clock, "worker-2")

@@ -159,6 +159,18 @@ async def test_invite_and_users_commands(db_url, tmp_path):
     assert out.strip().endswith("access mode: invite")
 
 
+async def test_invite_create_refuses_an_expiry_too_far_ahead_in_one_line(db_url, tmp_path):
+    env = env_for(db_url, tmp_path)
+    results = await asyncio.gather(
+        run_cli(["invite", "create", "--expires", "9999999999d"], env),
+        run_cli(["invite", "create", "--expires", "1000000w"], env),
+    )
+    for code, out, err in results:
+        assert code == 2 and out == "" and "Traceback" not in err, err
+        assert err.startswith("panager: Expiry '") and "too long: at most 365 days" in err
+        assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("args", [["users", "allow", "abc"], ["users", "allow", "1"]])
 async def test_users_commands_reject_bad_ids(db_url, tmp_path, args):
     code, out, err = await run_cli(args, env_for(db_url, tmp_path))

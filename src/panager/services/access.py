@@ -29,6 +29,7 @@ from panager.services.users import LOCAL_USER_ID, User, UserService
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes get read aloud
 CODE_LENGTH = 10
 DEFAULT_INVITE_TTL = timedelta(days=7)
+MAX_INVITE_TTL = timedelta(days=365)  # longer is 'never'; also keeps expiry dates in range
 MAX_INVITE_USES = 1000
 _DURATION = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$", re.IGNORECASE)
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -150,12 +151,24 @@ def parse_duration(text: str) -> timedelta | None:
     if text.strip().lower() in ("never", "none", "0"):
         return None
     match = _DURATION.match(text)
-    if not match or int(match.group(1)) == 0:
+    if not match or not match.group(1).strip("0"):
         raise AccessError(
             f"Invalid expiry {text!r}: use a number with m, h, d or w "
             "(e.g. 12h, 7d, 2w) or 'never'."
         )
-    return timedelta(**{_UNITS[match.group(2).lower()]: int(match.group(1))})
+    unit = timedelta(**{_UNITS[match.group(2).lower()]: 1})
+    digits = match.group(1).lstrip("0")
+    if len(digits) > 9 or int(digits) > MAX_INVITE_TTL // unit:  # no huge int or timedelta
+        raise AccessError(_too_long(text))
+    return unit * int(digits)
+
+
+def _too_long(text: str) -> str:
+    days = MAX_INVITE_TTL.days
+    return (
+        f"Expiry {text!r} is too long: at most {days} days (e.g. {days}d or 52w), "
+        "or 'never' for a code that does not expire."
+    )
 
 
 def describe_invite(invite: Invite) -> str:
@@ -299,6 +312,10 @@ class AccessService:
         """Store a new invite code and return it."""
         if not 1 <= max_uses <= MAX_INVITE_USES:
             raise AccessError(f"Uses must be between 1 and {MAX_INVITE_USES}.")
+        if expires_in is not None and not timedelta(0) < expires_in <= MAX_INVITE_TTL:
+            raise AccessError(
+                f"Expiry must be between 1 minute and {MAX_INVITE_TTL.days} days, or 'never'."
+            )
         now = self.clock.now()
         params = {
             "code": new_invite_code(),

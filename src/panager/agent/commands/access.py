@@ -7,6 +7,7 @@ from datetime import timedelta
 from panager.agent.commands import CommandContext, CommandReply, command
 from panager.services.access import (
     DEFAULT_INVITE_TTL,
+    MAX_INVITE_USES,
     AccessError,
     describe_invite,
     parse_duration,
@@ -60,7 +61,9 @@ def parse_invite_args(args: str) -> tuple[int, timedelta | None]:
     uses = 1
     expires_in: timedelta | None = DEFAULT_INVITE_TTL
     for token in args.split():
-        if token.isdigit():
+        if token.isdecimal():  # not isdigit: int() refuses '²'
+            if len(token.lstrip("0")) > len(str(MAX_INVITE_USES)):  # int() of 5,000 digits fails
+                raise AccessError(f"Uses must be between 1 and {MAX_INVITE_USES}.")
             uses = int(token)
         else:
             expires_in = parse_duration(token)

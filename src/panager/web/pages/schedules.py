@@ -16,6 +16,7 @@ from aiohttp import web
 from panager.agent.commands.jobs import parse_clock
 from panager.services.schedules.calendar import grid, preview
 from panager.services.schedules.recurrence import ScheduleInputError, parse_zone
+from panager.services.schedules.system import MAX_HEARTBEAT
 from panager.services.schedules.types import Schedule
 from panager.services.web_sessions import WebSession
 from panager.web.pages import form_of, not_found, page, see_other
@@ -99,7 +100,7 @@ class SchedulesPage:
             await jobs.end(session.user.id, "heartbeat")
             raise see_other("/schedules", "heartbeat-off")
         try:
-            every = timedelta(minutes=int(form.get("every", "30") or 30))
+            every = _every(form.get("every", "30") or "30")
             start = parse_clock(form.get("start", "08:00"))
             end = parse_clock(form.get("end", "22:00"))
             await jobs.set_heartbeat(session.user, every, start, end)
@@ -223,3 +224,10 @@ def _range_title(view: str, first: date, days: int) -> str:
     last = first + timedelta(days=days - 1)
     return f"{first:%d %b} – {last:%d %b %Y}"
 
+
+def _every(text: str) -> timedelta:
+    """The form's interval in minutes; beyond a day is refused before it can overflow."""
+    minutes = int(text)
+    if not 0 < minutes <= MAX_HEARTBEAT // timedelta(minutes=1):
+        raise ScheduleInputError(f"{minutes} minutes is not a heartbeat interval.")
+    return timedelta(minutes=minutes)
