@@ -49,3 +49,26 @@ async def test_help_columns_line_up_in_the_terminal(make_app):
         usage_end = row.index("  ", 2)  # the usage column ends at the first double space
         starts.add(len(row) - len(row[usage_end:].lstrip()))
     assert len(starts) == 1, rows  # every description starts in the same column
+
+
+async def test_a_command_that_fails_answers_a_sentence_and_logs_the_rest(make_app, caplog,
+                                                                        monkeypatch):
+    """A command handler's unexpected error never reaches the person as a traceback (the
+    terminal chat used to exit on one): one sentence, the details in the log."""
+    import logging
+
+    from panager.agent.commands import REGISTRY, Command
+
+    async def broken(ctx, args):
+        raise OverflowError("date value out of range: secret-ish detail")
+
+    monkeypatch.setitem(REGISTRY, "broken", Command("broken", broken, "/broken", "fails",
+                                                    False, ("terminal", "web")))
+    app = await make_app()
+    user = await app.local_user()
+    caplog.set_level(logging.ERROR)
+    reply = await dispatch(CommandContext(user=user, assistant=app.assistant), "/broken now")
+    assert not reply.ok and reply.text.startswith("Sorry, /broken failed on my side")
+    assert "out of range" not in reply.text and "Traceback" not in reply.text
+    assert "OverflowError" in caplog.text
+    assert (await dispatch(CommandContext(user=user, assistant=app.assistant), "/help")).ok

@@ -8,6 +8,7 @@ listing what exists.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
     from panager.agent.deps import AgentDeps
     from panager.agent.runner import Assistant
     from panager.services.users import User
+
+log = logging.getLogger(__name__)
+FAILED = ("Sorry, /{name} failed on my side; nothing more came of it. The details are in "
+          "Panager's log.")
 
 
 @dataclass
@@ -132,7 +137,11 @@ async def dispatch(ctx: CommandContext, text: str) -> CommandReply:
         return CommandReply(_unknown(name, ctx), ok=False)
     if cmd.admin_only and not has_admin_rights(ctx):
         return CommandReply(f"/{name} is for admins only.", ok=False)
-    reply = await cmd.handler(ctx, args)
+    try:
+        reply = await cmd.handler(ctx, args)
+    except Exception:  # one place: every front end shows a sentence, never a traceback
+        log.exception("/%s failed for user %s", name, ctx.user.id)
+        return CommandReply(FAILED.format(name=name), ok=False)
     return CommandReply(reply) if isinstance(reply, str) else reply
 
 
