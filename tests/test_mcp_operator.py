@@ -70,7 +70,7 @@ async def test_admin_page_tools_command_and_doctor_redact_secrets(make_app, tmp_
     try:
         status, body = await client.get("/admin/mcp")
         assert status == 200
-        assert "<code>t</code>" in body and "ready" in body and "11 of 12 tools offered" in body
+        assert "<code>t</code>" in body and "ready" in body and "12 of 13 tools offered" in body
         assert "command not found" in body and "srv-secret-value-31337" not in body
         status, body = await client.post("/admin/mcp/t/approve", {})
         assert status == 200 and "srv-secret-value-31337" not in body
@@ -83,14 +83,14 @@ async def test_admin_page_tools_command_and_doctor_redact_secrets(make_app, tmp_
     user = await h.app.deps.users.ensure(OTHER, "other")
     reply = await dispatch(CommandContext(user=user, assistant=h.app.assistant, front_end="web"),
                            "/tools")
-    assert "MCP server t (11):" in reply.text and "mcp__t__echo" in reply.text
+    assert "MCP server t (12):" in reply.text and "mcp__t__echo" in reply.text
     assert "built-in: memory" in reply.text
     checks = dict((n, (ok, d)) for n, ok, d in await run_checks(
         h.app.settings, limit=10, mcp_hub=h.app.deps.mcp))
     ok, detail = checks["mcp"]
-    assert ok is False and "t: ready, 11/12 tools" in detail and "down: " in detail
+    assert ok is False and "t: ready, 12/13 tools" in detail and "down: " in detail
     assert "srv-secret-value-31337" not in detail
     # `panager doctor` (no running app): starts each server itself, then stops it
     checks = dict((n, (ok, d)) for n, ok, d in await run_checks(h.app.settings, limit=60))
     ok, detail = checks["mcp"]
-    assert "t: ready, 11/12 tools" in detail and "command not found" in detail
+    assert "t: ready, 12/13 tools" in detail and "command not found" in detail

@@ -9,7 +9,10 @@ this file imports nothing from the test package. Behaviour the tests steer:
 - `FAKE_MCP_DESCRIPTION_FILE`: the `echo` tool's description is read from this file
   at every listing (a server changing its description under the operator);
 - `FAKE_MCP_MARK_FILE`: `die` appends a line here before it kills the process, so a
-  test knows the call reached the server.
+  test knows the call reached the server;
+- `FAKE_MCP_REFUSE_LISTING_FILE`: while this file exists, `tools/list` is answered with
+  a JSON-RPC error whose message is the file's text (a server that fails with words of
+  its own choosing).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 import mcp_types as types
 from mcp.server import runner
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 _strict_serialize = runner._methods.serialize_server_result
@@ -46,6 +50,7 @@ PNG_1PX = base64.b64encode(
     )
 ).decode()
 COUNTER = {"calls": 0}
+SERVER_ERROR = -32003  # a server-defined JSON-RPC error code
 
 
 class Place(BaseModel):
@@ -58,8 +63,16 @@ def _description() -> str | None:
     return Path(path).read_text() if path and Path(path).exists() else None
 
 
+def _refusal() -> str | None:
+    path = os.environ.get("FAKE_MCP_REFUSE_LISTING_FILE")
+    return Path(path).read_text() if path and Path(path).exists() else None
+
+
 class FakeServer(MCPServer):
     async def list_tools(self) -> list[types.Tool]:
+        refusal = _refusal()
+        if refusal is not None:
+            raise MCPError(code=SERVER_ERROR, message=refusal)
         tools = await super().list_tools()
         description = _description()
         out = []
@@ -157,6 +170,11 @@ def scalar(value: str = "") -> str:
 @server.tool(description="Fail on purpose.")
 def fail() -> str:
     raise ValueError("the wiki is down <script>")
+
+
+@server.tool(description="Refuse with a JSON-RPC error whose message is the text given.")
+def refuse(text: str) -> str:
+    raise MCPError(code=SERVER_ERROR, message=text)  # a protocol error, not an isError result
 
 
 def main() -> None:

@@ -3,12 +3,13 @@
 Each is a `StructuredTool` whose schema is the server's (repaired) JSON schema and
 whose description is the server's text, capped and framed as outside content. Every
 result is outside content, framed once here with the server and tool as its source;
-an error the server reports is framed too. Classes (SPEC §2): in a tainted call an
-MCP call is consequential unless the operator marked the server `read_only: true` —
-the server's own `readOnlyHint` is not enough, since the arguments of a "read" still
-leave the instance. Who gets which server follows its `users:` (ids in the
-`PANAGER_ADMIN_IDS` syntax); a tool not offered to this person does not exist in
-their turn, so a call to it is an unknown-tool error.
+so is any text of the server's in an error (an `isError` result, a JSON-RPC error
+message, why it is down), while Panager's own words (a timeout) stay plain. Classes
+(SPEC §2): in a tainted call an MCP call is consequential unless the operator marked
+the server `read_only: true` — the server's own `readOnlyHint` is not enough, since the
+arguments of a "read" still leave the instance. Who gets which server follows its
+`users:` (ids in the `PANAGER_ADMIN_IDS` syntax); a tool not offered to this person
+does not exist in their turn, so a call to it is an unknown-tool error.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from panager.agent.tools.search import search_tool
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.mcp_config import LOCAL
-from panager.services.mcp.hub import McpError, McpHub, McpToolFailed, OfferedTool
+from panager.services.mcp.hub import McpError, McpHub, OfferedTool
 from panager.services.users import LOCAL_USER_ID, User
 
 SOURCE_KEY = "panager_source"
@@ -79,6 +80,14 @@ def _describer(offer: OfferedTool) -> Callable[[Mapping[str, Any]], str]:
     return describe
 
 
+def error_text(source: str, exc: McpError) -> str:
+    """A failed call for the model: Panager's words plain, whatever the server said framed
+    (an `isError` result, a JSON-RPC error, why it is down), so it taints like a result."""
+    if exc.said is None:
+        return str(exc)
+    return f"{exc}: {frame(source, exc.said)}"
+
+
 def mcp_tool(hub: McpHub, offer: OfferedTool) -> BaseTool:
     """One offered MCP tool as a langchain tool, declared and framed."""
     source = f"MCP server {offer.server} tool {offer.tool.name}"
@@ -86,10 +95,8 @@ def mcp_tool(hub: McpHub, offer: OfferedTool) -> BaseTool:
     async def run(**arguments: Any) -> str:
         try:
             text = await hub.call(offer, arguments)
-        except McpToolFailed as exc:
-            raise ToolError(f"the tool reported an error: {frame(source, str(exc))}") from None
         except McpError as exc:
-            raise ToolError(str(exc)) from None
+            raise ToolError(error_text(source, exc)) from None
         return frame(source, text)
 
     made = StructuredTool.from_function(

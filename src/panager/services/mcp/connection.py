@@ -46,12 +46,22 @@ Streams = tuple[Any, Any]
 MAX_STDERR_LINE = 500
 
 
-class McpUnavailable(Exception):
-    """The server cannot take calls now; the message is safe to show."""
+class McpProblem(Exception):
+    """Why a call has no result. The message is Panager's own words, safe to show as
+    is; `said` is text the server chose (the error it sent), outside content that
+    reaches the model only framed."""
+
+    def __init__(self, message: str, said: str | None = None) -> None:
+        super().__init__(message)
+        self.said = said
 
 
-class McpCallFailed(Exception):
-    """A call did not produce a result (timeout, connection lost); safe to show."""
+class McpUnavailable(McpProblem):
+    """The server cannot take calls now."""
+
+
+class McpCallFailed(McpProblem):
+    """A call did not produce a result (timeout, connection lost, refused by the server)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,7 @@ class ServerConnection:
         self.redact = Redactor(config.secrets())
         self.state: State = "starting"
         self.error: str | None = None
+        self.error_said = False  # `error` quotes what the server sent: outside content
         self.tools: list[ListedTool] = []
         self.restarts = 0
         self._attempt = 0
@@ -209,13 +220,13 @@ class ServerConnection:
 
     def _fail(self, exc: BaseException) -> None:
         detail = self.redact(_reason(exc))
-        self.error = detail
+        self.error, self.error_said = detail, _said_by_server(exc)
         self.state = "failed"
         log.warning("mcp server %s failed: %s", self.name, detail)
 
     async def _serve_once(self) -> None:
         self._broken.clear()
-        self.error = None
+        self.error, self.error_said = None, False
         async with AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(self._transport())
             session = await stack.enter_async_context(
@@ -251,7 +262,7 @@ class ServerConnection:
                 await self.on_listed(self)
             self._relisted.set()
         if not self._stop.is_set() and self.error is None:
-            self.error = "the connection was lost"
+            self.error, self.error_said = "the connection was lost", False
 
     async def relist(self) -> None:
         """List the tools again now (e.g. after the server said they changed)."""
@@ -312,7 +323,7 @@ class ServerConnection:
     # -- calls -----------------------------------------------------------------------------
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """Call `tool`; McpUnavailable / McpCallFailed carry a message safe to show."""
+        """Call `tool`; McpUnavailable / McpCallFailed say why not (`McpProblem`)."""
         session = await self._ready_session()
         timeout = self.config.timeout_seconds
         request = types.CallToolRequest(
@@ -345,8 +356,8 @@ class ServerConnection:
                 f"MCP server {self.name} stopped during the call to {tool}; it is being "
                 "restarted — try again in a moment"
             )
-        message = self.redact(str(exc.message))[:300]
-        return McpCallFailed(f"MCP server {self.name} refused the call to {tool}: {message}")
+        said = self.redact(str(exc.message))[:300]  # the server's words, not Panager's
+        return McpCallFailed(f"MCP server {self.name} refused the call to {tool}", said=said)
 
     async def _ready_session(self) -> ClientSession:
         if self.state == "starting" and not self._ready.is_set():
@@ -354,15 +365,38 @@ class ServerConnection:
                 await asyncio.wait_for(self._ready.wait(), self.config.timeout_seconds)
         session = self._session
         if session is None or self._broken.is_set():
-            why = f" ({self.error})" if self.error else ""
-            raise McpUnavailable(f"MCP server {self.name} is not available now{why}")
+            raise self._unavailable()
         return session
+
+    def _unavailable(self) -> McpUnavailable:
+        """Not available now, with why: in Panager's words, or the server's (kept apart)."""
+        error, said = self.error, self.error_said
+        if error and said:
+            return McpUnavailable(f"MCP server {self.name} is not available now", said=error)
+        why = f" ({error})" if error else ""
+        return McpUnavailable(f"MCP server {self.name} is not available now{why}")
+
+
+# Failures described in Panager's own words (or the operator's: a command not found);
+# anything else may quote what the server sent (a JSON-RPC error, a malformed listing,
+# an HTTP reason phrase) and counts as the server's text.
+OWN_FAILURES = (TimeoutError, OSError, McpUnavailable, httpx2.ConnectError, httpx2.TimeoutException)
+
+
+def _first(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _said_by_server(exc: BaseException) -> bool:
+    """Whether `_reason(exc)` may hold text the server chose."""
+    return not isinstance(_first(exc), OWN_FAILURES)
 
 
 def _reason(exc: BaseException) -> str:
     """One line on why a start failed (exception groups unwrapped)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
+    exc = _first(exc)
     if isinstance(exc, TimeoutError):
         return "it did not answer in time"
     if isinstance(exc, FileNotFoundError):

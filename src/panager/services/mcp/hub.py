@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from panager.mcp_config import McpServerConfig
-from panager.services.mcp.connection import Backoff, McpCallFailed, ServerConnection
+from panager.services.mcp.connection import Backoff, McpProblem, ServerConnection
 from panager.services.mcp.listing import ListedTool
 from panager.services.mcp.pins import Pin, PinStore
 from panager.services.mcp.results import cap, result_text
@@ -63,11 +63,17 @@ class ServerStatus:
 
 
 class McpError(Exception):
-    """An MCP call that produced no usable result; the message is safe to show the model."""
+    """An MCP call that produced no usable result. The message is Panager's own words,
+    safe to show the model as is; `said` is the server's text, if any: outside content,
+    framed like a result before the model sees it."""
+
+    def __init__(self, message: str, said: str | None = None) -> None:
+        super().__init__(message)
+        self.said = said
 
 
 class McpToolFailed(McpError):
-    """The server ran the tool and reported an error (its text is outside content)."""
+    """The server ran the tool and reported an error (an `isError` result, in `said`)."""
 
 
 class McpHub:
@@ -160,13 +166,15 @@ class McpHub:
             )
         try:
             result = await connection.call(offer.tool.name, arguments)
-        except McpCallFailed as exc:
-            raise McpError(str(exc)) from None
-        except Exception as exc:  # McpUnavailable and anything the transport raised
-            raise McpError(connection.redact(str(exc)) or type(exc).__name__) from None
+        except McpProblem as exc:  # unavailable, timed out, refused by the server
+            raise McpError(str(exc), said=exc.said) from None
+        except Exception as exc:  # anything else the transport raised; may quote the server
+            said = connection.redact(str(exc))[:300] or None
+            failed = f"MCP server {offer.server}: {offer.name} failed ({type(exc).__name__})"
+            raise McpError(failed, said=said) from None
         text = cap(result_text(result), connection.config.max_result_chars)
         if result.is_error:
-            raise McpToolFailed(text)
+            raise McpToolFailed("the tool reported an error", said=text)
         return text
 
     # -- operator ---------------------------------------------------------------------------
