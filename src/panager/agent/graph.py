@@ -37,6 +37,7 @@ from panager.agent.effects import ModelCall
 from panager.agent.events import emit_event
 from panager.agent.graph_config import GraphConfig
 from panager.agent.history import memo_counter, trim_history
+from panager.agent.interrupted import RUNNING_CALL_TAINTED
 from panager.agent.prompts import OUTSIDE_SECTION, build_system_prompt
 from panager.agent.state import AgentState, TurnContext
 from panager.agent.taint import call_tainted, mark
@@ -152,6 +153,7 @@ class Graph:
             tainted = self.config.taint_checks and call_tainted(
                 str(messages[0].content), messages[1:]
             )
+            ctx.extra[RUNNING_CALL_TAINTED] = tainted  # for an answer cut off mid-stream
             try:
                 response = await self._invoke(ctx, call, [] if last_round else ctx.tools, messages)
             except ContextOverflow:

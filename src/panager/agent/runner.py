@@ -43,7 +43,7 @@ from panager.agent.confirm_node import PROPOSALS_KEY
 from panager.agent.deps import AgentDeps
 from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
-from panager.agent.interrupted import ShownText, keep_interrupted
+from panager.agent.interrupted import RUNNING_CALL_TAINTED, ShownText, keep_interrupted
 from panager.agent.state import SCHEDULED_RUN, TurnContext
 from panager.agent.taint import marked
 from panager.agent.threads import OPEN_QUESTION, Threads
@@ -327,7 +327,8 @@ class Assistant:
                 self._clean_threads.add(user.id)
             return _with_live_links(result, ctx.extra.get("live_links"))
         except asyncio.CancelledError:  # Ctrl+C mid-answer: keep what the person saw
-            await keep_interrupted(self.graph, config, shown.text, new)
+            tainted = bool(ctx.extra.get(RUNNING_CALL_TAINTED))
+            await keep_interrupted(self.graph, config, shown.text, new, tainted)
             raise
         except ModelUnavailable as exc:
             self._clean_threads.add(user.id)  # the model failed between steps: no dangling call
