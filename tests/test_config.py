@@ -43,6 +43,21 @@ def test_secret_values_are_never_echoed(monkeypatch):
     assert "very-secret-value" not in str(err.value)
 
 
+def test_telegram_api_url_is_a_base_url_and_never_echoes_a_token(monkeypatch):
+    monkeypatch.setenv("TELEGRAM_API_URL", " ")
+    assert load_settings(_env_file=None).telegram_api_url == "https://api.telegram.org"
+    monkeypatch.setenv("TELEGRAM_API_URL", "http://localhost:8081/")
+    assert load_settings(_env_file=None).telegram_api_url == "http://localhost:8081"
+    token = "123456789:AAHsecret-telegram-token-in-a-url"
+    for bad in ("localhost:8081", "http://:8081", f"https://api.telegram.org/bot{token}"):
+        monkeypatch.setenv("TELEGRAM_API_URL", bad)
+        with pytest.raises(ConfigError) as err:
+            load_settings(_env_file=None)
+        message = str(err.value)
+        assert message.startswith("TELEGRAM_API_URL is invalid") and "\n" not in message
+        assert token not in message
+
+
 def test_admin_ids_parse(monkeypatch):
     monkeypatch.setenv("PANAGER_ADMIN_IDS", "123, 456")
     assert load_settings(_env_file=None).admin_ids == [123, 456]

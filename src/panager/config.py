@@ -15,6 +15,7 @@ import re
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
@@ -30,6 +31,11 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from panager.mcp_config import McpServerConfig, MissingVariable, load_servers
+
+DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org"
+# Anything shaped like a Telegram bot token (digits, a colon, a long key): never echoed.
+BOT_TOKEN_SHAPE = re.compile(r"\d{5,}:[A-Za-z0-9_-]{20,}")
+REDACTED_TOKEN = "[telegram-token]"
 
 
 class ConfigError(Exception):
@@ -105,7 +111,7 @@ class Settings(BaseSettings):
     google_client_id: str | None = _env("GOOGLE_CLIENT_ID", default=None)
     google_client_secret: str | None = _env("GOOGLE_CLIENT_SECRET", default=None, repr=False)
     telegram_bot_token: str | None = _env("TELEGRAM_BOT_TOKEN", default=None, repr=False)
-    telegram_api_url: str = _env("TELEGRAM_API_URL", default="https://api.telegram.org")
+    telegram_api_url: str = _env("TELEGRAM_API_URL", default=DEFAULT_TELEGRAM_API_URL)
     auto_migrate: bool = _env("PANAGER_AUTO_MIGRATE", default=True)
     transcription_model: str = _env("PANAGER_TRANSCRIPTION_MODEL", default="whisper-1")
     transcription_base_url: str | None = _env("PANAGER_TRANSCRIPTION_BASE_URL", default=None)
@@ -138,6 +144,26 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("telegram_api_url", mode="before")
+    @classmethod
+    def _blank_is_telegram(cls, value: Any) -> Any:
+        return DEFAULT_TELEGRAM_API_URL if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("telegram_api_url")
+    @classmethod
+    def _check_bot_api_url(cls, value: str) -> str:
+        """A base URL the Bot API paths can be appended to (`<base>/bot<token>/<method>`)."""
+        value = value.strip()
+        if BOT_TOKEN_SHAPE.search(value):
+            raise ValueError("it holds a bot token; the token belongs in TELEGRAM_BOT_TOKEN only")
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("it must start with http:// or https:// and name a host")
+        _ = parts.port  # raises ValueError for a port that is not a number in range
+        if parts.query or parts.fragment:
+            raise ValueError("a base URL has no ?query or #fragment")
+        return value.rstrip("/")
 
     @property
     def model_configured(self) -> bool:
@@ -181,6 +207,10 @@ FIXES: dict[str, str] = {
     "PANAGER_TIMEZONE": "use an IANA zone name such as Europe/Berlin or Asia/Seoul",
     "PANAGER_HTTP_PORT": "use a port number between 0 and 65535",
     "PANAGER_AUTO_MIGRATE": "use true or false",
+    "TELEGRAM_API_URL": (
+        "use the Bot API server's base URL, e.g. http://localhost:8081, or leave it unset "
+        "for Telegram's own (https://api.telegram.org)"
+    ),
 }
 
 
@@ -205,7 +235,7 @@ def _describe_validation_error(exc: ValidationError) -> str:
     fix = FIXES.get(name, "check its value")
     value = os.environ.get(name)
     shown = (
-        f" (got {value!r})"
+        f" (got {BOT_TOKEN_SHAPE.sub(REDACTED_TOKEN, value)!r})"
         if value is not None and "KEY" not in name and "TOKEN" not in name
         else ""
     )

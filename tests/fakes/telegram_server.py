@@ -20,6 +20,9 @@ Behaviour worth knowing (Telegram's, where a bot can trip over it):
   parse entities"; an edit that changes nothing is a 400 "message is not
   modified".
 * `shown_to(chat)` is what the person sees: the current plain text of each message.
+* `fail_next(method, …)` makes the next call of a method fail the way Telegram's
+  servers sometimes do: a JSON error (`{"ok": false, "error_code": 500, …}`), or
+  with `page` an HTML page such as the 502 a proxy in front of the Bot API sends.
 """
 
 from __future__ import annotations
@@ -142,6 +145,7 @@ class FakeTelegram:
         self.conflicts = 0
         self.hold_sends: Callable[[dict], Any] | None = None  # async hook before a send returns
         self._polling = False
+        self._failures: dict[str, list[tuple[int, str, str | None]]] = {}
         self._new = asyncio.Event()
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(500_001)
@@ -174,6 +178,11 @@ class FakeTelegram:
         params = dict(await request.post()) if request.method == "POST" else dict(request.query)
         params = {k: _decode(v) for k, v in params.items()}
         self.calls.append((method, params))
+        if self._failures.get(method):
+            status, description, page = self._failures[method].pop(0)
+            if page is not None:
+                return web.Response(status=status, text=page, content_type="text/html")
+            return _error(status, description)
         handler = getattr(self, f"_m_{method}", None)
         if handler is None:
             self.unhandled.append(method)
@@ -197,6 +206,17 @@ class FakeTelegram:
         if data is None:
             return web.Response(status=404)
         return web.Response(body=data)
+
+    def fail_next(
+        self,
+        method: str,
+        status: int = 500,
+        description: str = "Internal Server Error",
+        page: str | None = None,
+    ) -> None:
+        """The next (not yet failed) call of `method` answers `status`: Telegram's JSON error
+        with `description`, or the HTML `page` when given."""
+        self._failures.setdefault(method, []).append((status, description, page))
 
     # -- methods -----------------------------------------------------------------------------
 

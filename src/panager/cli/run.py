@@ -8,9 +8,10 @@ platform's HTTP API when its token is set. SIGTERM or SIGINT stops the
 process gracefully: running turns and deliveries get a moment to finish, the
 bot disconnects, the web server closes, then the database pool.
 
-Failures that need the operator (a rejected token, a missing privileged
-intent, a component this build lacks) end the process with one line, never a
-traceback.
+Failures that need the operator (a rejected or malformed token, a
+TELEGRAM_API_URL that is not a Bot API server, a missing privileged intent, a
+component this build lacks) end the process with one line, never a traceback
+and never a token. The bots' tokens are checked before the database starts.
 """
 
 from __future__ import annotations
@@ -42,10 +43,6 @@ TOKEN_MISSING = (
 TELEGRAM_TOKEN_MISSING = (
     "TELEGRAM_BOT_TOKEN is not set; create a bot with @BotFather (see docs/telegram.md) and "
     "set TELEGRAM_BOT_TOKEN, or leave telegram out of --components."
-)
-TELEGRAM_TOKEN_REJECTED = (
-    "TELEGRAM_BOT_TOKEN was rejected by Telegram; copy the token @BotFather gave you "
-    "(/mybots → your bot → API Token) into TELEGRAM_BOT_TOKEN."
 )
 INTENT_MISSING = (
     "Discord refused the Message Content intent; enable it in the Developer Portal "
@@ -117,6 +114,21 @@ async def check_discord_token(token: str) -> None:
     await (await rest_client(token)).close()
 
 
+async def check_telegram(settings: Settings) -> None:
+    """Fail fast, before the database starts, when Telegram rejects the token or
+    TELEGRAM_API_URL is not a Bot API server (one line, never the token)."""
+    from panager.telegram.api import close_bot, make_bot, start_problem
+
+    token, url = settings.telegram_bot_token or "", settings.telegram_api_url
+    bot = make_bot(token, url)
+    try:
+        await bot.get_me()
+    except Exception as exc:
+        raise ConfigError(start_problem(exc, url, token)) from None
+    finally:
+        await close_bot(bot)
+
+
 async def start_discord(app) -> Running:
     """Log the bot in (a bad token fails here, with one line) and connect the gateway."""
     import aiohttp
@@ -138,21 +150,25 @@ async def start_discord(app) -> Running:
 
 
 async def start_telegram(app) -> Running:
-    """Check the token (getMe; a bad one fails here, with one line), then poll or take the
-    webhook's updates."""
-    from aiogram.exceptions import TelegramNetworkError, TelegramUnauthorizedError
-
+    """Check the token (getMe; a bad one, or a TELEGRAM_API_URL that is not a Bot API server,
+    fails here with one line that never holds the token), then poll or take the webhook's
+    updates."""
+    from panager.telegram.api import start_problem
     from panager.telegram.bot import TelegramFrontEnd
 
+    settings = app.settings
     front = TelegramFrontEnd(app)
     try:
         await front.start()
-    except TelegramUnauthorizedError:
-        await front.close()
-        raise ConfigError(TELEGRAM_TOKEN_REJECTED) from None
-    except TelegramNetworkError as exc:
-        await front.close()
-        raise ConfigError(f"cannot reach Telegram ({exc}); check TELEGRAM_API_URL.") from None
+    except BaseException as exc:
+        try:
+            await front.close()
+        except Exception:
+            log.warning("the Telegram bot did not close cleanly")
+        if isinstance(exc, Exception):
+            problem = start_problem(exc, settings.telegram_api_url, settings.telegram_bot_token)
+            raise ConfigError(problem) from None
+        raise
     return Running("telegram", front.close, None, f"as @{front.username}")
 
 
@@ -239,7 +255,9 @@ async def serve(settings: Settings, components: list[str], stop: asyncio.Event |
     stop = stop or asyncio.Event()
     if "discord" in components:
         await check_discord_token(settings.discord_token or "")
-    from panager.app import App  # the agent stack loads only once the token is known good
+    if "telegram" in components:
+        await check_telegram(settings)
+    from panager.app import App  # the agent stack loads only once the tokens are known good
 
     app = await App.start(settings)
     running: list[Running] = []
@@ -358,4 +376,11 @@ def register(cli: typer.Typer) -> None:
             fail(TOKEN_MISSING)
         if "telegram" in chosen and not settings.telegram_bot_token:
             fail(TELEGRAM_TOKEN_MISSING)
+        if settings.telegram_bot_token:  # the bot or the delivery uses it: check its shape now
+            from panager.telegram.api import check_token
+
+            try:
+                check_token(settings.telegram_bot_token)
+            except ConfigError as exc:
+                fail(str(exc))
         run_async(lambda: serve(settings, chosen))

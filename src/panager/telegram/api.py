@@ -7,22 +7,45 @@ every log record of the process is redacted: `TokenRedaction` wraps the log
 record factory, replacing the token — and anything shaped like a bot token —
 in the message, its arguments and the formatted traceback. It is installed
 once per token and removed with the bot.
+
+Text that leaves the process another way — the one line `panager run` prints
+when the bot cannot start — is built by `describe_error` and `start_problem`,
+which redact the same way and keep to one line.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any, ClassVar
 
 from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
+from aiogram.exceptions import (
+    ClientDecodeError,
+    TelegramAPIError,
+    TelegramNetworkError,
+    TelegramNotFound,
+    TelegramUnauthorizedError,
+)
+from aiogram.utils.token import TokenValidationError, validate_token
 
-DEFAULT_API_URL = "https://api.telegram.org"
-TOKEN_SHAPE = re.compile(r"\d{5,}:[A-Za-z0-9_-]{20,}")
-REDACTED = "[telegram-token]"
+from panager.config import BOT_TOKEN_SHAPE, DEFAULT_TELEGRAM_API_URL, REDACTED_TOKEN, ConfigError
+
+DEFAULT_API_URL = DEFAULT_TELEGRAM_API_URL
+TOKEN_SHAPE = BOT_TOKEN_SHAPE
+REDACTED = REDACTED_TOKEN
 REQUEST_TIMEOUT = 30
+ERROR_TEXT_LIMIT = 200  # characters of an error's text worth a log line
+TOKEN_MALFORMED = (
+    "TELEGRAM_BOT_TOKEN is not a bot token (it looks like 123456789:AA…, digits, a colon "
+    "and a key, no spaces); copy the token @BotFather gave you (/mybots → your bot → "
+    "API Token) into TELEGRAM_BOT_TOKEN."
+)
+TOKEN_REJECTED = (
+    "TELEGRAM_BOT_TOKEN was rejected by Telegram; copy the token @BotFather gave you "
+    "(/mybots → your bot → API Token) into TELEGRAM_BOT_TOKEN."
+)
 
 
 def redact(text: str, token: str | None = None) -> str:
@@ -81,8 +104,51 @@ def _scrub(record: logging.LogRecord, token: str) -> None:
         record.stack_info = redact(record.stack_info, token)
 
 
+def describe_error(exc: BaseException, token: str | None = None) -> str:
+    """One short line about a failed Bot API call, without the token (logs, the terminal)."""
+    if isinstance(exc, ClientDecodeError):
+        content = " ".join(str(exc.data).split())[:60]
+        text = f"the answer is not the Bot API's JSON: {content!r}"
+    elif isinstance(exc, TelegramAPIError):
+        text = str(exc)  # aiogram's label ("Telegram server says - …") and the description
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    lines = text.strip().splitlines()
+    return redact(lines[0][:ERROR_TEXT_LIMIT] if lines else type(exc).__name__, token)
+
+
+def check_token(token: str) -> None:
+    """Raise ConfigError (one line, no token) unless `token` is shaped like a bot token."""
+    try:
+        validate_token(token)
+    except TokenValidationError:
+        raise ConfigError(TOKEN_MALFORMED) from None
+
+
+def start_problem(exc: Exception, api_url: str, token: str | None) -> str:
+    """The one line for the operator when the bot cannot start (getMe failed)."""
+    if isinstance(exc, TelegramUnauthorizedError):
+        return TOKEN_REJECTED
+    why = describe_error(exc, token)
+    if isinstance(exc, TelegramNotFound | ClientDecodeError):
+        text = (
+            f"TELEGRAM_API_URL ({api_url}) does not answer like the Telegram Bot API ({why}); "
+            "set it to a Bot API server's base URL, or unset it for Telegram's own."
+        )
+    elif isinstance(exc, TelegramNetworkError):
+        text = (
+            f"cannot reach Telegram at {api_url} ({why}); "
+            "check the network and TELEGRAM_API_URL."
+        )
+    else:
+        text = f"Telegram did not answer getMe ({why}); try again in a minute."
+    return redact(text, token)
+
+
 def make_bot(token: str, api_url: str | None = None) -> Bot:
-    """An aiogram Bot talking to `api_url` (Telegram's or a local Bot API server)."""
+    """An aiogram Bot talking to `api_url` (Telegram's or a local Bot API server); a token
+    that is not shaped like one raises ConfigError."""
+    check_token(token)
     TokenRedaction.install(token)
     server = TelegramAPIServer.from_base((api_url or DEFAULT_API_URL).rstrip("/"))
     session = AiohttpSession(api=server, timeout=REQUEST_TIMEOUT)
