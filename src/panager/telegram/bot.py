@@ -25,13 +25,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiogram.exceptions import (
-    TelegramAPIError,
-    TelegramConflictError,
-    TelegramNetworkError,
+    TelegramBadRequest,
+    TelegramForbiddenError,
+    TelegramNotFound,
     TelegramRetryAfter,
+    TelegramUnauthorizedError,
 )
 from aiogram.types import BotCommand, BotCommandScopeAllPrivateChats, Update
 
@@ -54,7 +56,7 @@ from panager.services.telegram_updates import (
     store_update,
 )
 from panager.telegram import questions
-from panager.telegram.api import close_bot, make_bot
+from panager.telegram.api import close_bot, describe_error, make_bot
 from panager.telegram.buttons import Buttons
 from panager.telegram.chat import TelegramChat, incoming
 from panager.telegram.messenger import TelegramMessenger
@@ -65,11 +67,22 @@ if TYPE_CHECKING:
     from panager.app import App
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ALLOWED_UPDATES = ["message", "callback_query"]
 WEBHOOK_PATH = "/telegram/webhook"
 COMMAND_NAME = r"^[a-z0-9_]{1,32}$"
 DOWNLOAD_TIMEOUT = 30
+MAX_RETRY_AFTER = 60.0  # seconds: a longer flood wait is cut short (Telegram says again)
+# Telegram's final answer to a call (not worth repeating it): the webhook URL is refused.
+REFUSED = (TelegramBadRequest, TelegramForbiddenError, TelegramNotFound, TelegramUnauthorizedError)
+
+
+def retry_after(exc: Exception, failures: int) -> float:
+    """Seconds before calling the Bot API again: what Telegram asks (429), else a backoff."""
+    if isinstance(exc, TelegramRetryAfter):
+        return min(float(exc.retry_after), MAX_RETRY_AFTER)
+    return retry_delay(failures)
 
 
 def webhook_url(app: App) -> str | None:
@@ -142,23 +155,45 @@ class TelegramFrontEnd:
         presence = await start_presence(self.app.url, self.inbox.worker)  # before any claim
         if presence is not None:
             self.queue.spawn(reclaim_loop(self.queue, presence))
-        try:
-            scope = BotCommandScopeAllPrivateChats()
-            await self.bot.set_my_commands(telegram_commands(), scope=scope)
-        except TelegramAPIError as exc:
-            log.warning("could not register the command menu with Telegram: %s", exc)
+        await self._register_commands()
         await self.queue.recover_patiently()
         self.queue.start_pruning()
         self.queue.spawn(self._watch())
         url = webhook_url(self.app)
-        if url is not None:
-            secret = await self.state.webhook_secret()
-            await self.bot.set_webhook(url, secret_token=secret, allowed_updates=ALLOWED_UPDATES)
-            log.info("Telegram posts updates to %s", url)
+        if url is not None and await self._set_webhook(url):
             return
-        await self.bot.delete_webhook()
-        self.leader.start()
-        self.queue.spawn(self._poll_loop())
+        await self._persist("deleteWebhook", self.bot.delete_webhook)
+        if not self.queue.stopping:
+            self.leader.start()
+            self.queue.spawn(self._poll_loop())
+
+    async def _register_commands(self) -> None:
+        """The command menu is a convenience: a failure is logged once, not retried."""
+        try:
+            scope = BotCommandScopeAllPrivateChats()
+            await self.bot.set_my_commands(telegram_commands(), scope=scope)
+        except Exception as exc:
+            why = describe_error(exc, self.bot.token)
+            log.warning("could not register the command menu with Telegram (%s)", why)
+
+    async def _set_webhook(self, url: str) -> bool:
+        """Have Telegram post updates to `url`; False (poll instead) when Telegram refuses it."""
+        secret = await self.state.webhook_secret()
+
+        async def call() -> bool:
+            return await self.bot.set_webhook(
+                url, secret_token=secret, allowed_updates=ALLOWED_UPDATES
+            )
+
+        try:
+            done = await self._persist("setWebhook", call, refused=REFUSED)
+        except REFUSED as exc:
+            why = describe_error(exc, self.bot.token)
+            log.warning("Telegram refused the webhook %s (%s); polling instead", url, why)
+            return False
+        if done is not None:
+            log.info("Telegram posts updates to %s", url)
+        return True
 
     async def close(self) -> None:
         """Let running turns finish (up to shutdown_grace), then stop polling and disconnect."""
@@ -175,26 +210,55 @@ class TelegramFrontEnd:
     async def _poll_loop(self) -> None:
         """While this process leads: long-poll, store each update, then confirm it."""
         offset: int | None = None
-        failures = 0
         while not self.queue.stopping:
             await self.leader.held.wait()
-            try:
-                updates = await self.bot.get_updates(
+
+            async def poll(offset: int | None = offset) -> list[Update]:
+                return await self.bot.get_updates(
                     offset=offset,
                     timeout=self.poll_timeout,
                     allowed_updates=ALLOWED_UPDATES,
                     request_timeout=self.poll_timeout + 10,
                 )
-                failures = 0
-            except (TelegramConflictError, TelegramNetworkError, TelegramRetryAfter) as exc:
-                log.warning("getUpdates failed (%s); retrying", exc)
-                await asyncio.sleep(retry_delay(failures))
-                failures += 1
+
+            updates = await self._persist("getUpdates", poll, leading=True)
+            if updates is None:
                 continue
             self.polled += 1
             for update in updates:
                 await self.take(update)
                 offset = update.update_id + 1
+
+    async def _persist(
+        self,
+        what: str,
+        call: Callable[[], Awaitable[T]],
+        *,
+        refused: tuple[type[Exception], ...] = (),
+        leading: bool = False,
+    ) -> T | None:
+        """`call()`'s result, calling again after any failure (a 5xx, an HTML error page, the
+        network) with a bounded backoff; None once the front end stops (or, when `leading`,
+        this process no longer leads). Errors in `refused` are raised: Telegram's final word.
+        A streak of failures logs one line each at attempts 1, 2, 4, 8…, never a traceback."""
+        failures = 0
+        while not self.queue.stopping and (self.leader.held.is_set() or not leading):
+            try:
+                result = await call()
+            except refused:
+                raise
+            except Exception as exc:
+                delay = retry_after(exc, failures)
+                failures += 1
+                level = logging.WARNING if failures & (failures - 1) == 0 else logging.DEBUG
+                why = describe_error(exc, self.bot.token)
+                log.log(level, "%s failed (%s); retry %d in %.1f s", what, why, failures, delay)
+                await asyncio.sleep(delay)
+                continue
+            if failures:
+                log.info("%s works again after %d failed attempts", what, failures)
+            return result
+        return None
 
     async def take(self, update: Update) -> bool:
         """Store one update (once) and wake its sender's queue; False when ignored or seen."""
