@@ -9,7 +9,11 @@ autocommit statement:
 2. `begin_runs` — the fence. While still holding the lease, insert the
    occurrence's `schedule_runs` row (UNIQUE (schedule_id, scheduled_for)) in
    state `sending`. Only the worker whose insert (or takeover of a `retry` row)
-   succeeds may send, so one occurrence is never sent by two workers.
+   succeeds may send, so one occurrence is never sent by two workers. A run
+   still `sending` when the lease holder comes to it was cut off (a dead
+   worker, a send that timed out, a worker that lost track of it): `take_over`
+   hands it to the lease holder as interrupted, and the message says it is
+   sent again.
 3. `complete_runs` / `settle` — record the outcome (delivered, retry, failed,
    missed) and move the schedule to its next occurrence, releasing the lease.
 
@@ -303,7 +307,10 @@ class ScheduleClaims:
     async def take_over(
         self, request: RunRequest, *, worker: str, now: datetime
     ) -> RunTicket | None:
-        """A `sending` run left by a worker whose lease we now hold was cut off mid-send."""
+        """A `sending` run under a lease we now hold was cut off: send it again, flagged.
+
+        Its sender may be a dead worker or `worker` itself, which calls this only for an
+        occurrence it is not handling any more (it lost track of it after a failure)."""
         params = {
             "schedule_id": request.schedule.id,
             "scheduled_for": request.scheduled_for,
@@ -314,8 +321,6 @@ class ScheduleClaims:
         run = await self._one(GET_RUN, params)
         if run is None or run["status"] != "sending" or not run["lease_is_mine"]:
             return None
-        if run["claimed_by"] == worker:
-            return None  # our own send in progress: never start a second one
         taken = await self._one(
             TAKE_OVER_RUN, {**params, "id": run["id"], "previous": run["claimed_by"]}
         )
@@ -328,10 +333,10 @@ class ScheduleClaims:
         return run["status"] if run else None
 
     async def stored_output(self, schedule: Schedule, scheduled_for: datetime) -> str | None:
-        """An agent answer produced by an earlier attempt whose delivery failed."""
+        """An agent answer produced by an earlier attempt whose delivery failed or was cut off."""
         params = {"schedule_id": schedule.id, "scheduled_for": scheduled_for, "worker": ""}
         run = await self._one(GET_RUN, params)
-        return run["output"] if run and run["status"] == "retry" else None
+        return run["output"] if run and run["status"] in ("retry", "sending") else None
 
     async def complete_runs(
         self, items: list[tuple[Schedule, RunTicket, Settlement]], *, worker: str, now: datetime

@@ -5,22 +5,39 @@ missed, not ours, handed back, no route, failed — and `Outcomes` writes it: th
 schedule's next state (`Settlement`) and, where there is one, the occurrence's
 `schedule_runs` row. A failed delivery is retried after `RETRY_DELAYS`; the last
 failure marks the run `failed` and shows in /schedules.
+
+An attempt that may have reached the person (`unsure`: a send that timed out
+after the channel took it, or any attempt after such a send) leaves its run
+`sending` instead of `retry`: the next attempt then takes the run over as
+interrupted and says it is sent again (`claims.take_over`).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from datetime import datetime, timedelta
 
 from panager.clock import Clock
 from panager.services.schedules.claims import ScheduleClaims
-from panager.services.schedules.occurrences import Occurrence, due_of, local_label, next_after
-from panager.services.schedules.types import RunRecord, Schedule, Settlement
+from panager.services.schedules.coalesce import Coalescer
+from panager.services.schedules.delivery import DeliveryFailed, PermanentFailure
+from panager.services.schedules.occurrences import (
+    UNEXPECTED_ERROR,
+    Occurrence,
+    due_of,
+    local_label,
+    next_after,
+)
+from panager.services.schedules.types import RunRecord, RunTicket, Schedule, Settlement
 
 log = logging.getLogger(__name__)
 
 RETRY_DELAYS = (30, 120, 600, 1800)  # seconds before attempts 2..5; then the run is failed
 NO_ROUTE_DELAY = timedelta(seconds=60)  # nobody can reach the user now: look again later
+# Seconds between attempts to record a delivery that happened (the last one repeats): the
+# message is out, so the worker keeps trying while it lives rather than send it again.
+RECORD_BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
 class Outcomes:
@@ -30,6 +47,29 @@ class Outcomes:
         self.claims = claims
         self.worker = worker
         self.clock = clock
+        # Deliveries are recorded in one statement per batch (see coalesce.py).
+        self._complete = Coalescer(self._complete_batch)
+
+    async def delivered(self, schedule: Schedule, ticket: RunTicket, due: datetime) -> None:
+        """Record a delivery that happened, retrying until the database answers.
+
+        Turning the run into a retry would send the message again. If the process ends
+        first, the run stays `sending` and the next attempt carries the "sent again" note."""
+        for attempt in itertools.count():
+            try:
+                await self._complete.submit((schedule, ticket, self.after(schedule, due)))
+                return
+            except Exception as exc:
+                delay = RECORD_BACKOFF[min(attempt, len(RECORD_BACKOFF) - 1)]
+                log.warning(
+                    "scheduler: %s was delivered but recording it failed (%s); again in %.1f s",
+                    schedule.id, type(exc).__name__, delay, exc_info=attempt == 0,
+                )
+                await self.clock.sleep(delay)
+
+    async def _complete_batch(self, items: list) -> list[None]:
+        await self.claims.complete_runs(items, worker=self.worker, now=self.clock.now())
+        return [None] * len(items)
 
     async def missed(self, schedule: Schedule, occurrence: Occurrence) -> None:
         """Older occurrences were skipped on the way to the one delivered: record the miss."""
@@ -80,21 +120,48 @@ class Outcomes:
         await self.claims.settle(schedule, settlement, worker=self.worker, now=self.clock.now())
         return "busy"
 
-    async def no_route(self, schedule: Schedule, occ: Occurrence) -> str:
+    async def no_route(self, schedule: Schedule, occ: Occurrence, *, unsure: bool = False) -> str:
         """No front end can reach the user: keep it due; the grace rules apply next time."""
         now = self.clock.now()
         error = "no front end could reach the user"
         settlement = Settlement(
             next_run_at=occ.deliver, last_error=error, retry_at=now + NO_ROUTE_DELAY
         )
-        run = RunRecord(due_of(occ), "retry", late=occ.late, error=error)
+        run = RunRecord(due_of(occ), _pending(unsure), late=occ.late, error=error)
         await self.claims.settle(schedule, settlement, worker=self.worker, now=now, run=run)
         return "no_route"
 
-    async def failed(
-        self, schedule: Schedule, occ: Occurrence, error: str, *, permanent: bool = False
+    async def attempt_failed(
+        self, schedule: Schedule, occ: Occurrence, exc: Exception, ticket: RunTicket | None
     ) -> str:
-        """Retry with backoff, or record the final failure (visible in /schedules)."""
+        """An attempt raised: record it with a plain sentence, never the exception's text.
+
+        `ticket` is the run's fence when it was taken (None before the send)."""
+        if isinstance(exc, DeliveryFailed):
+            error = str(exc)  # our own plain sentence
+        elif isinstance(exc, TimeoutError):
+            error = "timed out"
+        else:
+            log.warning("scheduler: delivery of %s raised", schedule.id, exc_info=exc)
+            error = UNEXPECTED_ERROR
+        # Fenced and timed out: handed to the channel without an answer. Taken over: an
+        # earlier send may have arrived. Either way the next attempt carries the note.
+        unsure = ticket is not None and (ticket.interrupted or isinstance(exc, TimeoutError))
+        permanent = isinstance(exc, PermanentFailure)
+        return await self.failed(schedule, occ, error, permanent=permanent, unsure=unsure)
+
+    async def failed(
+        self,
+        schedule: Schedule,
+        occ: Occurrence,
+        error: str,
+        *,
+        permanent: bool = False,
+        unsure: bool = False,
+    ) -> str:
+        """Retry with backoff, or record the final failure (visible in /schedules).
+
+        `unsure`: the message may have arrived, so the retry is flagged as sent again."""
         now = self.clock.now()
         due = due_of(occ)
         attempts = schedule.attempts + 1
@@ -103,7 +170,7 @@ class Outcomes:
             settlement = Settlement(
                 next_run_at=due, attempts=attempts, last_error=error, retry_at=retry_at
             )
-            run = RunRecord(due, "retry", late=occ.late, attempts=attempts, error=error)
+            run = RunRecord(due, _pending(unsure), late=occ.late, attempts=attempts, error=error)
             await self.claims.settle(schedule, settlement, worker=self.worker, now=now, run=run)
             log.warning("scheduler: %s attempt %d failed (%s)", schedule.id, attempts, error)
             return "retry"
@@ -118,3 +185,8 @@ class Outcomes:
         await self.claims.settle(schedule, settlement, worker=self.worker, now=now, run=run)
         log.error("scheduler: %s failed permanently (%s)", schedule.id, error)
         return "failed"
+
+
+def _pending(unsure: bool) -> str:
+    """The run state an attempt to come starts from: `sending` is taken over with the note."""
+    return "sending" if unsure else "retry"

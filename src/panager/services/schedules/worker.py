@@ -20,6 +20,13 @@ sent; a recurring schedule skips forward to its newest due occurrence and
 never replays the backlog. A failed delivery is retried with backoff; the
 last failure marks the run `failed` and shows in /schedules.
 
+A message that went out is never sent again silently. Once the channel has
+accepted it, recording the delivery is retried (`outcomes.RECORD_BACKOFF`) until the
+database answers, instead of turning the run into a retry. A send whose outcome
+is unknown (it timed out after being handed to the channel, or it follows such
+a send) leaves its run `sending`, and whoever sends it next takes the run over
+and adds the "sent again" note — this worker too, once it no longer handles it.
+
 Beside it: the `Delivery` protocol it calls (`delivery.py`), what each outcome
 writes to the database (`outcomes.py`), the missed-run reports (`reports.py`)
 and the LISTEN wake-up line (`wakeups.py`).
@@ -44,7 +51,6 @@ from panager.services.schedules.coalesce import Coalescer
 from panager.services.schedules.delivery import Delivery, DeliveryFailed, PermanentFailure
 from panager.services.schedules.liveness import worker_liveness
 from panager.services.schedules.occurrences import (
-    UNEXPECTED_ERROR,
     Occurrence,
     compose,
     due_of,
@@ -127,6 +133,9 @@ class SchedulerWorker:
         self.user_in_flight = user_in_flight
         self._in_flight: defaultdict[int, int] = defaultdict(int)  # runs per user, this worker
         self._turn_busy: dict[int, datetime] = {}  # user → until when their turn blocks runs
+        # Schedules this worker is handling now → their run's ticket once fenced. A `sending`
+        # run of ours outside it was lost track of (a failure) and is taken over, with the note.
+        self._handling: dict[str, RunTicket | None] = {}
         self.listen_url = listen_url
         self.users_filter: _UsersFilter = {
             "only_users": list(only_users) if only_users is not None else None,
@@ -139,10 +148,9 @@ class SchedulerWorker:
         self._wake = asyncio.Event()
         self._saturated = False
         self._missed_pending = False
-        # One statement per batch for the fence and for completions (see
-        # services/schedules/coalesce.py).
+        # One statement per batch for the fence (services/schedules/coalesce.py); the
+        # completions are batched the same way in `Outcomes.delivered`.
         self._begin = Coalescer(self._begin_batch)
-        self._complete = Coalescer(self._complete_batch)
 
     # -- loops -------------------------------------------------------------------------------
 
@@ -301,6 +309,17 @@ class SchedulerWorker:
 
     async def process(self, schedule: Schedule, user: User | None) -> str:
         """Handle one claimed schedule; returns what happened (for logs and tests)."""
+        if schedule.id in self._handling:
+            # Claimed again after its lease ran out while this worker still records its
+            # delivery (the database was away): that attempt finishes it.
+            return "skipped"
+        self._handling[schedule.id] = None
+        try:
+            return await self._process(schedule, user)
+        finally:
+            del self._handling[schedule.id]
+
+    async def _process(self, schedule: Schedule, user: User | None) -> str:
         occurrence = plan_occurrence(schedule, self.clock.now(), self.grace)
         if occurrence.missed:
             self._missed_pending = True
@@ -313,15 +332,9 @@ class SchedulerWorker:
             return await self._deliver(schedule, user, occurrence)
         except UserBusy:
             return await self.outcomes.hand_back(schedule, occurrence)
-        except PermanentFailure as exc:
-            return await self.outcomes.failed(schedule, occurrence, str(exc), permanent=True)
-        except DeliveryFailed as exc:  # our own plain sentence
-            return await self.outcomes.failed(schedule, occurrence, str(exc))
-        except TimeoutError:
-            return await self.outcomes.failed(schedule, occurrence, "timed out")
-        except Exception:
-            log.warning("scheduler: delivery of %s raised", schedule.id, exc_info=True)
-            return await self.outcomes.failed(schedule, occurrence, UNEXPECTED_ERROR)
+        except Exception as exc:  # the run's ticket tells whether it may have arrived
+            ticket = self._handling.get(schedule.id)
+            return await self.outcomes.attempt_failed(schedule, occurrence, exc, ticket)
 
     async def _deliver(self, schedule: Schedule, user: User | None, occ: Occurrence) -> str:
         if user is None or user.status == "blocked":
@@ -338,27 +351,24 @@ class SchedulerWorker:
             ticket = await self.claims.take_over(request, worker=self.id, now=self.clock.now())
         if ticket is None:
             return await self.outcomes.not_ours(schedule, due)
+        self._handling[schedule.id] = ticket
         if schedule.kind in SYSTEM_KINDS and not (ticket.output or output):
             # a system job with nothing to say (a quiet heartbeat): done, nothing sent
-            await self._complete.submit((schedule, ticket, self.outcomes.after(schedule, due)))
+            await self.outcomes.delivered(schedule, ticket, due)
             return "quiet"
         text = ticket.output or output or schedule.message
         text = compose(schedule, text, due, late=occ.late, resent=ticket.interrupted)
         timeout = self.lease.total_seconds() / 2  # a send never outlives the lease
         send = self.delivery.send(user, text, key=f"run{ticket.id}")
         if not await asyncio.wait_for(send, timeout):
-            return await self.outcomes.no_route(schedule, occ)
-        await self._complete.submit((schedule, ticket, self.outcomes.after(schedule, due)))
+            return await self.outcomes.no_route(schedule, occ, unsure=ticket.interrupted)
+        await self.outcomes.delivered(schedule, ticket, due)  # patiently: it went out
         return "delivered"
 
     async def _begin_batch(self, requests: list[RunRequest]) -> list[RunTicket | None]:
         return await self.claims.begin_runs(
             requests, worker=self.id, now=self.clock.now(), lease=self.lease
         )
-
-    async def _complete_batch(self, items: list) -> list[None]:
-        await self.claims.complete_runs(items, worker=self.id, now=self.clock.now())
-        return [None] * len(items)
 
     async def _run_agent(self, schedule: Schedule, user: User, due: datetime) -> str:
         async with self._keep_lease(schedule):
