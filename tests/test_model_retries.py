@@ -59,3 +59,54 @@ def test_retry_after_forms_and_backoff_bounds():
     assert backoff_delay(1, 7.0) == 7.0 and backoff_delay(1, 500.0) == 30.0
     for attempt in (1, 2, 3, 4):
         assert 0.25 * 2 ** (attempt - 1) <= backoff_delay(attempt, None) <= 0.5 * 2 ** (attempt - 1)
+
+
+async def test_a_cancel_swallowed_below_the_stream_still_ends_the_turn():
+    """A library under the model call may swallow a cancellation (Python 3.11's
+    `asyncio.wait_for` does when a chunk arrives as the cancel does): the stream stops at
+    the next chunk instead of running to its end, so a Ctrl+C is never lost."""
+    import asyncio
+    import contextlib
+
+    from langchain_core.messages import AIMessageChunk
+
+    from panager.llm import _stream_once
+
+    arrived = asyncio.Event()
+    sent: list[str] = []
+
+    class Swallowing:
+        async def astream(self, messages):
+            for n in range(50):
+                if n == 1:
+                    arrived.set()
+                    with contextlib.suppress(asyncio.CancelledError):  # wait_for, in the race
+                        await asyncio.sleep(5)
+                sent.append(str(n))
+                yield AIMessageChunk(content=f"w{n} ")
+
+    class Sink:
+        async def delta(self, text: str) -> None:
+            pass
+
+        async def reset(self) -> None:
+            pass
+
+    task = asyncio.create_task(_stream_once(Swallowing(), [HumanMessage("hi")], Sink()))
+    await asyncio.wait_for(arrived.wait(), 5)
+    task.cancel()
+    try:
+        await task
+        raise AssertionError("the stream ran to its end")
+    except asyncio.CancelledError:
+        pass
+    assert sent == ["0", "1"]  # stopped at the chunk that came with the swallowed cancel
+
+
+def test_the_model_client_has_no_per_chunk_wait_for(tmp_path):
+    from panager.config import Settings
+    from panager.llm import make_chat_model
+
+    model = make_chat_model(Settings(_env_file=None, openai_base_url="http://127.0.0.1:9/v1",
+                                     openai_api_key="k", model="m", home=tmp_path))
+    assert model is not None and not model.stream_chunk_timeout

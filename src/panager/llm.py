@@ -72,7 +72,10 @@ def make_chat_model(settings: Settings, model_name: str | None = None) -> BaseCh
         use_responses_api=settings.api_type == "responses",
         stream_usage=True,
         max_retries=0,
-        timeout=settings.runtime.model_timeout_seconds,
+        timeout=settings.runtime.model_timeout_seconds,  # also bounds a stalled stream
+        # Its per-chunk `asyncio.wait_for` loses a cancellation (Ctrl+C) on Python 3.11
+        # when a chunk arrives as the cancel does, and the turn then runs to its end.
+        stream_chunk_timeout=0,
     )
 
 
@@ -213,11 +216,21 @@ async def stream_with_retries(
     )
 
 
+def raise_if_cancelled() -> None:
+    """Raise the cancellation of the running task if something below swallowed it (Python
+    3.11's `asyncio.wait_for` returns a result that arrived as its caller was cancelled);
+    the task still counts the request, so a Ctrl+C is never lost."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def _stream_once(bound, messages: list[AnyMessage], sink: TextSink) -> AIMessage:
     """One streamed call: the chunks summed into the same AIMessage `ainvoke` returns."""
     chunks: list[AIMessageChunk] = []
     calls_tools = False
     async for chunk in bound.astream(messages):
+        raise_if_cancelled()
         if not isinstance(chunk, AIMessageChunk):  # a model that cannot stream: whole reply
             if not chunk.tool_calls and chunk.text:
                 await sink.delta(chunk.text)
@@ -271,7 +284,9 @@ async def _with_retries(
     attempt = 0
     while True:
         try:
-            return await call()
+            reply = await call()
+            raise_if_cancelled()
+            return reply
         except Exception as exc:
             if sink is not None:
                 await sink.reset()
