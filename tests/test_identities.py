@@ -70,14 +70,14 @@ async def test_telegram_admins_follow_admin_ids_at_every_message(make_app):
     listed = AccessService(app.pool, users, app.clock, mode="invite", telegram_admin_ids=[TG])
     admission = await listed.admit_identity("telegram", TG, "boss")
     assert (
-        admission.allowed and admission.user.role == "admin" and listed.is_admin(admission.user.id)
+        admission.allowed and admission.user.role == "admin" and await listed.is_admin(admission.user.id)
     )
     # The same number as a Discord id is somebody else, and not an admin.
     assert not (await listed.admit_identity("discord", TG, "stranger")).allowed
     unlisted = AccessService(app.pool, users, app.clock, mode="allowlist")
     demoted = await unlisted.admit_identity("telegram", TG, "boss")  # no longer listed
     assert (
-        demoted.allowed and demoted.user.role == "user" and not unlisted.is_admin(demoted.user.id)
+        demoted.allowed and demoted.user.role == "user" and not await unlisted.is_admin(demoted.user.id)
     )
     refused = await unlisted.admit_identity("telegram", TG + 5, "newcomer")
     assert not refused.allowed

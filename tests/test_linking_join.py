@@ -461,6 +461,6 @@ async def test_unlinking_the_listed_identity_takes_the_admin_rights_with_it(make
     assert fresh.id != admin.id and fresh.role == "admin"
     assert await app.deps.memory.list(fresh.id) == []
     rest = (await access.admit_identity("telegram", TELEGRAM_ID, "boss_tg")).user
-    assert rest.id == admin.id and rest.role == "user" and not access.is_admin(rest.id)
+    assert rest.id == admin.id and rest.role == "user" and not await access.is_admin(rest.id)
     assert len(await app.deps.memory.list(rest.id)) == 1  # the joined data stayed
     assert "only front end" in await run(app, ("telegram", TELEGRAM_ID), "/unlink", rest)

@@ -79,11 +79,11 @@ async def test_the_terminals_admin_rights_leave_with_the_terminal(make_app):
     assert "Code accepted" in await command(app, ("telegram", TELEGRAM), f"/link {code}")
     assert (await command(app, ("terminal", 1), "/link approve")).startswith("Joined")
     joined = (await access.admit_identity("telegram", TELEGRAM, "me_tg")).user
-    assert joined.id == 1 and joined.role == "admin" and access.has_admin_rights(joined.id)
+    assert joined.id == 1 and joined.role == "admin" and await access.has_admin_rights(joined.id)
     assert (await command(app, ("terminal", 1), "/unlink")).startswith("Unlinked")
     terminal = await app.deps.users.person_id("terminal", 1)
-    assert terminal != 1 and access.has_admin_rights(terminal)
-    assert not access.has_admin_rights(1)  # Telegram alone is no admin
+    assert terminal != 1 and await access.has_admin_rights(terminal)
+    assert not await access.has_admin_rights(1)  # Telegram alone is no admin
     rest = (await access.admit_identity("telegram", TELEGRAM, "me_tg")).user
     assert rest.id == 1 and rest.role == "user"
 

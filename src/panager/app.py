@@ -164,7 +164,7 @@ class App:
         # 2. The agent runtime: effects (YAML), compaction, skills, sessions, activity —
         #    after asking a local model server which context window it really serves.
         await learn_served_window(settings)
-        effect_services = EffectServices(usage, memory, tuple(settings.admin_ids), clock)
+        effect_services = EffectServices(usage, memory, access.is_admin, clock)
         runtime = build_runtime(settings, checkpointer, effect_services)
         # 3. The graph, configured before it is built.
         graph_config = GraphConfig(

@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, AnyMessage
 
 from panager.agent.confirm import Question, declined_message, question_text, unanswered_calls
 from panager.agent.taint import CALL_TAINTED, TAINT_KEY
-from panager.agent.tools import build_tools
+from panager.agent.tools import all_tools
 from panager.agent.tools.base import CURRENT_CALL, clean_args
 from panager.errors import AuthRequired, ToolError
 
@@ -70,7 +70,7 @@ async def approve(assistant: Assistant, user: User, proposal_id: str) -> TurnRes
     if proposal is None:
         known = await deps.proposals.get(user.id, ident)
         return TurnResult(TAKEN if known else UNKNOWN_PROPOSAL.format(id=ident), ok=False)
-    tool = {t.name: t for t in build_tools(deps, user)}.get(proposal.tool)
+    tool = {t.name: t for t in await all_tools(deps, user)}.get(proposal.tool)
     outcome: Any
     try:
         if tool is None:

@@ -43,7 +43,6 @@ from panager.services.joining import (
     thread_activity,
 )
 from panager.services.linking import LinkRefused, LinkRequest, LinkService, platform_label
-from panager.services.users import LOCAL_USER_ID
 
 if TYPE_CHECKING:
     from panager.agent.runner import Assistant
@@ -67,8 +66,7 @@ class Linking:
 
     def listed(self, identities: list[Identity]) -> bool:
         """True when one of these identities carries admin rights."""
-        admins = self.deps.access.admins
-        return any(i in admins or i == ("terminal", LOCAL_USER_ID) for i in identities)
+        return any(self.deps.access.carries_rights(i) for i in identities)
 
     async def issue(self, user: User, identity: Identity) -> str:
         """A code for the person behind `identity`, with how to use it."""
@@ -193,8 +191,6 @@ class Linking:
                 if (issuer, claimant) != (keep, gone):
                     raise JoinError("one of the two front ends changed person meanwhile")
                 await join_people(conn, plan)
-        self.deps.access.note_rights(keep, plan.admin)
-        self.deps.access.note_rights(gone, False)
         log.info("joined person %s into %s", gone, keep)
 
     async def _save_dropped_thread(self, keep: int, gone: int) -> int:
@@ -245,8 +241,6 @@ class Linking:
         rest = await self.deps.users.identities(user.id)
         async with self.deps.pool.connection() as conn:
             await set_role(conn, user.id, self.listed(rest))
-        self.deps.access.note_rights(user.id, self.listed(rest))
-        self.deps.access.note_rights(new, self.listed([identity]))
         log.info("identity %s:%s detached from person %s into %s", *identity, user.id, new)
         names = ", ".join(platform_label(p) for p, _ in rest)
         waits = "" if admitted else (

@@ -115,7 +115,7 @@ def users_list() -> None:
             return
         typer.echo(f"{'ID':<20} {'USERNAME':<24} {'ROLE':<6} {'STATUS':<8} JOINED")
         for user in users:
-            role = "admin" if access.is_admin(user.id) else user.role
+            role = "admin" if await access.is_admin(user.id) else user.role
             typer.echo(
                 f"{user.id:<20} {user.username[:24]:<24} {role:<6} {user.status:<8} "
                 f"{user.created_at:%Y-%m-%d}"

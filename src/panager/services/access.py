@@ -7,6 +7,12 @@ an invite code with `/start CODE`. Admins (`PANAGER_ADMIN_IDS`) are always in
 and can never be blocked. A person refused in `allowlist`/`invite` mode is
 kept as a `pending` user, so `panager users list` shows who knocked.
 
+Admin rights belong to identities, not to person ids: a person is an admin while one of
+their identities (Discord, Telegram, joined by /link or not) is listed, or is the
+terminal, and `standing` reads them from the database at each decision. A join or an
+/unlink made by another process therefore counts at once, and an /unlink that moves the
+listed identity away leaves the person id behind without its rights.
+
 Redemption is a single conditional UPDATE on the invite row: PostgreSQL's row
 lock serialises racing redemptions, and the loser re-checks `uses < max_uses`
 and finds the code spent. Exactly one of two racers wins a single-use code.
@@ -26,6 +32,8 @@ from panager.db.pool import Pool
 from panager.db.queries import one
 from panager.services.users import LOCAL_USER_ID, User, UserService
 
+Identity = tuple[str, int]  # (platform, platform id)
+OWNER: Identity = ("terminal", LOCAL_USER_ID)
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes get read aloud
 CODE_LENGTH = 10
 DEFAULT_INVITE_TTL = timedelta(days=7)
@@ -79,6 +87,15 @@ NO_INVITES = {
         "added. Ask the admin to run: panager users allow YOUR_ID"
     ),
 }
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A person's identities as read now, and the rights they carry."""
+
+    identities: frozenset[Identity]
+    admin: bool  # admin rights: an identity in PANAGER_ADMIN_IDS, or the terminal
+    listed: bool  # an identity in PANAGER_ADMIN_IDS (the terminal alone is not)
 
 
 class AccessError(Exception):
@@ -197,38 +214,41 @@ class AccessService:
         self.clock = clock
         self.mode = mode
         self.admin_ids = frozenset(admin_ids)  # Discord ids (= their person ids)
-        self.admins = frozenset(
+        self.admins: frozenset[Identity] = frozenset(
             [("discord", i) for i in admin_ids] + [("telegram", i) for i in telegram_admin_ids]
         )
-        self._admin_people: set[int] = set()  # person ids of admins seen on other platforms
-        self._not_admins: set[int] = set()  # people whose listed identity was detached (/unlink)
+        self._seen_listed: dict[int, bool] = {}  # person id → listed, as last read here
 
-    def is_admin(self, user_id: int) -> bool:
-        """True for people named in PANAGER_ADMIN_IDS (by any of their identities)."""
-        if user_id in self._admin_people:
-            return True
-        return user_id in self.admin_ids and user_id not in self._not_admins
+    def carries_rights(self, identity: Identity) -> bool:
+        """Whether this identity gives its person admin rights: listed in PANAGER_ADMIN_IDS,
+        or the terminal (the machine's owner is an admin wherever joined)."""
+        return identity in self.admins or identity == OWNER
 
-    async def _listed_person(self, user_id: int) -> bool:
-        """Whether any identity of the person is in PANAGER_ADMIN_IDS (joined ones count)."""
-        owner = ("terminal", LOCAL_USER_ID)  # the machine's owner is an admin wherever joined
-        listed = any(i in self.admins or i == owner for i in await self.users.identities(user_id))
-        self.note_rights(user_id, listed)
-        return listed
+    async def standing(self, user_id: int) -> Standing:
+        """The person's identities and the rights they carry, read now: no process keeps
+        rights from an earlier join or /unlink (another process may have made it)."""
+        found = frozenset(await self.users.identities(user_id))
+        listed = any(i in self.admins for i in found)
+        self._seen_listed[user_id] = listed
+        return Standing(found, admin=listed or OWNER in found, listed=listed)
 
-    def has_admin_rights(self, user_id: int) -> bool:
-        """Admin rights, decided from the configuration now (PANAGER_ADMIN_IDS, and the
-        terminal's local user), never from the role stored in the database: an id removed
-        from the list loses the rights on its next request, from any front end."""
-        if user_id == LOCAL_USER_ID and user_id not in self._not_admins:
-            return True
-        return self.is_admin(user_id)
+    def _listed_now(self, user_id: int) -> bool:
+        """For the model choice, which is made without a database read: what this process
+        last read of the person's identities (every message and web request reads them),
+        else whether the person id is a listed Discord id."""
+        return self._seen_listed.get(user_id, user_id in self.admin_ids)
 
-    def note_rights(self, user_id: int, listed: bool) -> None:
-        """Remember, after a join or an /unlink in this process, whether the person now holds
-        a listed identity (the terminal's counts), so rights follow at once."""
-        (self._admin_people if listed else self._not_admins).add(user_id)
-        (self._not_admins if listed else self._admin_people).discard(user_id)
+    async def is_admin(self, user_id: int) -> bool:
+        """True when one of the person's identities is in PANAGER_ADMIN_IDS now (the
+        terminal alone is not: it gets the admin's commands, not their model or budget)."""
+        return (await self.standing(user_id)).listed
+
+    async def has_admin_rights(self, user_id: int) -> bool:
+        """Admin rights, decided now from the person's identities and the configuration
+        (PANAGER_ADMIN_IDS, and the terminal), never from the role stored in the database
+        or a person id: an id removed from the list, or a listed identity moved away by
+        /unlink, takes the rights with it on the next request, in every process."""
+        return (await self.standing(user_id)).admin
 
     def model_of(self, user: User, default: str, allowed: Collection[str] | None) -> str:
         """The model `user` gets now: their stored /model choice while it is still permitted
@@ -237,13 +257,13 @@ class AccessService:
         choice = user.model
         if not choice or choice == default:
             return default
-        if self.is_admin(user.id) or choice in (allowed or (default,)):
+        if self._listed_now(user.id) or choice in (allowed or (default,)):
             return choice
         return default
 
-    def with_rights(self, user: User) -> User:
+    async def with_rights(self, user: User) -> User:
         """`user` with `role` set from the configuration (see `has_admin_rights`)."""
-        role = "admin" if self.has_admin_rights(user.id) else "user"
+        role = "admin" if await self.has_admin_rights(user.id) else "user"
         return user if user.role == role else replace(user, role=role)
 
     async def admit(
@@ -261,14 +281,15 @@ class AccessService:
         message."""
         if (platform, platform_id) in self.admins:
             user = await self._ensure_admin(platform, platform_id, username, display_name)
-            self._admin_people.add(user.id)
+            self._seen_listed[user.id] = True
             return Admission(user, True)
         initial = "active" if self.mode == "open" else "pending"
         user = await self.users.ensure_identity(
             platform, platform_id, username, display_name=display_name, status=initial
         )
-        # Listed through another, joined identity? (Asked only where it can matter.)
-        listed = bool(self.admins or user.role == "admin") and await self._listed_person(user.id)
+        # Listed through another, joined identity (the terminal's counts)? Asked at every
+        # message: a join or /unlink in another process changes who holds what.
+        listed = await self.has_admin_rights(user.id)
         if listed and (user.role != "admin" or user.status != "active"):
             return Admission(await self._promote(user), True)
         if user.role == "admin" and not listed:  # no longer listed: demoted
@@ -381,7 +402,7 @@ class AccessService:
     async def block(self, user_id: int, platform: str = "discord") -> User:
         """Refuse a person from now on (admins cannot be blocked)."""
         listed = (platform, user_id) in self.admins
-        if listed or (platform == "discord" and self.is_admin(user_id)):
+        if listed or (platform == "discord" and await self.is_admin(user_id)):
             ref = str(user_id) if platform == "discord" else f"{platform}:{user_id}"
             raise AccessError(f"{ref} is in PANAGER_ADMIN_IDS; remove it there before blocking.")
         person = await self._placeholder(user_id, platform, "blocked")

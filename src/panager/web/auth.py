@@ -116,8 +116,9 @@ class Gate:
             session = await self.sessions.lookup(request.cookies.get(COOKIE))
             if session is None:
                 return signed_out_page()
-            # Admin rights follow PANAGER_ADMIN_IDS on every request, not the stored role.
-            session = replace(session, user=self.app.deps.access.with_rights(session.user))
+            # Admin rights follow the person's identities and PANAGER_ADMIN_IDS on every
+            # request, not the stored role.
+            session = replace(session, user=await self.app.deps.access.with_rights(session.user))
             if request.method not in SAFE_METHODS and not await csrf_ok(request, session):
                 return message_page(
                     403, "This form has expired",

@@ -106,9 +106,9 @@ def is_command(text: str) -> bool:
     return parsed is not None and parsed[0].replace("_", "").replace("-", "").isalnum()
 
 
-def available(ctx: CommandContext) -> list[Command]:
+async def available(ctx: CommandContext) -> list[Command]:
     """Commands the caller may run in this front end, sorted by name."""
-    admin = has_admin_rights(ctx)
+    admin = await has_admin_rights(ctx)
     return sorted(
         (
             c
@@ -119,10 +119,10 @@ def available(ctx: CommandContext) -> list[Command]:
     )
 
 
-def has_admin_rights(ctx: CommandContext) -> bool:
-    """Whether the caller is an admin now: PANAGER_ADMIN_IDS (or the terminal's local user),
-    not the role stored for them, which may date from before they were removed."""
-    return ctx.deps.access.has_admin_rights(ctx.user.id)
+async def has_admin_rights(ctx: CommandContext) -> bool:
+    """Whether the caller is an admin now: an identity of theirs in PANAGER_ADMIN_IDS (or the
+    terminal), not the role stored for them, which may date from before a removal or /unlink."""
+    return await ctx.deps.access.has_admin_rights(ctx.user.id)
 
 
 async def dispatch(ctx: CommandContext, text: str) -> CommandReply:
@@ -134,8 +134,8 @@ async def dispatch(ctx: CommandContext, text: str) -> CommandReply:
     name, args = parsed
     cmd = REGISTRY.get(name)
     if cmd is None or ctx.front_end not in cmd.front_ends:
-        return CommandReply(_unknown(name, ctx), ok=False)
-    if cmd.admin_only and not has_admin_rights(ctx):
+        return CommandReply(await _unknown(name, ctx), ok=False)
+    if cmd.admin_only and not await has_admin_rights(ctx):
         return CommandReply(f"/{name} is for admins only.", ok=False)
     try:
         reply = await cmd.handler(ctx, args)
@@ -145,10 +145,10 @@ async def dispatch(ctx: CommandContext, text: str) -> CommandReply:
     return CommandReply(reply) if isinstance(reply, str) else reply
 
 
-def _unknown(name: str, ctx: CommandContext) -> str:
+async def _unknown(name: str, ctx: CommandContext) -> str:
     import difflib
 
-    names = [c.name for c in available(ctx)]
+    names = [c.name for c in await available(ctx)]
     close = difflib.get_close_matches(name, names, n=1)
     hint = f" Did you mean /{close[0]}?" if close else ""
     return f"Unknown command /{name}.{hint} Type /help to see all commands."

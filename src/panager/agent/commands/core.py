@@ -10,7 +10,7 @@ from panager.errors import ToolError
 @command("help", "/help", "list commands")
 async def help_command(ctx: CommandContext, args: str) -> str:
     """List the commands this user can run."""
-    rows = [(c.usage, c.help) for c in available(ctx)]
+    rows = [(c.usage, c.help) for c in await available(ctx)]
     if ctx.front_end == "terminal":
         rows += [
             ("exit, quit, /q", "leave (Ctrl+D also works)"),

@@ -75,7 +75,7 @@ async def model_command(ctx: CommandContext, args: str) -> CommandReply | str:
             ok=False,
         )
     allowed = allowed_models(ctx)
-    if not ctx.deps.access.is_admin(ctx.user.id) and args not in allowed:
+    if not await ctx.deps.access.is_admin(ctx.user.id) and args not in allowed:
         return CommandReply(
             f"{args} is not available here. Models you can choose: {', '.join(allowed)} "
             "(the operator sets allowed_models in the config).",

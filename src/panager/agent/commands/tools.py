@@ -11,7 +11,7 @@ async def tools_command(ctx: CommandContext, args: str) -> str:
     """Each source with its tool names; MCP servers the operator set up are named."""
     if ctx.deps.mcp is not None:
         await ctx.deps.mcp.refresh()
-    groups = tools_by_source(ctx.deps, ctx.user)
+    groups = await tools_by_source(ctx.deps, ctx.user)
     if not groups:
         return "You have no tools in this instance."
     lines = ["Your tools, by source:"]

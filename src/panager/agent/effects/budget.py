@@ -1,5 +1,9 @@
 """`token_budget`: a per-user daily token cap (admins, in PANAGER_ADMIN_IDS, are exempt).
 
+The exemption is asked of the person's identities at every model call (`exempt`, the
+access service's `is_admin`), never of a person id or a stored role: a listed identity
+moved away by /unlink, in this process or another, takes the exemption with it.
+
 On by default for everyone else (`daily_token_budget`, 200,000; 0 = unlimited).
 
 Before every model call the user's tokens for the usage day (a UTC date, so a
@@ -13,11 +17,10 @@ a one-line notice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from panager.agent.effects import ModelCall
-from panager.services.users import LOCAL_USER_ID
 
 if TYPE_CHECKING:
     from panager.services.usage import UsageService
@@ -45,7 +48,7 @@ class TokenBudget:
         warn_at: float = 0.8,
         *,
         usage: UsageService | None = None,
-        admin_ids: Collection[int] = (),
+        exempt: Callable[[int], Awaitable[bool]] | None = None,
     ) -> None:
         if daily_tokens is None:
             raise ValueError("set daily_tokens (or daily_token_budget in the config)")
@@ -56,7 +59,7 @@ class TokenBudget:
         self.daily_tokens = daily_tokens
         self.warn_at = warn_at
         self.usage = usage
-        self.admin_ids = frozenset(admin_ids)  # PANAGER_ADMIN_IDS: never capped
+        self.exempt = exempt  # person id → listed in PANAGER_ADMIN_IDS now: never capped
         self._warned: set[tuple[int, Any]] = set()  # (user id, usage day)
 
     async def _used(self, user: User) -> int | None:
@@ -68,16 +71,21 @@ class TokenBudget:
             log.exception("could not read today's usage; not enforcing the budget")
             return None
 
-    def _exempt(self, user: User) -> bool:
-        # role "admin" follows PANAGER_ADMIN_IDS on every front end (Telegram ids, people
-        # joined by /link) at every message; the ids cover a user row read before that. The
-        # terminal user's own role does not exempt it (the budget is the operator's to test).
-        listed_role = user.role == "admin" and user.id != LOCAL_USER_ID
-        return listed_role or user.id in self.admin_ids
+    async def _exempt(self, user: User) -> bool:
+        # An identity of the person in PANAGER_ADMIN_IDS (Discord or Telegram, joined by
+        # /link or not). The terminal alone does not exempt (the budget is the operator's to
+        # test).
+        if self.exempt is None:
+            return False
+        try:
+            return await self.exempt(user.id)
+        except Exception:
+            log.exception("could not read the person's identities; not exempt from the budget")
+            return False
 
     async def refusal(self, user: User) -> str | None:
         """The refusal when `user` is at or over today's cap, else None."""
-        if self._exempt(user):
+        if await self._exempt(user):
             return None
         used = await self._used(user)
         if used is None or used < self.daily_tokens or self.usage is None:
@@ -94,7 +102,7 @@ class TokenBudget:
     async def after_model(self, call: ModelCall) -> None:
         """Past the warning level on a final answer: append the notice, once a day."""
         response = call.response
-        if response is None or response.tool_calls or self._exempt(call.user):
+        if response is None or response.tool_calls or await self._exempt(call.user):
             return
         used = await self._used(call.user)
         if used is None or self.usage is None or used < self.warn_at * self.daily_tokens:

@@ -23,6 +23,7 @@ after each model call; the usage recorder always runs first.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -120,7 +121,7 @@ class EffectServices:
 
     usage: UsageService | None = None
     memory: MemoryService | None = None
-    admin_ids: tuple[int, ...] = ()  # exempt from the daily token budget
+    exempt: Callable[[int], Awaitable[bool]] | None = None  # no daily token budget (admins)
     clock: Clock | None = None  # when compactions ran (shown by /debug)
 
 
@@ -134,7 +135,7 @@ def _injected(kind: str, config: RuntimeConfig, services: EffectServices) -> dic
             "clock": services.clock,
         }
     if kind == "token_budget":
-        return {"usage": services.usage, "admin_ids": services.admin_ids}
+        return {"usage": services.usage, "exempt": services.exempt}
     return {}
 
 

@@ -37,15 +37,22 @@ TOOL_FACTORIES: list[ToolFactory] = [
     mail_tools,
     messaging_tools,
     web_tools,
-    mcp_tools,
-]
+]  # MCP servers' tools come from `mcp_tools`, which reads the person's identities
 
 
 def build_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
-    """All tools available to `user`, bound to them by closure."""
-    tools: list[BaseTool] = []
-    for factory in TOOL_FACTORIES:
-        tools.extend(factory(deps, user))
+    """`user`'s built-in tools, bound to them by closure (with MCP's: `all_tools`)."""
+    return _finished([made for factory in TOOL_FACTORIES for made in factory(deps, user)])
+
+
+async def all_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
+    """All tools available to `user` now: the built-in ones and the MCP servers' tools
+    their identities are permitted (read from the database at each call)."""
+    built_in = [made for factory in TOOL_FACTORIES for made in factory(deps, user)]
+    return _finished(built_in + await mcp_tools(deps, user))
+
+
+def _finished(tools: list[BaseTool]) -> list[BaseTool]:
     for made in tools:  # docstring indentation and line breaks are tokens the model pays for
         made.description = " ".join(made.description.split())
     _attach_turn_tools(tools)
@@ -66,7 +73,7 @@ async def tools_for_turn(
     """(offered, unlisted) for one turn in a context `window` (tokens): only tools that can
     work are offered, and a small window gets a compact core (offer.py); the unlisted ones
     still run when called (link, reason or result)."""
-    tools, no_scope = await offered_mail_tools(deps, user, build_tools(deps, user), [])
+    tools, no_scope = await offered_mail_tools(deps, user, await all_tools(deps, user), [])
     offered, unlisted = await offered_google_tools(deps, user, tools, window)
     unlisted.extend(no_scope)
     offered, unlisted = compact_core(offered, unlisted, window)
@@ -74,14 +81,15 @@ async def tools_for_turn(
     return offered, unlisted
 
 
-def tools_by_source(deps: AgentDeps, user: User) -> list[tuple[str, list[str]]]:
+async def tools_by_source(deps: AgentDeps, user: User) -> list[tuple[str, list[str]]]:
     """`user`'s tool names grouped by where they come from (built-in domains, MCP servers)."""
+    made_by = [(f.__module__, made) for f in TOOL_FACTORIES for made in f(deps, user)]
+    made_by += [(mcp_tools.__module__, made) for made in await mcp_tools(deps, user)]
     groups: dict[str, list[str]] = {}
-    for factory in TOOL_FACTORIES:
-        for made in factory(deps, user):
-            domain = factory.__module__.rsplit(".", 1)[-1]
-            source = (made.metadata or {}).get(SOURCE_KEY) or f"built-in: {domain}"
-            deferred = (made.metadata or {}).get(DEFERRED_KEY) or []
-            shown = [made.name, *(t.name for t in deferred)]
-            groups.setdefault(str(source), []).extend(shown)
+    for module, made in made_by:
+        domain = module.rsplit(".", 1)[-1]
+        source = (made.metadata or {}).get(SOURCE_KEY) or f"built-in: {domain}"
+        deferred = (made.metadata or {}).get(DEFERRED_KEY) or []
+        shown = [made.name, *(t.name for t in deferred)]
+        groups.setdefault(str(source), []).extend(shown)
     return list(groups.items())

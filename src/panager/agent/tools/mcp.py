@@ -8,13 +8,16 @@ message, why it is down), while Panager's own words (a timeout) stay plain. Clas
 (SPEC §2): in a tainted call an MCP call is consequential unless the operator marked
 the server `read_only: true` — the server's own `readOnlyHint` is not enough, since the
 arguments of a "read" still leave the instance. Who gets which server follows its
-`users:` (ids in the `PANAGER_ADMIN_IDS` syntax); a tool not offered to this person
-does not exist in their turn, so a call to it is an unknown-tool error.
+`users:` (ids in the `PANAGER_ADMIN_IDS` syntax), matched against every identity the
+person has now (Discord, Telegram, the terminal as `local`), and `admins` against the
+same rights as everywhere else (`AccessService.standing`), read at every turn, never
+decided from the person id; a tool not offered to this person does not exist in their
+turn, so a call to it is an unknown-tool error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
@@ -33,29 +36,27 @@ from panager.errors import ToolError
 from panager.framing import frame
 from panager.mcp_config import LOCAL
 from panager.services.mcp.hub import McpError, McpHub, OfferedTool
-from panager.services.users import LOCAL_USER_ID, User
+from panager.services.users import User
 
 SOURCE_KEY = "panager_source"
 
 
-def identities_of(user: User) -> frozenset[str]:
-    """The identity keys a `users:` list may name this person by."""
-    if user.id == LOCAL_USER_ID:
-        return frozenset({LOCAL})
-    return frozenset({f"discord:{user.id}"})
+def identity_keys(identities: Iterable[tuple[str, int]]) -> frozenset[str]:
+    """The keys a `users:` list may name a person with these identities by."""
+    return frozenset(
+        LOCAL if platform == "terminal" else f"{platform}:{number}"
+        for platform, number in identities
+    )
 
 
-def is_admin(deps: AgentDeps, user: User) -> bool:
-    """Admins for MCP scoping: PANAGER_ADMIN_IDS, and the terminal's local user (the operator)."""
-    return user.id == LOCAL_USER_ID or user.id in deps.settings.admin_ids
-
-
-def mcp_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
+async def mcp_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     """This person's MCP tools (none when no server is configured or permitted)."""
     hub = deps.mcp
     if hub is None:
         return []
-    made = [mcp_tool(hub, o) for o in hub.offered(identities_of(user), is_admin(deps, user))]
+    standing = await deps.access.standing(user.id)
+    offered = hub.offered(identity_keys(standing.identities), standing.admin)
+    made = [mcp_tool(hub, o) for o in offered]
     above = deps.config.mcp_tool_search_above
     if above is not None and len(made) > above:
         search = search_tool(made)  # on demand: the schemas would dominate every prompt
