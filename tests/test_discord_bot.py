@@ -113,7 +113,9 @@ async def test_long_answer_arrives_in_ordered_chunks_with_fences_intact(start_bo
     assert len(answer) > 5000
     openai.script(answer)
     await fake.send_dm(ADMIN, "write a lot")
-    await until(fake, lambda: any(m["content"].endswith("end.") for m in fake.messages_to(ADMIN)))
+    # a condition wait, not a timing: many edits of a 5,000-character answer on a busy machine
+    await fake.wait_for(
+        lambda: any(m["content"].endswith("end.") for m in fake.messages_to(ADMIN)), 30)
     chunks = texts(fake, ADMIN)
     assert len(chunks) >= 3 and all(len(c) < 2000 for c in chunks), [len(c) for c in chunks]
     assert all(c.count(FENCE) % 2 == 0 for c in chunks), "a chunk leaves a code block open"

@@ -223,12 +223,14 @@ async def test_context_length_error(fake, responses_api):
 
 @pytest.mark.asyncio
 async def test_fail_for_window(fake):
-    fake.fail_for(0.3, status=502)
+    window = 3.0  # wide enough for the first request to land in it on a busy machine
+    ends = time.monotonic() + window
+    fake.fail_for(window, status=502)
     llm = chat(fake)
     with pytest.raises(openai.APIStatusError) as info:
         await llm.ainvoke(PROMPT)
     assert info.value.status_code == 502
-    await asyncio.sleep(0.35)
+    await asyncio.sleep(max(0.0, ends - time.monotonic()) + 0.05)
     assert (await llm.ainvoke(PROMPT)).content == "ok"
 
 
