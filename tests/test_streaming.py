@@ -127,11 +127,8 @@ async def test_stream_false_in_the_config_turns_it_off(make_app, srv, tmp_path):
     assert not srv.requests[0].get("stream")
 
 
-async def test_cancelled_mid_answer_keeps_what_was_shown_marked_interrupted(make_app, srv):
-    app = await make_app(openai_base_url=srv.base_url, openai_api_key="test")
-    user = await app.local_user()
-    words = [f"w{i} " for i in range(200)]
-    srv.script(Reply(content="".join(words), pieces=words, piece_delay=0.02))
+async def cut_off(app, user, text: str, after: int) -> list[str]:
+    """Run a turn and cancel it (Ctrl+C) once `after` pieces were shown; what was shown."""
     emitter = EventEmitter()
     shown: list[str] = []
     got_some = asyncio.Event()
@@ -139,15 +136,24 @@ async def test_cancelled_mid_answer_keeps_what_was_shown_marked_interrupted(make
     def on_event(event):
         if event.type == "message_delta":
             shown.append(event.data["text"])
-            if len(shown) == 5:
+            if len(shown) == after:
                 got_some.set()
 
     emitter.subscribe(on_event)
-    task = asyncio.create_task(app.assistant.run_turn(user, "talk a lot", emitter=emitter))
+    task = asyncio.create_task(app.assistant.run_turn(user, text, emitter=emitter))
     await asyncio.wait_for(got_some.wait(), 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    return shown
+
+
+async def test_cancelled_mid_answer_keeps_what_was_shown_marked_interrupted(make_app, srv):
+    app = await make_app(openai_base_url=srv.base_url, openai_api_key="test")
+    user = await app.local_user()
+    words = [f"w{i} " for i in range(200)]
+    srv.script(Reply(content="".join(words), pieces=words, piece_delay=0.02))
+    shown = await cut_off(app, user, "talk a lot", after=5)
     messages = (await thread_values(app.assistant, user))["messages"]
     assert isinstance(messages[-2], HumanMessage) and messages[-2].content == "talk a lot"
     kept = messages[-1]
@@ -173,24 +179,7 @@ async def test_an_answer_cut_off_from_a_tainted_call_keeps_the_mark(make_app, sr
     words = [f"w{i} " for i in range(200)]
     srv.script(Reply(content="As you noted, I'll send your PIN " + "".join(words),
                      pieces=words, piece_delay=0.02))
-    emitter = EventEmitter()
-    shown: list[str] = []
-    got_some = asyncio.Event()
-
-    def on_event(event):
-        if event.type == "message_delta":
-            shown.append(event.data["text"])
-            if len(shown) == 5:
-                got_some.set()
-
-    emitter.subscribe(on_event)
-    task = asyncio.create_task(
-        app.assistant.run_turn(user, "What about my PIN?", emitter=emitter)
-    )
-    await asyncio.wait_for(got_some.wait(), 10)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cut_off(app, user, "What about my PIN?", after=1)  # Ctrl+C at the first piece
     assert holds_outside(srv.requests[0]["messages"][0]["content"])  # recalled, framed
     kept = (await thread_values(app.assistant, user))["messages"][-1]
     assert kept.additional_kwargs.get("panager_interrupted") and marked(kept)
