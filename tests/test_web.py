@@ -25,7 +25,7 @@ async def get(url: str, headers: dict | None = None) -> tuple[int, str]:
 
 
 async def test_healthz_is_200_then_503_when_the_database_is_gone(make_app, db_url, pg_server_url):
-    app = await make_app()
+    app = await make_app(http_port=0)  # a free port: spawned `panager chat`s use the default
     server = await start_web(app)
     assert server.port > 0 and server.host == "127.0.0.1"
     status, body = await get(server.url + "/healthz")
@@ -55,7 +55,7 @@ async def test_healthz_is_200_then_503_when_the_database_is_gone(make_app, db_ur
 
 
 async def test_callback_without_google_configured_says_so(make_app):
-    app = await make_app()
+    app = await make_app(http_port=0)
     server = await start_web(app)
     status, body = await get(server.url + "/oauth/google/callback?state=a.b&code=c")
     assert status == 404 and "not configured" in body
