@@ -51,6 +51,15 @@ CLEARED_ENV = (
 )
 
 
+def pytest_configure(config) -> None:
+    """The embedded server's OS account (as root) exists before any worker starts a server:
+    parallel workers on a new machine would otherwise race to create it."""
+    if not TEST_DATABASE_URL and not os.environ.get("PYTEST_XDIST_WORKER"):
+        from panager.db.embedded import ensure_server_user
+
+        ensure_server_user()
+
+
 RELIABILITY_PROPERTY = "reliability numbers"  # a report's user_properties key (tests/reliability)
 
 

@@ -50,6 +50,31 @@ def _private_dir(path: Path) -> bool:
         stat.S_IMODE(info.st_mode) == 0o700)
 
 
+def ensure_server_user() -> None:
+    """As root, pgserver runs PostgreSQL as a `pgserver` account it creates with `useradd`.
+
+    Its own lock lives in the runtime directory, which is per home, so two processes with
+    different homes (parallel test workers, two instances on a new machine) could both
+    find the account missing and race `useradd`: one of them then initialises its data
+    directory for an account id that no longer exists ("could not change permissions").
+    The check-and-create runs under a lock on /etc/passwd itself, machine-wide."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return
+    import fcntl
+
+    try:
+        from pgserver.utils import ensure_user_exists
+    except ImportError:  # no embedded server on this platform: start_embedded says so
+        return
+
+    with open("/etc/passwd", "rb") as passwd:
+        fcntl.flock(passwd, fcntl.LOCK_EX)
+        try:
+            ensure_user_exists("pgserver")
+        finally:
+            fcntl.flock(passwd, fcntl.LOCK_UN)
+
+
 def start_embedded(data_dir: Path) -> str:
     """Start (or attach to) the embedded server in `data_dir`; return its libpq URI."""
     _ensure_runtime_dir(data_dir.parent)
@@ -61,6 +86,7 @@ def start_embedded(data_dir: Path) -> str:
             "set DATABASE_URL to a PostgreSQL server with the pgvector extension."
         ) from None
     data_dir.mkdir(parents=True, exist_ok=True)
+    ensure_server_user()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         logging.getLogger("pgserver").setLevel(logging.WARNING)
