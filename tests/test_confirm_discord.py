@@ -89,11 +89,12 @@ async def test_a_scheduled_answer_carries_an_approve_button_per_proposal(
     async with running_bot(app, fake):
         delivery = AssistantDelivery(app.deps.messenger, app.assistant)
         delivered = await delivery.run_agent(alice, "check my messages")
-        assert delivered.ok and "/approve p" in delivered.text
-        await delivery.send(alice, delivered.text, key="run1")
+        assert delivered.ok and "/approve" not in delivered.text and delivered.offers
+        await delivery.send(alice, delivered.text, key="run1", offers=delivered.offers)
         (message,) = fake.messages_to(ALICE)
-        [approve] = buttons(message)
+        [approve, deny] = buttons(message)
         assert approve["label"] == "Approve" and approve["custom_id"].startswith("pnp:")
+        assert deny["label"] == "Deny" and deny["custom_id"].endswith(":d")
         assert fake.messages_to(MALLORY) == []
         await fake.press_button(ALICE, message, approve["custom_id"])
         await fake.wait_for(lambda: relayed(fake), STEP)

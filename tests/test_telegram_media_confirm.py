@@ -176,10 +176,11 @@ async def test_a_scheduled_answer_carries_an_approve_button_per_proposal(
     async with running_front(app, fake):
         delivery = AssistantDelivery(app.deps.messenger, app.assistant)
         delivered = await delivery.run_agent(alice, "check my messages")
-        assert delivered.ok and "/approve p" in delivered.text
-        assert await delivery.send(alice, delivered.text, key="run1")
+        assert delivered.ok and "/approve" not in delivered.text and delivered.offers
+        assert await delivery.send(alice, delivered.text, key="run1", offers=delivered.offers)
         (message,) = fake.messages_to(ADMIN)
-        [approve] = fake.buttons(message)
+        [approve, deny] = fake.buttons(message)
+        assert deny["text"].endswith("Deny") and deny["callback_data"].endswith(":d")
         assert approve["text"].endswith("Approve") and approve["callback_data"].startswith("pnp:")
         assert await relays(app) == 0
         fake.press(ADMIN, message, approve["callback_data"])
