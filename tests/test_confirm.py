@@ -310,7 +310,7 @@ async def test_a_call_id_reused_by_a_later_run_never_approves_the_older_call(
     for task in ("morning digest", "evening digest"):
         await h.app.deps.scheduler.create(alice, task, "2026-11-21T12:00", kind="agent")
         await worker(h.app).run_once()
-    first, second = sent_to(h, alice)
+    _, second = sent_to(h, alice)
     [[older_offer], [offer]] = offers_to(h, alice)
     older, shown = older_offer.id, offer.id
     assert older != shown and "running late" in second and "PIN" not in second
