@@ -24,10 +24,13 @@ class RecordingMessenger:
 
     def __init__(self) -> None:
         self.sent: list[tuple[int, str, dict | None]] = []
+        self.offers: list[tuple[int, tuple]] = []  # (user id, the offers) of each delivery
         self.arrived = asyncio.Event()
 
-    async def send(self, user, text: str, *, link: dict | None = None, key=None) -> bool:
+    async def send(self, user, text: str, *, link: dict | None = None, key=None,
+                   offers=()) -> bool:
         self.sent.append((user.id, text, link))
+        self.offers.append((user.id, tuple(offers)))
         self.arrived.set()
         return True
 

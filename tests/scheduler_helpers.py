@@ -16,16 +16,19 @@ class RecordingMessenger:
 
     def __init__(self, *, fail: bool = False, accept: bool = True) -> None:
         self.sent: list[tuple[int, str]] = []
+        self.offers: list[tuple] = []  # the offers of each delivery, as sent
         self.fail = fail
         self.accept = accept
 
-    async def send(self, user, text: str, *, link: dict | None = None, key=None) -> bool:
+    async def send(self, user, text: str, *, link: dict | None = None, key=None,
+                   offers=()) -> bool:
         """Record (user id, text); raise when failing; False when refusing."""
         if self.fail:
             raise ConnectionError("discord is down")
         if not self.accept:
             return False
         self.sent.append((user.id, text))
+        self.offers.append(tuple(offers))
         return True
 
     def texts(self, user_id: int | None = None) -> list[str]:

@@ -13,7 +13,6 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from panager.adapters.questions import decisions_for
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.confirm import proposal_ids
 from panager.agent.taint import marked
 from panager.agent.threads import thread_values
 from panager.errors import ToolError
@@ -58,6 +57,7 @@ async def setup(make_app, fake, tmp_path, model, clock):
     assert (await h.link(alice))[0] == 200
     await h.recorder.wait()
     h.recorder.sent.clear()
+    h.recorder.offers.clear()
     start = clock.now() + timedelta(days=1)
     fake.add_event(
         ALICE, summary="Sync", description=ORDER,
@@ -68,6 +68,11 @@ async def setup(make_app, fake, tmp_path, model, clock):
 
 def sent_to(h, user) -> list[str]:
     return [text for uid, text, _ in h.recorder.sent if uid == user.id]
+
+
+def offers_to(h, user) -> list[tuple]:
+    """The offers each delivery to `user` carried (the only source of its buttons)."""
+    return [offers for uid, offers in h.recorder.offers if uid == user.id]
 
 
 async def messages_of(app, user):
@@ -92,16 +97,27 @@ async def test_a_scheduled_run_holds_the_relay_as_a_proposal_approved_once(
     [answer] = sent_to(h, alice)
     assert answer.startswith("Your calendar: Sync tomorrow.")
     assert "Send a message to @\"mallory\": \"PIN 4821\"" in answer
-    [pid] = proposal_ids(answer)
+    [[offer]] = offers_to(h, alice)
+    pid = offer.id
     held = [m for m in await messages_of(h.app, alice) if isinstance(m, ToolMessage)]
-    assert "waits for the person's approval" in held[-1].content
-    # Approve (the button and /approve both call approve_proposal): exactly that call, once
-    done = await dispatch(CommandContext(user=alice, assistant=h.app.assistant), f"/approve {pid}")
+    assert "held for the person's approval" in held[-1].content
+    assert all(pid not in str(m.content) for r in model.requests for m in r)  # never told
+    # a typed /approve shows the stored description again and asks; nothing runs
+    asked = await dispatch(CommandContext(user=alice, assistant=h.app.assistant),
+                           f"/approve {pid}")
+    assert asked.ok and "@\"mallory\"" in asked.text and "PIN 4821" in asked.text
+    [again_offer] = asked.offers
+    assert again_offer.id == pid and sent_to(h, mallory) == []
+    # the answer's own button no longer approves (re-offered): it asks again too
+    stale = await h.app.assistant.approve_proposal(alice, pid, offer.on)
+    assert stale.offers and sent_to(h, mallory) == []
+    # Approve on the question that showed it: exactly that call, once
+    done = await h.app.assistant.approve_proposal(alice, pid, stale.offers[0].on)
     assert done.ok and "@\"mallory\"" in done.text
     assert sent_to(h, mallory) == ["✉️ Message from @alice, relayed by Panager (their words, not Panager's):\n```\nPIN 4821\n```"]
-    again = await h.app.assistant.approve_proposal(alice, pid)
+    again = await h.app.assistant.approve_proposal(alice, pid, stale.offers[0].on)
     assert not again.ok and "already approved" in again.text
-    stranger = await h.app.assistant.approve_proposal(mallory, pid)  # not hers
+    stranger = await h.app.assistant.approve_proposal(mallory, pid, stale.offers[0].on)
     assert not stranger.ok
     assert len(sent_to(h, mallory)) == 1
     rows = await h.sql("SELECT status, tool, args FROM proposals")
@@ -294,10 +310,11 @@ async def test_a_call_id_reused_by_a_later_run_never_approves_the_older_call(
     for task in ("morning digest", "evening digest"):
         await h.app.deps.scheduler.create(alice, task, "2026-11-21T12:00", kind="agent")
         await worker(h.app).run_once()
-    first, second = sent_to(h, alice)
-    [older], [shown] = proposal_ids(first), proposal_ids(second)
+    _, second = sent_to(h, alice)
+    [[older_offer], [offer]] = offers_to(h, alice)
+    older, shown = older_offer.id, offer.id
     assert older != shown and "running late" in second and "PIN" not in second
-    done = await h.app.assistant.approve_proposal(alice, shown)
+    done = await h.app.assistant.approve_proposal(alice, shown, offer.on)
     assert done.ok and sent_to(h, mallory) == [relayed("running late")]
     rows = await h.sql("SELECT id, status, args FROM proposals ORDER BY args->>'text'")
     assert rows == [{"id": older, "status": "pending", "args": LEAK},

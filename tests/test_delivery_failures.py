@@ -48,7 +48,7 @@ class UnreachableDiscord:
             self.port = sock.getsockname()[1]
         self.attempts = 0
 
-    async def send(self, user, text: str, *, link=None, key=None) -> bool:
+    async def send(self, user, text: str, *, link=None, key=None, offers=()) -> bool:
         self.attempts += 1
         async with aiohttp.ClientSession() as session:
             url = f"http://127.0.0.1:{self.port}/api/v10/channels/1/messages"
@@ -61,7 +61,7 @@ class HtmlTelegram:
 
     platform = "telegram"
 
-    async def send(self, user, text: str, *, link=None, key=None) -> bool:
+    async def send(self, user, text: str, *, link=None, key=None, offers=()) -> bool:
         raise ClientDecodeError("Failed to deserialize object", ValueError("bad"), BAD_GATEWAY)
 
 
@@ -179,7 +179,7 @@ async def test_a_raising_messenger_without_a_name_is_a_front_end_failing(make_ap
     app = await make_app()
 
     class Broken:
-        async def send(self, user, text, *, link=None, key=None):
+        async def send(self, user, text, *, link=None, key=None, offers=()):
             raise RuntimeError("<html><body>upstream said no</body></html>")
 
     app.deps.messenger.add(Broken())
@@ -195,7 +195,7 @@ async def test_an_unexpected_worker_error_is_stored_as_a_plain_sentence(make_app
     app = await make_app()
 
     class RawDelivery:  # a delivery that lets a library's exception through
-        async def send(self, user, text, key=None):
+        async def send(self, user, text, key=None, offers=()):
             raise ValueError("<html><body>502 Bad Gateway</body></html>")
 
     w = SchedulerWorker(app.deps.scheduler, RawDelivery(), clock=clock)

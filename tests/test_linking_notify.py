@@ -17,7 +17,7 @@ class Recorder:
         self.works = works
         self.sent: list[tuple[int, str]] = []
 
-    async def send(self, user, text: str, *, link=None, key=None) -> bool:
+    async def send(self, user, text: str, *, link=None, key=None, offers=()) -> bool:
         if self.works:
             self.sent.append((user.id, text))
         return self.works

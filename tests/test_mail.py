@@ -315,9 +315,10 @@ async def test_an_unattended_run_sends_nothing_and_holds_a_proposal(fake, make_a
     [row] = await h.sql("SELECT tool, status FROM proposals")
     assert row == {"tool": "email_send", "status": "pending"}
     pid = proposal.id
+    [offer] = result.offers
     # the person approves it later: exactly the draft shown, once
-    assert (await h.app.assistant.approve_proposal(user, pid)).ok
-    assert not (await h.app.assistant.approve_proposal(user, pid)).ok
+    assert (await h.app.assistant.approve_proposal(user, pid, offer.on)).ok
+    assert not (await h.app.assistant.approve_proposal(user, pid, offer.on)).ok
     assert [m["To"] for m in fake.sent_messages(ALICE)] == [EVIL]
 
 

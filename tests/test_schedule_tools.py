@@ -8,7 +8,6 @@ import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.confirm import proposal_ids
 from panager.agent.tools.schedule import OUTSIDE_SCHEDULE, schedule_tools
 from panager.agent.turn_input import SYSTEM_TRIGGER_PREFIX
 from panager.errors import ToolError
@@ -138,9 +137,8 @@ async def test_an_approved_agent_schedule_keeps_the_taint_of_the_run_that_held_i
     await worker(app).run_once()
     clean, outside = rec.texts()
     assert "Water the plants" in clean and "status.example.net" in outside
-    for answer in (clean, outside):
-        [pid] = proposal_ids(answer)
-        assert (await app.assistant.approve_proposal(user, pid)).ok
+    for [offer] in rec.offers:
+        assert (await app.assistant.approve_proposal(user, offer.id, offer.on)).ok
     stored = {s.message: s.tainted for s in await app.deps.scheduler.list(user.id)
               if s.rrule}
     assert stored == {"Water the plants": False, task["message"]: True}

@@ -21,7 +21,7 @@ class ScriptedChannel(RecordingMessenger):
         self.script = list(script)
         self.keys: list[str | None] = []
 
-    async def send(self, user, text: str, *, link=None, key=None) -> bool:
+    async def send(self, user, text: str, *, link=None, key=None, offers=()) -> bool:
         step = self.script.pop(0) if self.script else "ok"
         if step == "fail":
             raise ConnectionError("telegram is down")

@@ -300,6 +300,8 @@ async def test_a_webhook_run_holds_a_consequential_call_as_a_proposal(make_app, 
     assert status == 202
     assert await worker(app).run_once() == 1
     [delivered] = rec.texts(user.id)
-    assert "Held it for you." in delivered and "/approve" in delivered
+    [[offer]] = rec.offers
+    assert "Held it for you." in delivered and offer.description in delivered
+    assert "/approve" not in delivered  # offered as data, not as a command in the text
     assert await app.deps.scheduler.list(user.id) == []  # nothing scheduled without Approve
     await server.stop()

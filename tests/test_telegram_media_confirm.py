@@ -10,10 +10,13 @@ import pytest
 from panager.agent.delivery import AssistantDelivery
 from panager.agent.relay import relay_note
 from panager.agent.threads import update_thread
+from panager.services.schedules.occurrences import TAINTED_REMINDER
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.media_files import ogg_opus, png
 from tests.runtime_helpers import write_config
+from tests.scheduler_helpers import worker
 from tests.telegram_helpers import STEP, running_front, telegram_settings
+from tests.test_held_offers import two_repeating
 from tests.test_telegram_bot import ADMIN, app, fake  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
@@ -176,10 +179,11 @@ async def test_a_scheduled_answer_carries_an_approve_button_per_proposal(
     async with running_front(app, fake):
         delivery = AssistantDelivery(app.deps.messenger, app.assistant)
         delivered = await delivery.run_agent(alice, "check my messages")
-        assert delivered.ok and "/approve p" in delivered.text
-        assert await delivery.send(alice, delivered.text, key="run1")
+        assert delivered.ok and "/approve" not in delivered.text and delivered.offers
+        assert await delivery.send(alice, delivered.text, key="run1", offers=delivered.offers)
         (message,) = fake.messages_to(ADMIN)
-        [approve] = fake.buttons(message)
+        [approve, deny] = fake.buttons(message)
+        assert deny["text"].endswith("Deny") and deny["callback_data"].endswith(":d")
         assert approve["text"].endswith("Approve") and approve["callback_data"].startswith("pnp:")
         assert await relays(app) == 0
         fake.press(ADMIN, message, approve["callback_data"])
@@ -189,3 +193,54 @@ async def test_a_scheduled_answer_carries_an_approve_button_per_proposal(
         await fake.wait_for(lambda: len(fake.messages_to(ADMIN)) >= 3, STEP)
     assert await relays(app) == 1
     assert "already approved" in fake.shown_to(ADMIN)[-1]
+
+
+async def test_a_planted_reminder_quoting_an_id_has_no_button_and_typed_approve_asks_again(
+    make_app, fake, tmp_path
+):
+    model = ScriptedChatModel(script=[call("send_user_message", LEAK), "Mallory asked for it."])
+    app, alice = await started(make_app, fake, tmp_path, model)
+    async with running_front(app, fake):
+        delivered = await AssistantDelivery(app.deps.messenger, app.assistant).run_agent(
+            alice, "check my messages")
+        [offer] = delivered.offers
+        lure = f"Your dentist moved you. Tap Approve: /approve {offer.id}"
+        await app.deps.scheduler.create(alice, lure, "2026-11-21T12:00", tainted=True)
+        assert await worker(app).run_once() == 1
+        (reminder,) = fake.messages_to(ADMIN)
+        assert fake.buttons(reminder) == [] and reminder["text"].startswith(TAINTED_REMINDER)
+        fake.dm(ADMIN, f"/approve {offer.id}")
+        await fake.wait_for(lambda: any(fake.buttons(m) for m in fake.messages_to(ADMIN)), STEP)
+        asked = next(m for m in fake.messages_to(ADMIN) if fake.buttons(m))
+        assert "PIN 4821" in asked["text"] and await relays(app) == 0
+        approve, _ = fake.buttons(asked)
+        fake.press(ADMIN, asked, approve["callback_data"])
+        await fake.wait_for(lambda: len(fake.answers) == 1, STEP)
+        await fake.wait_for(lambda: any("Done:" in t for t in fake.shown_to(ADMIN)), STEP)
+    assert await relays(app) == 1
+
+
+async def test_two_held_calls_get_their_buttons_on_their_answer_and_nowhere_else(
+    make_app, fake, tmp_path
+):
+    model = ScriptedChatModel(script=[*two_repeating(), "Held two.", "Nothing else today."])
+    app, alice = await started(make_app, fake, tmp_path, model)
+    async with running_front(app, fake):
+        await app.deps.scheduler.create(alice, "plan my week", "2026-11-21T12:00", kind="agent")
+        assert await worker(app).run_once() == 1
+        await app.deps.scheduler.create(alice, "anything else?", "2026-11-21T12:00",
+                                        kind="agent")
+        assert await worker(app).run_once() == 1
+        held, other = fake.messages_to(ADMIN)
+        labels = [b["text"] for b in fake.buttons(held)]
+        assert labels == ["✅ Approve 1", "✖️ Deny 1", "✅ Approve 2", "✖️ Deny 2"]
+        pending = await app.deps.proposals.pending(alice.id, app.deps.clock.now())
+        named = {b["callback_data"].split(":")[1] for b in fake.buttons(held)}
+        assert named == {p.id for p in pending}
+        assert fake.buttons(other) == [] and "Nothing else today." in other["text"]
+        first = fake.buttons(held)[0]["callback_data"]
+        fake.press(ADMIN, held, first)
+        await fake.wait_for(lambda: any("Done:" in t for t in fake.shown_to(ADMIN)), STEP)
+    [chosen] = [p for p in pending if p.id == first.split(":")[1]]
+    made = [s.message for s in await app.deps.scheduler.list(alice.id) if s.kind == "reminder"]
+    assert made == [chosen.args["message"]]

@@ -168,7 +168,7 @@ async def test_a_scheduled_run_cannot_create_agent_schedules(make_app, clock):
     await worker(app).run_once()
     [result] = tool_results((await thread_values(app.assistant, user))["messages"])
     # nobody is present: the call is held as a proposal, not run
-    assert result.status == "error" and "waits for the person's approval" in result.content
+    assert result.status == "error" and "held for the person's approval" in result.content
     assert [s.kind for s in await app.deps.scheduler.list(user.id)] == []
 
 
@@ -193,7 +193,7 @@ class Inbox:
     def __init__(self) -> None:
         self.sent: list[tuple[int, str]] = []
 
-    async def send(self, user, text, *, link=None, key=None) -> bool:
+    async def send(self, user, text, *, link=None, key=None, offers=()) -> bool:
         self.sent.append((user.id, text))
         return True
 

@@ -16,7 +16,7 @@ class Inbox:
     def __init__(self) -> None:
         self.sent: list[tuple[int, str]] = []
 
-    async def send(self, user, text, *, link=None, key=None) -> bool:
+    async def send(self, user, text, *, link=None, key=None, offers=()) -> bool:
         self.sent.append((user.id, text))
         return True
 

@@ -15,6 +15,7 @@ import getpass
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Unpack
 
 from langchain_core.language_models import BaseChatModel
@@ -147,7 +148,9 @@ class App:
         usage = UsageService(pool, clock)
         relays = RelayService(pool)
         web_sessions = WebSessionService(pool, clock)
-        proposals = ProposalService(pool)
+        proposals = ProposalService(
+            pool, ttl=timedelta(hours=settings.runtime.proposal_expiry_hours)
+        )
         profiles = ProfileService(pool, clock)
         memory = await MemoryService.create(pool, settings, clock=clock)
         scheduler = ScheduleService(

@@ -305,6 +305,8 @@ class RuntimeConfig(BaseModel):
     scheduler_lease_seconds: float = Field(default=60.0, ge=1)
     inbox_lease_seconds: float = Field(default=90.0, ge=1)
     allow_user_messages: bool = False
+    # How long an action a run with nobody present held waits for the person's Approve.
+    proposal_expiry_hours: float = Field(default=24.0, gt=0)
     skills: bool = True
     # Tokens a non-admin may use per local day (the token_budget effect); 0 = unlimited.
     daily_token_budget: int = Field(default=200_000, ge=0)

@@ -71,3 +71,12 @@ def holds_outside(text: Any) -> bool:
     if isinstance(text, dict):
         return any(holds_outside(v) for v in text.values() if isinstance(v, str | list | dict))
     return False
+
+
+def quoted_for_person(header: str, text: str) -> str:
+    """Outside words as a person is shown them: a header naming their origin, then the text
+    inside a code block, where chat apps render no masked link, heading, mention or
+    formatting — so nothing in it can pass for Panager's own words. Backtick runs are
+    broken up so the text cannot close the block."""
+    fenced = text.replace("`", "`\u200b")
+    return f"{header}\n```\n{fenced}\n```"

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from panager.app import App
     from panager.services.inbox import InboxMessage
     from panager.services.media.intake import Attachment
+    from panager.services.proposals import Offer
     from panager.services.users import User
 
 # Commands a person not (yet) let in may send: an invite code, or a link to their own account
@@ -98,8 +99,11 @@ class Progress(Protocol):
 class Conversation(Protocol):
     """The chat one message came from, as the answerer uses it."""
 
-    async def reply(self, text: str, link: dict | None = None) -> None:
-        """Post a whole reply (a command's answer, a refusal)."""
+    async def reply(
+        self, text: str, link: dict | None = None, offers: Sequence[Offer] = ()
+    ) -> None:
+        """Post a whole reply (a command's answer, a refusal); `offers`: the held calls it
+        asks about again (their Approve/Deny buttons)."""
         ...
 
     async def attachments(self, user: User) -> Sequence[Attachment]:
@@ -176,7 +180,7 @@ class Answerer:
     ) -> None:
         """Run a slash command and post its reply."""
         reply = await self.run_command(user, text, identity)
-        await chat.reply(reply.text, reply.link)
+        await chat.reply(reply.text, reply.link, reply.offers)
 
     async def turn(
         self,

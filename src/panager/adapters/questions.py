@@ -1,13 +1,17 @@
 """Approve/Deny buttons on any chat front end: what they carry and what a press does.
 
 A button carries everything needed to act in its data — the question key and
-the call's position (`pnq:<key>:<n|*>:<a|d>`), or the proposal id
-(`pnp:<id>`) — at most 64 bytes (Telegram's `callback_data` limit; Discord's
-`custom_id` allows 100). So a press is handled by whichever process receives
-it, after a restart too (nothing is kept in memory). A press acts only on the
-presser's own thread and proposals: the question is read from *their*
-checkpoint and the key must match it, so a button cannot answer for anyone
-else. The text of every question is `agent.confirm.question_text`; the
+the call's position (`pnq:<key>:<n|*>:<a|d>`), or the proposal id and the
+answer it was offered on (`pnp:<id>:<on>:<a|d>`) — at most 64 bytes
+(Telegram's `callback_data` limit; Discord's `custom_id` allows 100). So a
+press is handled by whichever process receives it, after a restart too
+(nothing is kept in memory). A press acts only on the presser's own thread
+and proposals: the question is read from *their* checkpoint and the key must
+match it, so a button cannot answer for anyone else. Held calls get buttons
+only from `Offer`s (the relation of a proposal to the answer it was offered
+on), never from text; an Approve whose proposal was not offered on that
+answer (an older button, a re-offered call) shows the description again and
+asks. The text of every question is `agent.confirm.question_text`; the
 buttons come on top, built by each platform from `ButtonSpec`s
 (discord/questions.py, telegram/questions.py).
 """
@@ -23,6 +27,7 @@ from panager.agent.confirm import APPROVE, DENY, Question
 if TYPE_CHECKING:
     from panager.agent.runner import TurnResult
     from panager.app import App
+    from panager.services.proposals import Offer
     from panager.services.users import User
 
 QUESTION_PREFIX, PROPOSAL_PREFIX = "pnq", "pnp"
@@ -59,13 +64,16 @@ def question_buttons(question: Question) -> list[ButtonSpec]:
     ]
 
 
-def proposal_buttons(ids: Sequence[str]) -> list[ButtonSpec]:
-    """One Approve button per held call of a delivered answer (empty: no proposals)."""
-    return [
-        ButtonSpec("Approve" if len(ids) == 1 else f"Approve {n}", f"{PROPOSAL_PREFIX}:{ident}",
-                   "approve")
-        for n, ident in enumerate(ids[:MAX_CALL_BUTTONS], 1)
-    ]
+def proposal_buttons(offers: Sequence[Offer]) -> list[ButtonSpec]:
+    """Approve and Deny per held call offered on an answer (empty: none offered)."""
+    shown = offers[:MAX_CALL_BUTTONS]
+    specs = []
+    for n, offer in enumerate(shown, 1):
+        suffix = "" if len(shown) == 1 else f" {n}"
+        data = f"{PROPOSAL_PREFIX}:{offer.id}:{offer.on}"
+        specs += [ButtonSpec(f"Approve{suffix}", f"{data}:a", "approve"),
+                  ButtonSpec(f"Deny{suffix}", f"{data}:d", "deny")]
+    return specs
 
 
 def decisions_for(question: Question, which: str, verdict: str) -> dict[str, str]:
@@ -87,7 +95,11 @@ async def press(app: App, user: User, data: str) -> TurnResult | None:
     if user.status != "active":
         return None
     parts = data.split(":")
-    if parts[0] == PROPOSAL_PREFIX and len(parts) == 2:
+    if parts[0] == PROPOSAL_PREFIX and len(parts) == 4 and parts[3] == "d":
+        return await app.assistant.deny_proposal(user, parts[1])
+    if parts[0] == PROPOSAL_PREFIX and len(parts) == 4 and parts[3] == "a":
+        return await app.assistant.approve_proposal(user, parts[1], parts[2])
+    if parts[0] == PROPOSAL_PREFIX and len(parts) == 2:  # a button from before offers: ask
         return await app.assistant.approve_proposal(user, parts[1])
     if parts[0] == QUESTION_PREFIX and len(parts) == 4:
         return await _answer(app, user, parts[1], parts[2], parts[3])

@@ -2,29 +2,46 @@
 
 `decline` closes a question the person did not answer (they wrote something
 else, or it expired before a scheduled run came): every open call of the reply
-gets a "declined" result, so the model reads why nothing happened. `approve`
+gets a "declined" result, so the model reads why nothing happened. `offer`
+records the calls an unattended run held as offered on its answer. `approve`
 runs one stored proposal, exactly once (the row is taken atomically first),
-with the taint of the run that held it: the person approved this one call, not
-whatever it stores, so an agent schedule approved from a tainted run is stored
-tainted, as when the same call is approved in a question (agent/tools_node.py).
+and only when the press names the answer it was offered on: anything else (a
+typed `/approve ID`, a button of another message) shows the stored description
+and asks again, offered on that new question. It runs with the taint of the run
+that held it: the person approved this one call, not whatever it stores, so an
+agent schedule approved from a tainted run is stored tainted, as when the same
+call is approved in a question (agent/tools_node.py). `deny` refuses one;
+`waiting` lists what waits.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, AnyMessage
 
-from panager.agent.confirm import Question, declined_message, question_text, unanswered_calls
+from panager.agent.confirm import (
+    PendingCall,
+    Question,
+    declined_message,
+    offer_key,
+    question_text,
+    unanswered_calls,
+)
 from panager.agent.taint import CALL_TAINTED, TAINT_KEY
 from panager.agent.tools import all_tools
 from panager.agent.tools.base import CURRENT_CALL, clean_args
 from panager.errors import AuthRequired, ToolError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
     from panager.agent.runner import Assistant, TurnResult
+    from panager.services.proposals import Offer, Proposal
     from panager.services.users import User
 
 log = logging.getLogger(__name__)
@@ -33,6 +50,18 @@ NO_QUESTION = "There is no open question to answer (it was answered, declined or
 NO_PROPOSALS = "Approving held actions is not available on this instance."
 UNKNOWN_PROPOSAL = "No action {id!r} of yours is waiting for approval."
 TAKEN = "That action was already approved (it runs only once)."
+DECIDED = {
+    "approved": TAKEN,
+    "failed": "That action was approved and failed; it is not tried again.",
+    "denied": "That action was denied; it will not run.",
+    "expired": "That action expired without being approved; ask again if you still want it.",
+}
+ASK_AGAIN = (
+    "This is the action that waits for your approval (held {age} ago, expires in "
+    "{left}):\n\n{description}\n\nApprove or deny it."
+)
+NOTHING_WAITS = "Nothing is waiting for your approval."
+DENIED = "Denied; it will not run: {description}"
 RESULT_CHARS = 500
 
 
@@ -58,18 +87,82 @@ async def decline(assistant: Assistant, user: User, question: Question, reason: 
     return len(results)
 
 
-async def approve(assistant: Assistant, user: User, proposal_id: str) -> TurnResult:
-    """Run the held call `proposal_id` of `user` once; a second approval is refused."""
+async def offer(
+    assistant: Assistant, user: User, state: dict, held: Sequence[PendingCall]
+) -> tuple[Offer, ...]:
+    """Record the calls a run held as offered on its answer (the last message)."""
+    deps = assistant.deps
+    if deps.proposals is None or not held:
+        return ()
+    messages = state.get("messages") or []
+    last = messages[-1] if messages else None
+    key = offer_key(getattr(last, "id", None))
+    return await deps.proposals.offer(user.id, [c.id for c in held], key, deps.clock.now())
+
+
+def _duration(delta: timedelta) -> str:
+    minutes = max(int(delta.total_seconds() // 60), 0)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes and hours < 10 else f"{hours} h"
+
+
+def _timing(proposal: Proposal, now: datetime) -> tuple[str, str]:
+    return _duration(now - proposal.created_at), _duration(proposal.expires_at - now)
+
+
+async def _settled(assistant: Assistant, user: User, ident: str) -> TurnResult | Proposal:
+    """The user's proposal when it still waits, else why it cannot be decided."""
     from panager.agent.runner import TurnResult
 
     deps = assistant.deps
     if deps.proposals is None:
         return TurnResult(NO_PROPOSALS, ok=False)
-    ident = proposal_id.strip()
-    proposal = await deps.proposals.take(user.id, ident, deps.clock.now())
+    proposal = await deps.proposals.get(user.id, ident)
     if proposal is None:
-        known = await deps.proposals.get(user.id, ident)
-        return TurnResult(TAKEN if known else UNKNOWN_PROPOSAL.format(id=ident), ok=False)
+        return TurnResult(UNKNOWN_PROPOSAL.format(id=ident), ok=False)
+    state = proposal.state(deps.clock.now())
+    if state != "pending":
+        return TurnResult(DECIDED.get(state, TAKEN), ok=False)
+    return proposal
+
+
+async def ask_again(assistant: Assistant, user: User, proposal: Proposal) -> TurnResult:
+    """Show the stored description and ask again: offered on this new question only."""
+    from panager.agent.runner import TurnResult
+
+    deps = assistant.deps
+    assert deps.proposals is not None
+    now = deps.clock.now()
+    offers = await deps.proposals.offer(user.id, [proposal.id], offer_key(None), now)
+    if not offers:
+        return TurnResult(DECIDED["expired"], ok=False)
+    age, left = _timing(proposal, now)
+    text = ASK_AGAIN.format(age=age, left=left, description=proposal.description)
+    return TurnResult(text, offers=offers)
+
+
+async def approve(
+    assistant: Assistant, user: User, proposal_id: str, on: str | None = None
+) -> TurnResult:
+    """Run the held call `proposal_id` of `user` once, when `on` names where it was offered;
+    without that (typed, or a button of another message) ask again. A second approval is
+    refused."""
+    from panager.agent.runner import TurnResult
+
+    deps = assistant.deps
+    ident = proposal_id.strip()
+    found = await _settled(assistant, user, ident)
+    if isinstance(found, TurnResult):
+        return found
+    if on is None or found.offered_on != on:
+        return await ask_again(assistant, user, found)
+    assert deps.proposals is not None
+    proposal = await deps.proposals.take(user.id, ident, deps.clock.now(), on)
+    if proposal is None:  # decided or expired in between
+        again = await _settled(assistant, user, ident)
+        return again if isinstance(again, TurnResult) else TurnResult(TAKEN, ok=False)
     tool = {t.name: t for t in await all_tools(deps, user)}.get(proposal.tool)
     outcome: Any
     try:
@@ -99,6 +192,62 @@ async def approve(assistant: Assistant, user: User, proposal_id: str) -> TurnRes
     log.info("user %s approved proposal %s (%s): %s", user.id, ident, proposal.tool,
              str(outcome)[:RESULT_CHARS])
     return TurnResult(f"Done: {proposal.description}")
+
+
+async def approve_shown(assistant: Assistant, user: User, proposal_id: str) -> TurnResult:
+    """Approve a held call from a place that showed it whole with its stored description
+    (the web page's "Waiting for your approval" panel): offered there, then approved."""
+    from panager.agent.runner import TurnResult
+
+    ident = proposal_id.strip()
+    found = await _settled(assistant, user, ident)
+    if isinstance(found, TurnResult):
+        return found
+    assert assistant.deps.proposals is not None
+    offers = await assistant.deps.proposals.offer(
+        user.id, [ident], offer_key(None), assistant.deps.clock.now()
+    )
+    if not offers:
+        return TurnResult(DECIDED["expired"], ok=False)
+    return await approve(assistant, user, ident, offers[0].on)
+
+
+async def deny(assistant: Assistant, user: User, proposal_id: str) -> TurnResult:
+    """Refuse the held call `proposal_id` of `user`: it never runs."""
+    from panager.agent.runner import TurnResult
+
+    deps = assistant.deps
+    ident = proposal_id.strip()
+    found = await _settled(assistant, user, ident)
+    if isinstance(found, TurnResult):
+        return found
+    assert deps.proposals is not None
+    denied = await deps.proposals.deny(user.id, ident, deps.clock.now())
+    if denied is None:
+        again = await _settled(assistant, user, ident)
+        return again if isinstance(again, TurnResult) else TurnResult(TAKEN, ok=False)
+    log.info("user %s denied proposal %s (%s)", user.id, ident, denied.tool)
+    return TurnResult(DENIED.format(description=denied.description))
+
+
+async def waiting(assistant: Assistant, user: User) -> list[tuple[Proposal, str, str]]:
+    """What waits for the person's approval: each proposal with its age and time left."""
+    deps = assistant.deps
+    if deps.proposals is None:
+        return []
+    now = deps.clock.now()
+    return [(p, *_timing(p, now)) for p in await deps.proposals.pending(user.id, now)]
+
+
+def waiting_text(items: Sequence[tuple[Proposal, str, str]]) -> str:
+    """`/approve` alone: what waits, with `/approve ID` and `/deny ID` for each."""
+    if not items:
+        return NOTHING_WAITS
+    lines = ["Waiting for your approval (newest first):"]
+    for proposal, age, left in items:
+        lines.append(f"• {proposal.description}\n  held {age} ago, expires in {left} — "
+                     f"/approve {proposal.id} to see it again and decide, /deny {proposal.id}")
+    return "\n".join(lines)
 
 
 async def _note(assistant: Assistant, user: User, ident: str, description: str) -> None:

@@ -10,8 +10,11 @@ as plain JSON — and the run resumes with `Command(resume={call_id: "approve"
 before resuming (`check_answer`): LangGraph itself accepts any resume value.
 
 In a run with nobody present (`TurnContext.unattended`) no consequential call
-runs; each becomes a stored proposal (`services/proposals.py`) the delivered
-answer offers to approve (`proposals_text`, `/approve ID`).
+runs; each becomes a stored proposal (`services/proposals.py`). The model is
+never told its id; the runner offers the held calls on the run's answer
+(`offer_key`) and the delivery carries them as `Offer`s beside the text
+(`held_text` only lists their descriptions): front ends draw Approve/Deny from
+those offers, never from text.
 
 `question_text` is the one plain-text rendering every front end shows (their
 buttons come on top).
@@ -20,7 +23,6 @@ buttons come on top).
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,12 +50,10 @@ DECLINED = {
     "not run (declined). Do not try it again unless they ask for it themselves.",
 }
 PROPOSED = (
-    "Not run: nobody is present in this run, so this call waits for the person's approval "
-    "(proposal {id}). Tell them briefly what waits; they approve it from your answer."
+    "Not run: nobody is present in this run, so this call is held for the person's "
+    "approval. Tell them briefly what waits; they approve it from your answer."
 )
 UNATTENDED = "Not run: nobody is present in this run to approve it."
-PROPOSAL_LINE = re.compile(r"/approve (p[0-9a-f]{12})\b")
-FENCED = re.compile(r"```.*?(?:```|\Z)", re.S)  # a code block, or one left open
 
 
 @dataclass(frozen=True)
@@ -144,22 +144,22 @@ def question_text(q: Question) -> str:
     return "\n".join(lines)
 
 
-def proposals_text(proposals: Sequence[PendingCall]) -> str:
-    """The part of a delivered answer that offers the held calls, one `/approve ID` each."""
-    if not proposals:
+def held_text(descriptions: Sequence[str]) -> str:
+    """The part of a delivered answer that lists the held calls (numbered as their buttons
+    are); the buttons themselves come from the offers, never from this text."""
+    if not descriptions:
         return ""
-    lines = ["", "Waiting for your approval (not done):"]
-    for call in proposals:
-        lines.append(f"• {call.description}\n  Approve: /approve {call.id}")
+    lines = ["", "", "Waiting for your approval (not done):"]
+    lines += [f"{n}. {text}" for n, text in enumerate(descriptions, 1)]
     return "\n".join(lines)
 
 
-def proposal_ids(text: str) -> list[str]:
-    """The proposal ids a delivered answer offers (front ends add a button for each). An
-    id quoted inside a code block is someone's words, not an offer: a relayed message is
-    one, so its sender cannot put an Approve button under it."""
-    outside = FENCED.sub("", text or "")
-    return list(dict.fromkeys(PROPOSAL_LINE.findall(outside)))
+def offer_key(message_id: str | None) -> str:
+    """The `Offer.on` key of an answer: short (it rides in a button's data), the same for
+    the same message (the web chat finds a message's offers by it)."""
+    if not message_id:
+        return "a" + secrets.token_hex(8)
+    return "m" + hashlib.sha256(message_id.encode()).hexdigest()[:16]
 
 
 def pending_question(interrupts: Sequence[Any]) -> Question | None:

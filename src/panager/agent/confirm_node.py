@@ -160,7 +160,7 @@ class ConfirmNode:
                     ctx.extra.setdefault(PROPOSALS_KEY, []).append(
                         PendingCall(ident, call["name"], words)
                     )
-                    text = PROPOSED.format(id=ident)
+                    text = PROPOSED
             results.append(
                 ToolMessage(
                     content=text, tool_call_id=call["id"], name=call["name"], status="error",

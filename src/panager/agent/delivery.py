@@ -12,15 +12,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from panager.agent.confirm import proposals_text
-from panager.agent.jobs import SystemJobs
+from panager.agent.jobs import SystemJobs, answer_of
 from panager.services.schedules.delivery import AgentAnswer
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import datetime
 
     from panager.agent.messaging import Messenger
     from panager.agent.runner import Assistant
+    from panager.services.proposals import Offer
     from panager.services.schedules.types import Schedule
     from panager.services.users import User
 
@@ -33,24 +34,28 @@ class AssistantDelivery:
         self.assistant = assistant
         self.jobs = SystemJobs(assistant)
 
-    async def send(self, user: User, text: str, key: str | None = None) -> bool:
-        """Deliver through the messengers (terminal, Discord)."""
-        return await self.messenger.send(user, text, key=key)
+    async def send(
+        self, user: User, text: str, key: str | None = None, offers: Sequence[Offer] = ()
+    ) -> bool:
+        """Deliver through the messengers (terminal, Discord), with the answer's offers."""
+        return await self.messenger.send(user, text, key=key, offers=offers)
 
     async def run_agent(
         self, user: User, instruction: str, *, tainted: bool = False
     ) -> AgentAnswer:
         """Run the graph as a system trigger; the instruction never poses as the user.
 
-        Nobody is present: consequential calls are held as proposals, and the answer
-        ends with one `/approve ID` line per proposal (front ends add buttons). A user
+        Nobody is present: consequential calls are held as proposals, offered on the
+        answer: it lists their descriptions, and its `offers` carry them as data (the
+        front ends' only source of Approve/Deny buttons). A user
         whose turn is running, or who has a question open, raises UserBusy (the worker
         hands the run back instead of holding a slot while waiting)."""
         result = await self.assistant.run_turn(
             user, instruction, is_system_trigger=True, wait_for_lock=False, tainted=tainted
         )
-        return AgentAnswer(result.text + proposals_text(result.proposals), ok=result.ok)
+        return answer_of(result)
 
     async def run_system(self, user: User, schedule: Schedule, due: datetime) -> AgentAnswer:
         """A system job: heartbeat, briefing or webhook call (agent/jobs.py)."""
         return await self.jobs.run(user, schedule, due)
+

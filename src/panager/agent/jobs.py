@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from panager.agent.confirm import proposals_text
+from panager.agent.confirm import held_text
 from panager.agent.tidy import MemoryTidyJob
 from panager.errors import ModelUnavailable
 from panager.framing import frame
@@ -36,7 +36,7 @@ from panager.services.schedules.delivery import AgentAnswer
 from panager.services.schedules.system import Heartbeat, heartbeat_of
 
 if TYPE_CHECKING:
-    from panager.agent.runner import Assistant
+    from panager.agent.runner import Assistant, TurnResult
     from panager.services.schedules.types import Schedule
     from panager.services.users import User
 
@@ -57,6 +57,14 @@ HEARTBEAT_SYSTEM = (
     "short message to them. Otherwise notify=false."
 )
 MAX_ITEMS = 30
+
+
+def answer_of(result: TurnResult) -> AgentAnswer:
+    """An unattended run's answer: its text, the held calls listed, and their offers (the
+    only source of their buttons)."""
+    offers = tuple(result.offers)
+    text = result.text + held_text([o.description for o in offers])
+    return AgentAnswer(text, ok=result.ok, offers=offers)
 
 
 class HeartbeatDecision(BaseModel):
@@ -102,7 +110,7 @@ class SystemJobs:
         result = await self.assistant.run_turn(
             user, instruction, is_system_trigger=True, wait_for_lock=False
         )
-        return AgentAnswer(result.text + proposals_text(result.proposals), ok=result.ok)
+        return answer_of(result)
 
     # -- heartbeat ------------------------------------------------------------------------------
 

@@ -1,7 +1,10 @@
 """How Panager reaches a user on its own (reminders, scheduled answers, replays).
 
 The scheduler and the OAuth replay talk to a `Messenger`; the terminal and
-Discord front ends provide one each. `FanoutMessenger` tries several.
+Discord front ends provide one each. `FanoutMessenger` tries several. A
+scheduled answer's held calls travel as `offers` (data, never text): the front
+end that delivers the answer puts their Approve/Deny buttons on it; a copy on
+another front end (an open terminal or web page) gets none.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from panager.services.schedules.delivery import DeliveryFailed
 
 if TYPE_CHECKING:
+    from panager.services.proposals import Offer
     from panager.services.users import User
 
 log = logging.getLogger(__name__)
@@ -51,12 +55,19 @@ class Messenger(Protocol):
     could not be reached"), never the library's own text, logged where it happened."""
 
     async def send(
-        self, user: User, text: str, *, link: dict | None = None, key: str | None = None
+        self,
+        user: User,
+        text: str,
+        *,
+        link: dict | None = None,
+        key: str | None = None,
+        offers: Sequence[Offer] = (),
     ) -> bool:
         """Deliver `text` (and an optional link button) to `user`.
 
         `key` names this delivery: sending again with the same key (a retry after a
-        crash) must not show the user a second copy where the channel can prevent it."""
+        crash) must not show the user a second copy where the channel can prevent it.
+        `offers`: the held calls this message offers — its only Approve/Deny buttons."""
         ...
 
 
@@ -93,31 +104,43 @@ class FanoutMessenger:
         self.messengers.append(messenger)
 
     async def send(
-        self, user: User, text: str, *, link: dict | None = None, key: str | None = None
+        self,
+        user: User,
+        text: str,
+        *,
+        link: dict | None = None,
+        key: str | None = None,
+        offers: Sequence[Offer] = (),
     ) -> bool:
-        """Deliver to the person (see the class doc); True once a destination took it."""
+        """Deliver to the person (see the class doc); True once a destination took it.
+        The offers go with the message to where it is delivered; a copy has none."""
         chats = await self.route(user) if self.route is not None else []
         if not chats:
-            return await self._first(self.messengers, user, text, link, key)
+            return await self._first(self.messengers, user, text, link, key, offers)
         ordered = [m for p in chats for m in self.messengers if _platform(m) == p]
         unnamed = [m for m in self.messengers if _platform(m) is None]
-        if not await self._first([*ordered, *unnamed], user, text, link, key):
+        if not await self._first([*ordered, *unnamed], user, text, link, key, offers):
             return False
         for shown in self.messengers:
             if _platform(shown) not in (*CHAT_PLATFORMS, None):
                 # only a copy: the message was delivered, so a failure here changes nothing
                 with contextlib.suppress(DeliveryFailed):
-                    await _try_send(shown, user, text, link, key)
+                    await _try_send(shown, user, text, link, key, ())
         return True
 
     @staticmethod
     async def _first(
-        messengers: Sequence[Messenger], user: User, text: str, link: dict | None, key: str | None
+        messengers: Sequence[Messenger],
+        user: User,
+        text: str,
+        link: dict | None,
+        key: str | None,
+        offers: Sequence[Offer],
     ) -> bool:
         failures: list[str] = []
         for messenger in messengers:
             try:
-                if await _try_send(messenger, user, text, link, key):
+                if await _try_send(messenger, user, text, link, key, offers):
                     return True
             except DeliveryFailed as exc:
                 if str(exc) not in failures:
@@ -128,11 +151,16 @@ class FanoutMessenger:
 
 
 async def _try_send(
-    messenger: Messenger, user: User, text: str, link: dict | None, key: str | None
+    messenger: Messenger,
+    user: User,
+    text: str,
+    link: dict | None,
+    key: str | None,
+    offers: Sequence[Offer],
 ) -> bool:
     """One front end's send; an unexpected exception becomes DeliveryFailed (logged once)."""
     try:
-        return bool(await messenger.send(user, text, link=link, key=key))
+        return bool(await messenger.send(user, text, link=link, key=key, offers=offers))
     except DeliveryFailed:
         raise
     except Exception as exc:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import HumanMessage
 
 from panager.errors import ToolError
-from panager.framing import frame
+from panager.framing import frame, quoted_for_person
 from panager.services.relays import RelayLimited, RelayService
 
 if TYPE_CHECKING:
@@ -62,9 +62,11 @@ def relayed_text(sender: Any, text: str) -> str:
     their text inside a code block, where chat apps render no masked link, heading, mention
     or formatting — so nothing in it can pass for Panager's own words (a fake "Google
     account linked"). Backtick runs are broken up so the text cannot close the block."""
-    fenced = text.replace("`", "`\u200b")
-    return (f"✉️ Message from @{sender.username}, relayed by Panager (their words, not "
-            f"Panager's):\n```\n{fenced}\n```")
+    return quoted_for_person(
+        f"✉️ Message from @{sender.username}, relayed by Panager (their words, not "
+        "Panager's):",
+        text,
+    )
 
 
 def relay_note(sender: Any, text: str) -> HumanMessage:

@@ -52,6 +52,7 @@ from panager.errors import ModelUnavailable, UserBusy
 from panager.llm import NO_MODEL_MESSAGE
 from panager.services.media.intake import Attachment
 from panager.services.media.vision import sees_images
+from panager.services.proposals import Offer
 from panager.services.users import User
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class TurnResult:
     model_calls: int = 0
     question: Question | None = None  # the turn stopped to ask the person (agent/confirm.py)
     proposals: tuple[PendingCall, ...] = ()  # calls an unattended run held for approval
+    offers: tuple[Offer, ...] = ()  # held calls offered on this answer (its buttons)
     tainted: bool = False  # the answer was written with outside content: no link previews
 
 
@@ -260,9 +262,16 @@ class Assistant:
             ctx = await turn_context(self.deps, user, model, emitter or self.emitter, False, None)
             return await self._invoke(ctx, Command(resume=value), None)
 
-    async def approve_proposal(self, user: User, proposal_id: str) -> TurnResult:
-        """Run exactly the call an unattended run held as `proposal_id`, once."""
-        return await approvals.approve(self, user, proposal_id)
+    async def approve_proposal(
+        self, user: User, proposal_id: str, on: str | None = None
+    ) -> TurnResult:
+        """Run exactly the call an unattended run held as `proposal_id`, once, when the
+        press names where it was offered (`on`); else show its description and ask again."""
+        return await approvals.approve(self, user, proposal_id, on)
+
+    async def deny_proposal(self, user: User, proposal_id: str) -> TurnResult:
+        """Refuse the held call `proposal_id` (it never runs)."""
+        return await approvals.deny(self, user, proposal_id)
 
     async def _resumed(self, user: User, key: str) -> TurnResult | tuple[bool, str | None]:
         """For a message seen before a restart: its answer if one was given, else how to
@@ -323,6 +332,8 @@ class Assistant:
                 inputs, config=config, context=ctx, **self.invoke_options
             )
             result = _result(state, ctx.extra.get(PROPOSALS_KEY, ()))
+            if result.proposals:
+                result.offers = await approvals.offer(self, user, state, result.proposals)
             if result.question is None:
                 self._clean_threads.add(user.id)
             return _with_live_links(result, ctx.extra.get("live_links"))

@@ -36,6 +36,7 @@ from panager.cli.attach import USAGE, is_attach, parse_attach, take_file
 from panager.cli.live import SPEAKER, AnswerView, LiveAnswer, PlainAnswer, no_echo
 from panager.config import Settings
 from panager.services.media.intake import Attachment
+from panager.services.proposals import Offer
 from panager.services.users import LOCAL_USER_ID, User, UserService
 from panager.web.server import start_for_terminal
 
@@ -92,14 +93,23 @@ class TerminalMessenger:
         self.users = users
 
     async def send(
-        self, user: User, text: str, *, link: dict | None = None, key: str | None = None
+        self,
+        user: User,
+        text: str,
+        *,
+        link: dict | None = None,
+        key: str | None = None,
+        offers: Sequence[Offer] = (),
     ) -> bool:
-        """Print the message when it is for the terminal's person (joined or not)."""
+        """Print the message when it is for the terminal's person (joined or not); each
+        held call it offers gets the command that shows it again and asks y/N."""
         if user.id != await self.users.person_id("terminal", LOCAL_USER_ID):
             return False
         self.console.say(f"\n🔔 {text}")
         if link:
             self.console.say(f"   {link.get('label', 'Link')}: {link['url']}")
+        for n, offer in enumerate(offers, 1):
+            self.console.say(f"   To decide {n}: /approve {offer.id}   (or /deny {offer.id})")
         return True
 
 
@@ -173,6 +183,7 @@ class Repl:
         self.debug = debug
         self.asking: Question | None = None  # a question waiting for y/N answers
         self.decisions: dict[str, str] = {}
+        self.offered: Offer | None = None  # a held call shown again, waiting for y/N
         self.app.emitter.subscribe(self._on_event)
 
     async def handle(self, text: str) -> bool:
@@ -180,6 +191,10 @@ class Repl:
         stripped = text.strip()
         if self.asking is not None and stripped.lower() in YES | NO:
             await self._decide(stripped.lower() in YES)
+            return True
+        offered, self.offered = self.offered, None
+        if offered is not None and stripped.lower() in YES | NO:
+            await self._decide_offer(offered, stripped.lower() in YES)
             return True
         self.asking = None  # a new message instead: the turn declines the question first
         if not stripped:
@@ -200,6 +215,9 @@ class Repl:
         self.console.say(reply.text)
         if reply.link:
             self.console.say(f"  {reply.link.get('label', 'Link')}: {reply.link['url']}")
+        if reply.offers:  # a held call shown again: y/N decides it
+            self.offered = reply.offers[0]
+            self.console.say("Approve? [y/N]")
         # a /link or /unlink may have moved the terminal to another person
         users = self.app.deps.users
         person = await users.person_id("terminal", LOCAL_USER_ID)
@@ -230,6 +248,15 @@ class Repl:
             return
         decisions, self.asking, self.decisions = self.decisions, None, {}
         await self._turn(None, answer=(question.key, decisions))
+
+    async def _decide_offer(self, offer: Offer, approve: bool) -> None:
+        """The y/N answer to a held call shown again."""
+        assistant = self.app.assistant
+        if approve:
+            result = await assistant.approve_proposal(self.user, offer.id, offer.on)
+        else:
+            result = await assistant.deny_proposal(self.user, offer.id)
+        self.console.say(result.text)
 
     def _prompt_next(self) -> None:
         assert self.asking is not None

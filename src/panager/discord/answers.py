@@ -17,7 +17,7 @@ import discord
 
 from panager.adapters.answering import ATTACHMENT_NOTE, OPEN_COMMANDS, Answerer, Incoming
 from panager.discord.attachments import DiscordAttachments
-from panager.discord.questions import question_view
+from panager.discord.questions import proposal_view, question_view
 from panager.discord.replies import nonce, send_followup, send_reply
 from panager.discord.status import StatusMessage, typing
 from panager.discord.streaming import streamed_reply
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from panager.app import App
     from panager.services.inbox import InboxMessage, InboxService
     from panager.services.media.intake import Attachment
+    from panager.services.proposals import Offer
     from panager.services.users import User
 
 __all__ = ["ATTACHMENT_NOTE", "DiscordAnswerer", "DiscordChat", "incoming"]
@@ -59,9 +60,14 @@ class DiscordChat:
         self.status_interval = status_interval
         self.app = app
 
-    async def reply(self, text: str, link: dict | None = None) -> None:
-        """Post the reply in chunks (nonces `<message id>.<n>`)."""
-        await send_reply(self.channel, text, link=link, nonce_base=self.row.message_id)
+    async def reply(
+        self, text: str, link: dict | None = None, offers: Sequence[Offer] = ()
+    ) -> None:
+        """Post the reply in chunks (nonces `<message id>.<n>`), with the Approve/Deny
+        buttons of the held calls it offers."""
+        view = None if link else proposal_view(offers)
+        await send_reply(self.channel, text, link=link, nonce_base=self.row.message_id,
+                         view=view)
 
     async def attachments(self, user: User) -> Sequence[Attachment]:
         """Stickers get a note; files are downloaded from Discord's CDN and taken in."""
@@ -138,4 +144,5 @@ class DiscordAnswerer(Answerer):
             reply = await self.run_command(
                 admission.user, f"/{name} {args}".strip(), ("discord", person.id)
             )
-        await send_followup(interaction, reply.text, link=reply.link)
+        await send_followup(interaction, reply.text, link=reply.link,
+                            view=proposal_view(reply.offers))

@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING
 
 import discord
 
-from panager.agent.confirm import proposal_ids
 from panager.discord.questions import proposal_view
 from panager.discord.replies import send_reply
 from panager.services.users import LOCAL_USER_ID
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from panager.services.proposals import Offer
     from panager.services.users import User, UserService
 
 log = logging.getLogger(__name__)
@@ -44,11 +46,17 @@ class DiscordMessenger:
         return ids[0] if ids else None
 
     async def send(
-        self, user: User, text: str, *, link: dict | None = None, key: str | None = None
+        self,
+        user: User,
+        text: str,
+        *,
+        link: dict | None = None,
+        key: str | None = None,
+        offers: Sequence[Offer] = (),
     ) -> bool:
         """Deliver `text` (and a link button) as a DM; False when it cannot be delivered.
 
-        Held calls of a scheduled answer (`/approve ID` lines) get an Approve button each.
+        The held calls offered on it get Approve and Deny each (from `offers` only).
         With a `key`, each chunk carries the nonce `<key>.<n>`: Discord answers a repeated
         send (a delivery retried after a crash) with the first message instead of a copy."""
         if user.status == "blocked" or self.client.is_closed() or self.client.user is None:
@@ -58,7 +66,7 @@ class DiscordMessenger:
             return False  # the terminal user, or a person who has no Discord id (Telegram)
         try:
             channel = await self.client.create_dm(discord.Object(id=discord_id))
-            view = None if link else proposal_view(proposal_ids(text))
+            view = None if link else proposal_view(offers)
             # Proactive messages (scheduled answers may have read outside content) never
             # unfurl links: a preview is a fetch nobody approved.
             await send_reply(

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from panager.agent.runner import TurnResult
     from panager.app import App
+    from panager.services.proposals import Offer
 
 __all__ = ["custom_id_of", "handle_press", "ours", "proposal_view", "question_view"]
 
@@ -58,9 +59,9 @@ def question_view(question: Question) -> discord.ui.View:
     return view
 
 
-def proposal_view(ids: Sequence[str]) -> discord.ui.View | None:
-    """One Approve button per held call of a delivered answer (None: no proposals)."""
-    return _view(proposal_buttons(ids))
+def proposal_view(offers: Sequence[Offer]) -> discord.ui.View | None:
+    """Approve and Deny per held call offered on an answer (None: none offered)."""
+    return _view(proposal_buttons(offers))
 
 
 def custom_id_of(interaction: discord.Interaction) -> str:
@@ -91,8 +92,9 @@ async def handle_press(app: App, interaction: discord.Interaction, lock: asyncio
 
 
 async def send_answer(channel: discord.abc.Messageable, result: TurnResult) -> None:
-    """Post a turn's result: the question's buttons when it asks; no link previews when
-    the answer was written with outside content."""
+    """Post a turn's result: the question's buttons when it asks (or the held calls it
+    offers); no link previews when the answer was written with outside content."""
     view = question_view(result.question) if result.question is not None else None
+    view = view or proposal_view(result.offers)
     await send_reply(channel, result.text, link=result.link, view=view,
                      suppress_embeds=result.tainted)

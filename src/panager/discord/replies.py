@@ -86,11 +86,15 @@ async def send_reply(
 
 
 async def send_followup(
-    interaction: discord.Interaction, text: str, *, link: dict | None = None
+    interaction: discord.Interaction,
+    text: str,
+    *,
+    link: dict | None = None,
+    view: discord.ui.View | None = None,
 ) -> None:
-    """Answer a deferred slash command with the same chunking and link button."""
+    """Answer a deferred slash command with the same chunking and link button (or `view`)."""
     chunks = split_message(with_link_text(text, link)) or ["(empty answer)"]
-    view = link_view(link)
+    view = link_view(link) or view
     for i, chunk in enumerate(chunks):
         if view is not None and i == len(chunks) - 1:
             await interaction.followup.send(chunk, view=view)

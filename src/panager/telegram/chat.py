@@ -24,7 +24,7 @@ from panager.adapters.streaming import StreamedReply
 from panager.services.media.intake import Attachment, refused
 from panager.services.media.sniff import clean_name
 from panager.tasks import cancel_and_wait
-from panager.telegram.questions import result_keyboard
+from panager.telegram.questions import proposal_keyboard, result_keyboard
 from panager.telegram.surface import TelegramSurface
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from panager.agent.runner import TurnResult
     from panager.services.inbox import InboxMessage
+    from panager.services.proposals import Offer
     from panager.services.users import User
     from panager.telegram.bot import TelegramFrontEnd
 
@@ -75,9 +76,13 @@ class TelegramChat:
     async def _remember(self, posted: list[int]) -> None:
         await self.front.inbox.remember(self.row.message_id, {"posted": posted})
 
-    async def reply(self, text: str, link: dict | None = None) -> None:
-        """Post a whole reply (chunks, the link as a button)."""
-        await StreamedReply(self.surface(previews=False)).finish(text, link)
+    async def reply(
+        self, text: str, link: dict | None = None, offers: Sequence[Offer] = ()
+    ) -> None:
+        """Post a whole reply (chunks, the link as a button, or the Approve/Deny buttons of
+        the held calls it offers)."""
+        buttons = None if link else proposal_keyboard(offers)
+        await StreamedReply(self.surface(previews=False)).finish(text, link, buttons=buttons)
 
     async def attachments(self, user: User) -> Sequence[Attachment]:
         """Each file downloaded and taken in; a sticker gets a note instead."""

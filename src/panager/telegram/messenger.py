@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING
 from aiogram.exceptions import TelegramAPIError
 
 from panager.adapters.streaming import StreamedReply
-from panager.agent.confirm import proposal_ids
 from panager.telegram.questions import proposal_keyboard
 from panager.telegram.surface import TelegramSurface
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from aiogram import Bot
 
+    from panager.services.proposals import Offer
     from panager.services.users import User, UserService
 
 log = logging.getLogger(__name__)
@@ -36,10 +38,16 @@ class TelegramMessenger:
         self.users = users
 
     async def send(
-        self, user: User, text: str, *, link: dict | None = None, key: str | None = None
+        self,
+        user: User,
+        text: str,
+        *,
+        link: dict | None = None,
+        key: str | None = None,
+        offers: Sequence[Offer] = (),
     ) -> bool:
-        """Deliver `text` (and a link button, or an Approve button per held call of a
-        scheduled answer); False when the person has no Telegram chat. Never with link
+        """Deliver `text` (and a link button, or Approve and Deny per held call offered
+        on it — from `offers` only); False when the person has no Telegram chat. Never with link
         previews: a proactive answer may have been written from outside content."""
         if user.status == "blocked":
             return False
@@ -50,7 +58,7 @@ class TelegramMessenger:
             return False
         surface = TelegramSurface(self.bot, chats[0], previews=False)
         try:
-            buttons = None if link else proposal_keyboard(proposal_ids(text))
+            buttons = None if link else proposal_keyboard(offers)
             await StreamedReply(surface).finish(text, link, buttons=buttons)
         except TelegramAPIError as exc:
             log.warning("could not message person %s on Telegram: %s", user.id, exc)

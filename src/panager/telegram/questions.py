@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from panager.agent.confirm import Question
     from panager.agent.runner import TurnResult
     from panager.services.inbox import InboxMessage
+    from panager.services.proposals import Offer
     from panager.services.users import User
     from panager.telegram.bot import TelegramFrontEnd
 
@@ -56,14 +57,17 @@ def question_keyboard(question: Question) -> InlineKeyboardMarkup | None:
     return keyboard(question_buttons(question))
 
 
-def proposal_keyboard(ids: Sequence[str]) -> InlineKeyboardMarkup | None:
-    """One Approve button per held call of a delivered answer (None: no proposals)."""
-    return keyboard(proposal_buttons(ids))
+def proposal_keyboard(offers: Sequence[Offer]) -> InlineKeyboardMarkup | None:
+    """Approve and Deny per held call offered on an answer (None: none offered)."""
+    return keyboard(proposal_buttons(offers))
 
 
 def result_keyboard(result: TurnResult) -> InlineKeyboardMarkup | None:
-    """The buttons a turn's answer carries: its question's, if it asks."""
-    return question_keyboard(result.question) if result.question is not None else None
+    """The buttons a turn's answer carries: its question's if it asks, else those of the
+    held calls it offers."""
+    if result.question is not None:
+        return question_keyboard(result.question)
+    return proposal_keyboard(result.offers)
 
 
 async def handle_press(front: TelegramFrontEnd, user: User, row: InboxMessage, rest: str

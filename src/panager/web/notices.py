@@ -21,6 +21,9 @@ from panager.web.render import HEADERS
 from panager.web.sse import frame
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from panager.services.proposals import Offer
     from panager.services.users import User
     from panager.services.web_sessions import WebSession
 
@@ -43,9 +46,17 @@ class WebNotices:
         return [web.get("/notices", gate.page(self.stream))]
 
     async def send(
-        self, user: User, text: str, *, link: dict | None = None, key: str | None = None
+        self,
+        user: User,
+        text: str,
+        *,
+        link: dict | None = None,
+        key: str | None = None,
+        offers: Sequence[Offer] = (),
     ) -> bool:
-        """Show `text` on the person's open pages; False when none is open."""
+        """Show `text` on the person's open pages; False when none is open. A notice has no
+        buttons: the chat page shows a held call's Approve/Deny under the answer that
+        offered it, and in its "Waiting for your approval" panel."""
         queues = self._open.get(user.id)
         if not queues:
             return False

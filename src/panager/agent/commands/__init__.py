@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from panager.agent.deps import AgentDeps
     from panager.agent.runner import Assistant
+    from panager.services.proposals import Offer
     from panager.services.users import User
 
 log = logging.getLogger(__name__)
@@ -25,11 +26,12 @@ FAILED = ("Sorry, /{name} failed on my side; nothing more came of it. The detail
 
 @dataclass
 class CommandReply:
-    """A command's answer: text, and optionally a link button."""
+    """A command's answer: text, and optionally a link button or held calls to decide."""
 
     text: str
     link: dict | None = None  # {"url", "label"}
     ok: bool = True
+    offers: tuple[Offer, ...] = ()  # held calls offered on this reply (Approve/Deny)
 
 
 @dataclass

@@ -1,7 +1,8 @@
-"""Core commands: /help, /clear, /timezone, /approve."""
+"""Core commands: /help, /clear, /timezone, /approve, /deny."""
 
 from __future__ import annotations
 
+from panager.agent import approvals
 from panager.agent.commands import CommandContext, CommandReply, available, command
 from panager.agent.tools.profile import validate_zone_name
 from panager.errors import ToolError
@@ -54,10 +55,21 @@ async def timezone_command(ctx: CommandContext, args: str) -> CommandReply | str
     return f"Time zone set to {zone} (local time {local:%a %Y-%m-%d %H:%M})."
 
 
-@command("approve", "/approve ID", "run an action a scheduled run held for your approval")
+@command("approve", "/approve [ID]", "alone: what waits for your approval; with an ID: "
+         "see that held action again and decide")
 async def approve_command(ctx: CommandContext, args: str) -> CommandReply | str:
-    """Run exactly the held call `ID` (from a scheduled answer), once."""
+    """List what waits; with an ID, show its stored description and ask again (a typed id
+    never runs anything by itself: the Approve comes with the description)."""
     if not args.strip():
-        return CommandReply("Usage: /approve ID (the id is in the scheduled answer).", ok=False)
+        return approvals.waiting_text(await approvals.waiting(ctx.assistant, ctx.user))
     result = await ctx.assistant.approve_proposal(ctx.user, args.strip().split()[0])
-    return CommandReply(result.text, link=result.link, ok=result.ok)
+    return CommandReply(result.text, link=result.link, ok=result.ok, offers=result.offers)
+
+
+@command("deny", "/deny ID", "refuse an action held for your approval")
+async def deny_command(ctx: CommandContext, args: str) -> CommandReply | str:
+    """Refuse the held call `ID`: it never runs."""
+    if not args.strip():
+        return CommandReply("Usage: /deny ID (/approve alone lists what waits).", ok=False)
+    result = await ctx.assistant.deny_proposal(ctx.user, args.strip().split()[0])
+    return CommandReply(result.text, ok=result.ok)

@@ -122,8 +122,15 @@ def _short(text: str, limit: int = 80) -> str:
 
 
 def schedule_class(args: Mapping[str, Any], view: CallView) -> ToolClass:
-    """A reminder to the person is ordinary; an agent schedule acts later on its own."""
-    return CONSEQUENTIAL if args.get("kind") == "agent" else ORDINARY
+    """An agent schedule acts later on its own: consequential. A reminder speaks later in
+    Panager's place, so it is consequential in a tainted call (outside text could have
+    written it), and a repeating one in a run with nobody present; a one-shot reminder is
+    ordinary when the run read no outside content."""
+    if args.get("kind") == "agent" or view.tainted:
+        return CONSEQUENTIAL
+    if view.unattended and args.get("repeat"):
+        return CONSEQUENTIAL
+    return ORDINARY
 
 
 def describe_schedule(args: Mapping[str, Any]) -> str:

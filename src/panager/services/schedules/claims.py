@@ -28,6 +28,7 @@ from typing import Any
 
 from panager.db.pool import Pool
 from panager.db.queries import execute, fetch_all, fetch_one
+from panager.services.proposals import Offer, offers_from, offers_json
 from panager.services.schedules.fair import claim_fair_rows
 from panager.services.schedules.types import (
     MissedRun,
@@ -76,7 +77,8 @@ RETURNING id
 BEGIN_RUNS = """
 WITH req AS (
     SELECT * FROM unnest(%(ids)s::text[], %(fors)s::timestamptz[], %(lates)s::boolean[],
-                         %(outputs)s::text[]) AS req (schedule_id, scheduled_for, late, output)
+                         %(outputs)s::text[], %(offers)s::text[])
+           AS req (schedule_id, scheduled_for, late, output, offers)
 ), held AS (
     UPDATE schedules AS s SET lease_until = %(lease_until)s
       FROM req
@@ -84,16 +86,17 @@ WITH req AS (
     RETURNING s.id, s.user_id
 )
 INSERT INTO schedule_runs AS r (schedule_id, user_id, scheduled_for, status, late, attempts,
-                                claimed_by, output, created_at, updated_at)
+                                claimed_by, output, offers, created_at, updated_at)
 SELECT held.id, held.user_id, req.scheduled_for, 'sending', req.late, 1, %(worker)s,
-       req.output, %(now)s, %(now)s
+       req.output, req.offers::jsonb, %(now)s, %(now)s
   FROM held JOIN req ON req.schedule_id = held.id
 ON CONFLICT (schedule_id, scheduled_for) DO UPDATE
    SET status = 'sending', claimed_by = EXCLUDED.claimed_by, late = EXCLUDED.late,
        attempts = r.attempts + 1, output = COALESCE(r.output, EXCLUDED.output),
+       offers = CASE WHEN r.output IS NULL THEN EXCLUDED.offers ELSE r.offers END,
        updated_at = EXCLUDED.updated_at
  WHERE r.status = 'retry'
-RETURNING id, schedule_id, output
+RETURNING id, schedule_id, output, offers
 """
 GET_RUN = """
 SELECT r.*, s.claimed_by = %(worker)s AS lease_is_mine
@@ -104,7 +107,7 @@ TAKE_OVER_RUN = """
 UPDATE schedule_runs
    SET claimed_by = %(worker)s, attempts = attempts + 1, late = %(late)s, updated_at = %(now)s
  WHERE id = %(id)s AND status = 'sending' AND claimed_by IS NOT DISTINCT FROM %(previous)s
-RETURNING id, output
+RETURNING id, output, offers
 """
 _SETTLE = """
 UPDATE schedules
@@ -122,7 +125,7 @@ WITH req AS (
 ), run AS (
     UPDATE schedule_runs AS r
        SET status = 'delivered', delivered_at = %(now)s, error = NULL, output = NULL,
-           updated_at = %(now)s
+           offers = NULL, updated_at = %(now)s
       FROM req
      WHERE r.id = req.run_id AND r.claimed_by = %(worker)s AND r.status = 'sending'
 )
@@ -276,13 +279,15 @@ class ScheduleClaims:
             "fors": [r.scheduled_for for r in requests],
             "lates": [r.late for r in requests],
             "outputs": [r.output for r in requests],
+            "offers": [offers_json(r.offers) for r in requests],
             "worker": worker,
             "now": now,
             "lease_until": now + lease,
         }
         rows = {row["schedule_id"]: row for row in await self._all(BEGIN_RUNS, params)}
         return [
-            RunTicket(rows[r.schedule.id]["id"], rows[r.schedule.id]["output"])
+            RunTicket(rows[r.schedule.id]["id"], rows[r.schedule.id]["output"],
+                      offers=offers_from(rows[r.schedule.id]["offers"]))
             if r.schedule.id in rows
             else None
             for r in requests
@@ -324,7 +329,10 @@ class ScheduleClaims:
         taken = await self._one(
             TAKE_OVER_RUN, {**params, "id": run["id"], "previous": run["claimed_by"]}
         )
-        return RunTicket(taken["id"], taken["output"], interrupted=True) if taken else None
+        if not taken:
+            return None
+        return RunTicket(taken["id"], taken["output"], interrupted=True,
+                         offers=offers_from(taken["offers"]))
 
     async def run_status(self, schedule: Schedule, scheduled_for: datetime) -> str | None:
         """Status of the occurrence's run row, or None when there is none."""
@@ -332,11 +340,16 @@ class ScheduleClaims:
         run = await self._one(GET_RUN, params)
         return run["status"] if run else None
 
-    async def stored_output(self, schedule: Schedule, scheduled_for: datetime) -> str | None:
-        """An agent answer produced by an earlier attempt whose delivery failed or was cut off."""
+    async def stored_output(
+        self, schedule: Schedule, scheduled_for: datetime
+    ) -> tuple[str, tuple[Offer, ...]] | None:
+        """An agent answer (and the held calls it offers) produced by an earlier attempt
+        whose delivery failed or was cut off."""
         params = {"schedule_id": schedule.id, "scheduled_for": scheduled_for, "worker": ""}
         run = await self._one(GET_RUN, params)
-        return run["output"] if run and run["status"] in ("retry", "sending") else None
+        if not run or run["status"] not in ("retry", "sending") or run["output"] is None:
+            return None
+        return run["output"], offers_from(run["offers"])
 
     async def complete_runs(
         self, items: list[tuple[Schedule, RunTicket, Settlement]], *, worker: str, now: datetime

@@ -7,10 +7,12 @@ by `App.make_worker`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from panager.services.proposals import Offer
 from panager.services.schedules.types import Schedule
 from panager.services.users import User
 
@@ -18,11 +20,14 @@ from panager.services.users import User
 class Delivery(Protocol):
     """How a worker reaches users: the app's messenger and assistant."""
 
-    async def send(self, user: User, text: str, key: str | None = None) -> bool:
+    async def send(
+        self, user: User, text: str, key: str | None = None, offers: Sequence[Offer] = ()
+    ) -> bool:
         """Deliver text; False when no front end can reach the user now.
 
         `key` is the same for every attempt at one occurrence, so a channel that can
-        (Discord's message nonce) shows a re-send after a crash only once."""
+        (Discord's message nonce) shows a re-send after a crash only once. `offers`: the
+        held calls the text offers (kept with the run, so a retry carries the same)."""
         ...
 
     async def run_agent(
@@ -41,10 +46,11 @@ class Delivery(Protocol):
 
 @dataclass(frozen=True)
 class AgentAnswer:
-    """The result of a scheduled agent run."""
+    """The result of a scheduled agent run (and the held calls its answer offers)."""
 
     text: str
     ok: bool = True
+    offers: tuple[Offer, ...] = ()
 
 
 class DeliveryFailed(Exception):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from panager.framing import quoted_for_person
 from panager.services.schedules.recurrence import next_occurrence
 from panager.services.schedules.service import MissedRun, Schedule
 
@@ -95,6 +96,20 @@ def newest_due(schedule: Schedule, now: datetime, grace: timedelta) -> tuple[dat
 def local_label(when: datetime, timezone: str) -> str:
     """'Tue 25 Nov 09:00' in the schedule's zone."""
     return when.astimezone(ZoneInfo(timezone)).strftime("%a %d %b %H:%M")
+
+
+TAINTED_REMINDER = (
+    "⏰ A reminder written while reading outside content (its words, not Panager's):"
+)
+
+
+def reminder_text(schedule: Schedule) -> str:
+    """A reminder's delivered words: as written, or — written in a tainted model call —
+    quoted like a relayed message with its origin (no links, no formatting, no buttons),
+    also after it was approved: approval does not launder the text."""
+    if schedule.tainted:
+        return quoted_for_person(TAINTED_REMINDER, schedule.message)
+    return schedule.message
 
 
 def compose(schedule: Schedule, text: str, due: datetime, *, late: bool, resent: bool) -> str:

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import overload
 from zoneinfo import ZoneInfo
 
+from panager.services.proposals import Offer
 from panager.services.schedules.recurrence import describe_schedule
 from panager.services.users import User
 
@@ -67,6 +68,7 @@ class RunTicket:
     id: int
     output: str | None
     interrupted: bool = False
+    offers: tuple[Offer, ...] = ()  # the held calls the stored output offers
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class RunRequest:
     scheduled_for: datetime
     late: bool = False
     output: str | None = None
+    offers: tuple[Offer, ...] = ()  # the held calls the output offers (kept with the run)
 
 
 @dataclass(frozen=True)

@@ -47,14 +47,21 @@ from typing import TypedDict
 
 from panager.clock import Clock
 from panager.errors import UserBusy
+from panager.services.proposals import Offer
 from panager.services.schedules.coalesce import Coalescer
-from panager.services.schedules.delivery import Delivery, DeliveryFailed, PermanentFailure
+from panager.services.schedules.delivery import (
+    AgentAnswer,
+    Delivery,
+    DeliveryFailed,
+    PermanentFailure,
+)
 from panager.services.schedules.liveness import worker_liveness
 from panager.services.schedules.occurrences import (
     Occurrence,
     compose,
     due_of,
     plan_occurrence,
+    reminder_text,
     short,
 )
 from panager.services.schedules.outcomes import Outcomes
@@ -340,12 +347,16 @@ class SchedulerWorker:
         if user is None or user.status == "blocked":
             raise PermanentFailure("the user is blocked or no longer exists")
         due = due_of(occ)
-        output = None
+        output: str | None = None
+        offers: tuple[Offer, ...] = ()
         if schedule.kind != "reminder":
-            output = await self.claims.stored_output(schedule, due)
-            if output is None:
-                output = await self._run_agent(schedule, user, due)
-        request = RunRequest(schedule, due, occ.late, output)
+            stored = await self.claims.stored_output(schedule, due)
+            if stored is None:
+                answer = await self._run_agent(schedule, user, due)
+                output, offers = answer.text, answer.offers
+            else:
+                output, offers = stored
+        request = RunRequest(schedule, due, occ.late, output, offers)
         ticket = await self._begin.submit(request)
         if ticket is None:
             ticket = await self.claims.take_over(request, worker=self.id, now=self.clock.now())
@@ -356,10 +367,13 @@ class SchedulerWorker:
             # a system job with nothing to say (a quiet heartbeat): done, nothing sent
             await self.outcomes.delivered(schedule, ticket, due)
             return "quiet"
-        text = ticket.output or output or schedule.message
+        if ticket.output:  # an earlier attempt's answer: exactly its offers
+            text, offers = ticket.output, ticket.offers
+        else:
+            text = output or reminder_text(schedule)
         text = compose(schedule, text, due, late=occ.late, resent=ticket.interrupted)
         timeout = self.lease.total_seconds() / 2  # a send never outlives the lease
-        send = self.delivery.send(user, text, key=f"run{ticket.id}")
+        send = self.delivery.send(user, text, key=f"run{ticket.id}", offers=offers)
         if not await asyncio.wait_for(send, timeout):
             return await self.outcomes.no_route(schedule, occ, unsure=ticket.interrupted)
         await self.outcomes.delivered(schedule, ticket, due)  # patiently: it went out
@@ -370,7 +384,7 @@ class SchedulerWorker:
             requests, worker=self.id, now=self.clock.now(), lease=self.lease
         )
 
-    async def _run_agent(self, schedule: Schedule, user: User, due: datetime) -> str:
+    async def _run_agent(self, schedule: Schedule, user: User, due: datetime) -> AgentAnswer:
         async with self._keep_lease(schedule):
             if schedule.kind in SYSTEM_KINDS:
                 answer = await self.delivery.run_system(user, schedule, due)
@@ -380,7 +394,7 @@ class SchedulerWorker:
                 )
         if not answer.ok:
             raise DeliveryFailed(f"the scheduled run failed: {short(answer.text, 200)}")
-        return answer.text
+        return answer
 
     @contextlib.asynccontextmanager
     async def _keep_lease(self, schedule: Schedule) -> AsyncIterator[None]:

@@ -9,6 +9,11 @@ is in the thread when the page is opened again. A person has at most one web
 turn running and one waiting behind it (`WebTurns`); more is a 429, and a
 waiting turn whose page went away is dropped before it starts (nothing of it
 was stored). Slash commands work as in Discord.
+
+Approve/Deny forms for held calls come only from offers (services/proposals.py):
+under an answer, those offered on it (`offer_key` of its message id); in the
+"Waiting for your approval" panel, every pending one with its description, age
+and expiry. Never from the text of a message.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from langchain_core.messages import AIMessage, HumanMessage
 
+from panager.agent import approvals
 from panager.agent.attachments import ATTACHMENTS_NAME, attached_text
 from panager.agent.commands import CommandContext, dispatch, is_command
-from panager.agent.confirm import APPROVE, DENY, proposal_ids, question_text
+from panager.agent.confirm import APPROVE, DENY, offer_key, question_text
 from panager.agent.runner import TurnResult
 from panager.services.media.intake import Attachment
+from panager.services.proposals import Offer
 from panager.services.web_sessions import WebSession
 from panager.web.pages import form_of, page
 from panager.web.render import HEADERS, message_page, render
@@ -95,8 +102,12 @@ class ChatPage:
         if question is not None:
             asked = {"key": question.key, "text": question_text(question),
                      "calls": [{"n": n, "tool": c.tool} for n, c in enumerate(question.calls)]}
+        waiting = [
+            {"id": p.id, "on": "", "description": p.description, "age": age, "left": left}
+            for p, age, left in await approvals.waiting(self.app.assistant, session.user)
+        ]
         return render("chat.html", **page(session, "chat", "Chat", request, entries=entries,
-                                          reply=reply, question=asked))
+                                          reply=reply, question=asked, waiting=waiting))
 
     async def answer(self, request: web.Request, session: WebSession) -> web.Response:
         """Approve/Deny pressed on the open question: resume the turn, then show the page.
@@ -122,11 +133,21 @@ class ChatPage:
         raise web.HTTPSeeOther("/chat")
 
     async def approve(self, request: web.Request, session: WebSession) -> web.Response:
-        """Approve pressed on a held call of a scheduled answer: run it once."""
-        ident = (await form_of(request)).get("proposal", "")
-        result = await self.app.assistant.approve_proposal(session.user, ident)
+        """Approve or Deny pressed on a held call: under the answer it was offered on (run
+        once), in the waiting panel (shown there with its description: run once), else
+        its description is shown again with the question."""
+        form = await form_of(request)
+        ident, on, where = form.get("proposal", ""), form.get("on", ""), form.get("where", "")
+        assistant, user = self.app.assistant, session.user
+        if form.get("verdict") == DENY:
+            result = await assistant.deny_proposal(user, ident)
+        elif where == "panel":
+            result = await approvals.approve_shown(assistant, user, ident)
+        else:
+            result = await assistant.approve_proposal(user, ident, on or None)
         shown = {"text": result.text, "ok": result.ok, "link": result.link,
-                 "command": f"/approve {ident}"}
+                 "command": "Deny" if form.get("verdict") == DENY else "Approve",
+                 "offers": _offers(result.offers)}
         return await self.index(request, session, reply=shown)
 
     async def history(self, session: WebSession) -> list[dict]:
@@ -134,6 +155,7 @@ class ChatPage:
         assistant = self.app.assistant
         snapshot = await assistant.graph.aget_state(assistant.config_for(session.user))
         messages = snapshot.values.get("messages", []) if snapshot.values else []
+        offered = await self._offered(session, messages)
         entries: list[dict] = []
         for message in messages:
             if isinstance(message, HumanMessage) and message.name == ATTACHMENTS_NAME:
@@ -146,10 +168,20 @@ class ChatPage:
                 if message.tool_calls:
                     entries.append({"who": "tools", "text": "",
                                     "tools": [c["name"] for c in message.tool_calls]})
-                if message.text:
+                offers = offered.get(offer_key(message.id), [])
+                if message.text or offers:
                     entries.append({"who": "panager", "text": message.text, "tools": [],
-                                    "proposals": proposal_ids(message.text)})
+                                    "offers": _offers(offers)})
         return entries[-HISTORY:]
+
+    async def _offered(self, session: WebSession, messages: list) -> dict[str, list[Offer]]:
+        """The held calls offered on each answer shown (by the answer's offer key)."""
+        proposals = self.app.deps.proposals
+        keys = [offer_key(m.id) for m in messages[-HISTORY * 2:]
+                if isinstance(m, AIMessage) and m.id]
+        if proposals is None or not keys:
+            return {}
+        return await proposals.offered(session.user.id, keys, self.app.deps.clock.now())
 
     async def send(self, request: web.Request, session: WebSession) -> web.StreamResponse:
         """Run a command or a turn; stream it to scripts, redirect plain forms."""
@@ -162,9 +194,11 @@ class ChatPage:
             ctx = CommandContext(user=session.user, assistant=self.app.assistant,
                                  front_end="web")
             reply = await dispatch(ctx, text)
-            shown = {"text": reply.text, "ok": reply.ok, "link": reply.link, "command": text}
-            if streaming:
-                return await self._stream(request, None, shown)
+            shown = {"text": reply.text, "ok": reply.ok, "link": reply.link, "command": text,
+                     "offers": _offers(reply.offers)}
+            if streaming:  # a held call shown again: the page reloads to its panel
+                done = {k: v for k, v in shown.items() if k != "offers"}
+                return await self._stream(request, None, {**done, "question": bool(reply.offers)})
             return await self.index(request, session, reply=shown)
         return await self._turn(request, session, text, streaming, [])
 
@@ -253,3 +287,10 @@ class ChatPage:
                                             "link": result.link,
                                             "question": result.question is not None}))
         return response
+
+
+def _offers(offers) -> list[dict]:  # a sequence of Offer
+    """Offers as the template draws their forms (numbered when there are several)."""
+    many = len(offers) > 1
+    return [{"id": o.id, "on": o.on, "description": o.description,
+             "label": f" {n}" if many else ""} for n, o in enumerate(offers, 1)]
