@@ -7,6 +7,8 @@ database, and every test that needs the database gets its own copy
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
 import uuid
@@ -51,6 +53,28 @@ CLEARED_ENV = (
 )
 
 
+# Modules whose tests start processes or a browser, slowest first: run before the rest, so
+# pytest-xdist hands them out among the workers at the start and the quick tests fill the
+# gaps at the end (run last, one long test leaves the other workers idle while it runs).
+SLOW_FIRST = (
+    "tests/reliability/", "tests/test_cli.py", "tests/test_attachments_terminal.py",
+    "tests/test_cli_run_telegram.py", "tests/test_cli_run.py", "tests/test_terminal_pty.py",
+    "tests/test_telegram_processes.py", "tests/test_web_browser.py",
+    "tests/test_trust_browser.py", "tests/test_attachments_web.py", "tests/test_mcp.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Slow modules first (each module's tests stay together, in their order)."""
+
+    def rank(item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)),
+                    len(SLOW_FIRST))
+
+    items.sort(key=rank)
+
+
 RELIABILITY_PROPERTY = "reliability numbers"  # a report's user_properties key (tests/reliability)
 
 
@@ -93,8 +117,22 @@ def pg_server_url():
     from panager.db.embedded import start_embedded
 
     data = Path(tempfile.mkdtemp(prefix="panager-test-pg-")) / "pgdata"  # as under a home
-    SERVER_URL.append(start_embedded(data))
+    with _one_server_start_at_a_time():
+        SERVER_URL.append(start_embedded(data))
     yield SERVER_URL[-1]
+
+
+@contextlib.contextmanager
+def _one_server_start_at_a_time():
+    """Workers start their servers one after the other. Run as root, pgserver creates its
+    `pgserver` account on first use; two workers doing that at once on a fresh machine left
+    one with a data directory it could not chmod (initdb: Operation not permitted)."""
+    with open(Path(tempfile.gettempdir()) / "panager-test-pg.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

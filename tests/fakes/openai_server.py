@@ -695,9 +695,14 @@ class FakeOpenAI:
         self._failures.extend([_Failure(400, chat_body, {}, resp_body)] * times)
 
     def fail_for(self, seconds: float, status: int = 500) -> None:
-        """Make every chat/responses request fail with ``status`` for ``seconds`` from now."""
+        """Make every chat/responses request fail with ``status`` for ``seconds`` from now
+        (``math.inf``: until :meth:`recover`)."""
         self._fail_until = time.monotonic() + seconds
         self._fail_status = status
+
+    def recover(self) -> None:
+        """End an outage started by :meth:`fail_for` now."""
+        self._fail_until = 0.0
 
     @property
     def pending(self) -> int:
