@@ -65,7 +65,11 @@ SLOW_FIRST = (
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Slow modules first (each module's tests stay together, in their order)."""
+    """Slow modules first (each module's tests stay together, in their order). The
+    reliability suite's processes run on real time (leases, outages): marked `timing`."""
+    for item in items:
+        if item.nodeid.startswith("tests/reliability/"):
+            item.add_marker(pytest.mark.timing)
 
     def rank(item) -> int:
         path = item.nodeid.split("::", 1)[0]
