@@ -7,8 +7,6 @@ database, and every test that needs the database gets its own copy
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import tempfile
 import uuid
@@ -53,6 +51,29 @@ CLEARED_ENV = (
 )
 
 
+RELIABILITY_PROPERTY = "reliability numbers"  # a report's user_properties key (tests/reliability)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Print what the reliability tests measured (tests/reliability/conftest.py `report`),
+    whatever the capture mode and whether or not the tests ran in pytest-xdist workers."""
+    reports = [r for kind in ("passed", "failed") for r in terminalreporter.stats.get(kind, ())]
+    numbers = [value for r in reports if getattr(r, "when", None) == "call"
+               for key, value in getattr(r, "user_properties", ()) if key == RELIABILITY_PROPERTY]
+    if not numbers:
+        return
+    terminalreporter.section("reliability numbers")
+    for title, values in numbers:
+        shown = ", ".join(f"{k}={v}" for k, v in values.items())
+        terminalreporter.write_line(f"{title}: {shown}")
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL pointing at database `name`."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
 # Modules whose tests start processes or a browser, slowest first: run before the rest, so
 # pytest-xdist hands them out among the workers at the start and the quick tests fill the
 # gaps at the end (run last, one long test leaves the other workers idle while it runs).
@@ -79,29 +100,6 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=rank)
 
 
-RELIABILITY_PROPERTY = "reliability numbers"  # a report's user_properties key (tests/reliability)
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    """Print what the reliability tests measured (tests/reliability/conftest.py `report`),
-    whatever the capture mode and whether or not the tests ran in pytest-xdist workers."""
-    reports = [r for kind in ("passed", "failed") for r in terminalreporter.stats.get(kind, ())]
-    numbers = [value for r in reports if getattr(r, "when", None) == "call"
-               for key, value in getattr(r, "user_properties", ()) if key == RELIABILITY_PROPERTY]
-    if not numbers:
-        return
-    terminalreporter.section("reliability numbers")
-    for title, values in numbers:
-        shown = ", ".join(f"{k}={v}" for k, v in values.items())
-        terminalreporter.write_line(f"{title}: {shown}")
-
-
-def with_database(url: str, name: str) -> str:
-    """The same server URL pointing at database `name`."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + name))
-
-
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch):
     """No developer or CI variable leaks into a test."""
@@ -121,22 +119,8 @@ def pg_server_url():
     from panager.db.embedded import start_embedded
 
     data = Path(tempfile.mkdtemp(prefix="panager-test-pg-")) / "pgdata"  # as under a home
-    with _one_server_start_at_a_time():
-        SERVER_URL.append(start_embedded(data))
+    SERVER_URL.append(start_embedded(data))
     yield SERVER_URL[-1]
-
-
-@contextlib.contextmanager
-def _one_server_start_at_a_time():
-    """Workers start their servers one after the other. Run as root, pgserver creates its
-    `pgserver` account on first use; two workers doing that at once on a fresh machine left
-    one with a data directory it could not chmod (initdb: Operation not permitted)."""
-    with open(Path(tempfile.gettempdir()) / "panager-test-pg.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
