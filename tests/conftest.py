@@ -80,8 +80,11 @@ def with_database(url: str, name: str) -> str:
 SLOW_FIRST = (
     "tests/reliability/", "tests/test_cli.py", "tests/test_attachments_terminal.py",
     "tests/test_cli_run_telegram.py", "tests/test_cli_run.py", "tests/test_terminal_pty.py",
-    "tests/test_telegram_processes.py", "tests/test_web_browser.py",
-    "tests/test_trust_browser.py", "tests/test_attachments_web.py", "tests/test_mcp.py",
+    "tests/test_telegram_processes.py", "tests/test_confirm_frontends.py",
+    "tests/test_mcp_operator.py", "tests/test_server_privileges.py", "tests/test_memory_store.py",
+    "tests/test_memory.py", "tests/test_model_window.py", "tests/test_schedule_calendar.py",
+    "tests/test_web_browser.py", "tests/test_trust_browser.py", "tests/test_attachments_web.py",
+    "tests/test_mcp.py",
 )
 
 
