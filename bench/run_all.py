@@ -1,46 +1,54 @@
-"""Run every benchmark and regenerate BENCHMARKS.md with the machine and the date.
+"""Run every benchmark; regenerate the dashboard (BENCHMARKS.md) and the history beside it.
 
     .venv/bin/python bench/run_all.py                   # everything (tens of minutes)
     .venv/bin/python bench/run_all.py --quick           # smaller sizes where a script has them
-    .venv/bin/python bench/run_all.py --only scheduler,reliability
+    .venv/bin/python bench/run_all.py --only scheduler,load
     .venv/bin/python bench/run_all.py --list            # what would run; what is missing
+    .venv/bin/python bench/run_all.py --dashboard       # rewrite BENCHMARKS.md only, run nothing
 
-Each benchmark is a script in bench/ (plus the reliability load test, run
-through pytest) and runs in its own process, one after the other, so they do
-not compete for the machine. BENCHMARKS.md keeps one `## Section` per
+Each benchmark is a script in bench/ and runs in its own process, one after the
+other, so they do not compete for the machine. A script records its figures in
+bench/results/<area>.json (bench/results.py: every run appended, with its date
+and machine); BENCHMARKS.md is generated from those files alone: one table per
+area, each row a metric with its target, latest figure, date and machine, what
+it is compared with, and its change since the previous run, linking to its
+section of docs/benchmarks/history.md.
+
+docs/benchmarks/history.md keeps the dated narrative, one `## Section` per
 benchmark: the prose written by hand stays as it is; the block between the
 `<!-- run_all: NAME -->` markers (command, duration, the script's output) is
-replaced by this run's. The header names the machine and the date.
-Benchmarks that fail keep their previous block and are reported at the end
-with the tail of their output; scripts listed below but absent are reported
-as missing, and scripts in bench/ not listed here still run (section named
-after the file).
+replaced by this run's. Benchmarks that fail keep their previous block and are
+reported at the end with the tail of their output; scripts listed below but
+absent are reported as missing, and scripts in bench/ not listed here still run
+(section named after the file).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 OUTPUT = ROOT / "BENCHMARKS.md"
+HISTORY = ROOT / "docs" / "benchmarks" / "history.md"
 HELPERS = {
     "__init__.py", "chitchat.py", "common.py", "embed_cache.py", "memory_corpus.py",
-    "memory_dialogues.py", "recall_cv.py", "run_all.py",
+    "memory_dialogues.py", "recall_cv.py", "results.py", "run_all.py",
 }
+MAX_DASHBOARD_LINES = 300
 TIMEOUT = 3600.0
-INTRO = "Each section: the command, the machine, the numbers."
+INTRO = ("The dated runs behind the dashboard (BENCHMARKS.md): each section, the command,"
+         " the machine, the numbers.")
 
 
 @dataclass
@@ -51,13 +59,11 @@ class Benchmark:
     title: str
     args: list[str]
     quick: list[str] = field(default_factory=list)
-    script: str | None = None  # bench/<script>; None for the pytest-driven one
+    script: str = ""  # bench/<script>
 
     def command(self, quick: bool) -> list[str]:
         """The argv that runs it."""
         extra = self.quick if quick else []
-        if self.script is None:
-            return [sys.executable, "-m", "pytest", *self.args, *extra]
         return [sys.executable, f"bench/{self.script}", *self.args, *extra]
 
 
@@ -89,19 +95,15 @@ KNOWN = [
         ["--answers", "10", "--overhead-turns", "2"],
         "first_token.py",
     ),
-    Benchmark(
-        "reliability",
-        "Reliability",
-        ["-q", "-p", "no:cacheprovider", "tests/reliability/test_load.py"],
-    ),
+    Benchmark("load", "Reliability", [], ["--users", "40"], "load.py"),
 ]
 
 
 def discover() -> tuple[list[Benchmark], list[str]]:
     """The benchmarks to run (listed ones present + unlisted scripts) and missing scripts."""
     present = {p.name for p in BENCH.glob("*.py")} - HELPERS
-    found = [b for b in KNOWN if b.script is None or b.script in present]
-    missing = [b.script for b in KNOWN if b.script is not None and b.script not in present]
+    found = [b for b in KNOWN if b.script in present]
+    missing = [b.script for b in KNOWN if b.script not in present]
     listed = {b.script for b in KNOWN}
     for script in sorted(present - listed):
         name = script.removesuffix(".py")
@@ -167,11 +169,6 @@ def run(bench: Benchmark, quick: bool, timeout: float) -> Outcome:
     """Run one benchmark in its own process; stdout is its result, stderr its log."""
     command = bench.command(quick)
     env = dict(os.environ)
-    report = None
-    if bench.script is None:
-        report = Path(tempfile.mkstemp(prefix="panager-reliability-", suffix=".json")[1])
-        report.unlink()
-        env["PANAGER_RELIABILITY_REPORT"] = str(report)
     print(f"== {bench.name}: {' '.join(_shown(command))}", flush=True)
     started = time.monotonic()
     try:
@@ -183,9 +180,6 @@ def run(bench: Benchmark, quick: bool, timeout: float) -> Outcome:
         code, stdout, stderr = -1, _text(exc.stdout), _text(exc.stderr) + "\n(timed out)"
     seconds = time.monotonic() - started
     output = stdout if code == 0 else (stdout + "\n" + stderr)[-4000:]
-    if report is not None and report.exists():
-        output = _report_table(json.loads(report.read_text())) + "\n\n" + output
-        report.unlink()
     print(f"   {'ok' if code == 0 else f'FAILED ({code})'} in {seconds:.0f} s", flush=True)
     return Outcome(bench, command, seconds, code, output.strip())
 
@@ -198,15 +192,7 @@ def _shown(command: list[str]) -> list[str]:
     return [".venv/bin/python" if part == sys.executable else part for part in command]
 
 
-def _report_table(numbers: dict) -> str:
-    lines = []
-    for title, values in numbers.items():
-        lines.append(f"{title}:")
-        lines += [f"  {key:<20} {value}" for key, value in values.items()]
-    return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------ BENCHMARKS.md
+# ------------------------------------------------------------- docs/benchmarks/history.md
 
 
 def block(outcome: Outcome, today: str) -> str:
@@ -270,7 +256,7 @@ def header(info: dict[str, str], today: str) -> str:
     """The document's header: intro, machine and date."""
     rows = "\n".join(f"| {key} | {value} |" for key, value in info.items())
     return (
-        f"# Benchmarks\n\n{INTRO}\n\n"
+        f"# Benchmark history\n\n{INTRO}\n\n"
         f"Regenerated by `.venv/bin/python bench/run_all.py` on {today}, on:\n\n"
         f"| | |\n|---|---|\n{rows}\n\n"
         "Each section keeps the notes written with its benchmark; the part between the\n"
@@ -300,14 +286,126 @@ def regenerate(
     return top + body.rstrip() + "\n"
 
 
+# ------------------------------------------------------------------------ BENCHMARKS.md
+
+
+def dashboard(results: dict[str, dict[str, Any]]) -> str:
+    """BENCHMARKS.md: one table per area from the recorded results (bench/results/*.json)."""
+    lines = [
+        "# Benchmarks",
+        "",
+        "The current figure of every metric. Generated by `.venv/bin/python bench/run_all.py`",
+        "(`--dashboard` rewrites this page from bench/results/*.json without running anything);",
+        "do not edit by hand. Each row links to its dated runs and notes in",
+        f"[docs/benchmarks/history.md]({HISTORY_LINK}). \"Change\" compares the latest run with",
+        "the run before it (same metric); runs on this shared 2-core machine vary with its load,",
+        "so compare ratios measured in one run before absolute figures.",
+    ]
+    ranked = sorted(results, key=lambda a: (AREAS.index(a) if a in AREAS else len(AREAS), a))
+    for area in ranked:
+        data = results[area]
+        rows = [row for key in data.get("metrics", {}) if (row := _row(data, key))]
+        if not rows:
+            continue
+        lines += ["", f"## {data.get('title') or area}", "",
+                  "| metric | target | latest | date · machine | compared with | change since previous |",
+                  "|---|---|---:|---|---|---|", *rows]
+    return "\n".join(lines) + "\n"
+
+
+HISTORY_LINK = "docs/benchmarks/history.md"
+AREAS = [  # the dashboard's order; other areas follow by name
+    "suite", "load", "failover", "scheduler", "system_jobs", "first_token", "turn_overhead",
+    "long_conversation", "small_windows", "memory", "memory_recall", "embedders", "tidy",
+    "tools", "web", "attachments",
+]
+
+
+def anchor(title: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to '-'."""
+    kept = "".join(c for c in title.lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
+
+
+def _row(data: dict[str, Any], key: str) -> str | None:
+    runs = [run for run in data.get("runs", []) if key in run.get("values", {})]
+    if not runs:
+        return None
+    meta = data["metrics"][key]
+    latest = runs[-1]
+    link = HISTORY_LINK + (f"#{anchor(data['history'])}" if data.get("history") else "")
+    value = figure(latest["values"][key], meta.get("unit", ""))
+    change = _change(runs, key, meta.get("better", "lower"), meta.get("unit", ""))
+    cells = [f"[{meta.get('label', key)}]({link})", meta.get("target") or "—", f"**{value}**",
+             f"{latest['date']} · {latest['machine']}", meta.get("compare") or "—", change]
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def _change(runs: list[dict[str, Any]], key: str, better: str, unit: str) -> str:
+    """The latest value against the one before: relative change, and whether it is better."""
+    if len(runs) < 2:
+        return "first recorded run"
+    before, latest = runs[-2], runs[-1]
+    old, new = before["values"][key], latest["values"][key]
+    since = f"{figure(old, unit)} on {before['date'].split(' ')[0]}"
+    if not isinstance(old, int | float) or not isinstance(new, int | float):
+        return f"was {since}"
+    if old == new:
+        return f"unchanged ({since})"
+    if old == 0:
+        return f"was {since}"
+    percent = (new - old) / abs(old) * 100
+    improved = (percent > 0) == (better == "higher")
+    return f"{percent:+.1f}% {'better' if improved else 'worse'} (was {since})"
+
+
+def figure(value: float, unit: str = "") -> str:
+    """A value for the table: thousands separated, three significant digits below 100."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{value}{' ' + unit if unit else ''}"
+    number = float(value)
+    if number.is_integer() and abs(number) >= 1:
+        text = f"{int(number):,}"
+    elif abs(number) >= 100:
+        text = f"{number:,.0f}"
+    elif abs(number) >= 10:
+        text = f"{number:.1f}"
+    elif abs(number) >= 1:
+        text = f"{number:.2f}"
+    else:
+        text = f"{number:.3g}"
+    if not unit:
+        return text
+    return f"{text}{unit}" if unit in ("%", "×") else f"{text} {unit}"
+
+
+def write_dashboard() -> str:
+    """Rewrite BENCHMARKS.md from bench/results/*.json; refuse a page over its line budget."""
+    sys.path.insert(0, str(ROOT))
+    from bench.results import load_all
+
+    text = dashboard(load_all())
+    count = text.count("\n")
+    if count > MAX_DASHBOARD_LINES:
+        raise SystemExit(f"BENCHMARKS.md would have {count} lines (at most "
+                         f"{MAX_DASHBOARD_LINES}): fold rows or move detail to the history")
+    OUTPUT.write_text(text)
+    return f"wrote {OUTPUT.relative_to(ROOT)} ({count} lines)"
+
+
 def main() -> None:
-    """Run the benchmarks, then rewrite BENCHMARKS.md."""
+    """Run the benchmarks, then rewrite the history's blocks and BENCHMARKS.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated names (see --list)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     parser.add_argument("--list", action="store_true", help="show the benchmarks and exit")
+    parser.add_argument("--dashboard", action="store_true",
+                        help="rewrite BENCHMARKS.md from bench/results/*.json and exit")
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per benchmark")
     args = parser.parse_args()
+    if args.dashboard:
+        print(write_dashboard())
+        return
     benches, missing = discover()
     for script in missing:
         print(f"missing: bench/{script} (listed in run_all.py, not in bench/)")
@@ -323,12 +421,14 @@ def main() -> None:
         return
     info, today = machine(), date.today().isoformat()
     outcomes = [run(bench, args.quick, args.timeout) for bench in benches]
-    existing = OUTPUT.read_text() if OUTPUT.exists() else ""
-    OUTPUT.write_text(regenerate(existing, outcomes, info, today, whole=not args.only))
+    existing = HISTORY.read_text() if HISTORY.exists() else ""
+    HISTORY.parent.mkdir(parents=True, exist_ok=True)
+    HISTORY.write_text(regenerate(existing, outcomes, info, today, whole=not args.only))
+    print(write_dashboard())
     failed = [o for o in outcomes if o.code != 0]
     for outcome in failed:
         print(f"\nFAILED {outcome.bench.name} (exit {outcome.code}):\n{outcome.output[-2000:]}")
-    print(f"\nwrote {OUTPUT.relative_to(ROOT)}: {len(outcomes) - len(failed)} of "
+    print(f"\nwrote {HISTORY.relative_to(ROOT)}: {len(outcomes) - len(failed)} of "
           f"{len(outcomes)} benchmarks updated" + (f"; missing: {', '.join(missing)}" if missing else ""))
     sys.exit(1 if failed else 0)
 

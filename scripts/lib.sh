@@ -36,6 +36,14 @@ ensure_venv() {
     rm -rf .venv
     "$python" -m venv .venv
   fi
+  # Nothing to install when pyproject.toml and the extras are what the last install used
+  # (the install is editable: changes under src/ need none).
+  local stamp
+  stamp="$(cat pyproject.toml <(echo "$1") | cksum | cut -d' ' -f1)"
+  if [ "$(cat .venv/.panager-installed 2>/dev/null)" = "$stamp" ] \
+      && .venv/bin/python -c 'import panager' >/dev/null 2>&1; then
+    return 0
+  fi
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e "$1" 2>&1 \
     | grep -v "^WARNING: Location" || true
@@ -43,4 +51,5 @@ ensure_venv() {
     echo "Installing Panager into .venv failed; run: .venv/bin/pip install -e '$1'" >&2
     exit 1
   }
+  echo "$stamp" > .venv/.panager-installed
 }

@@ -83,6 +83,35 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path="/" + name))
 
 
+# Modules whose tests start processes or a browser, slowest first: run before the rest, so
+# pytest-xdist hands them out among the workers at the start and the quick tests fill the
+# gaps at the end (run last, one long test leaves the other workers idle while it runs).
+SLOW_FIRST = (
+    "tests/reliability/", "tests/test_cli.py", "tests/test_attachments_terminal.py",
+    "tests/test_cli_run_telegram.py", "tests/test_cli_run.py", "tests/test_terminal_pty.py",
+    "tests/test_telegram_processes.py", "tests/test_confirm_frontends.py",
+    "tests/test_mcp_operator.py", "tests/test_server_privileges.py", "tests/test_memory_store.py",
+    "tests/test_memory.py", "tests/test_model_window.py", "tests/test_schedule_calendar.py",
+    "tests/test_web_browser.py", "tests/test_trust_browser.py", "tests/test_attachments_web.py",
+    "tests/test_mcp.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Slow modules first (each module's tests stay together, in their order). The
+    reliability suite's processes run on real time (leases, outages): marked `timing`."""
+    for item in items:
+        if item.nodeid.startswith("tests/reliability/"):
+            item.add_marker(pytest.mark.timing)
+
+    def rank(item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return next((i for i, prefix in enumerate(SLOW_FIRST) if path.startswith(prefix)),
+                    len(SLOW_FIRST))
+
+    items.sort(key=rank)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch):
     """No developer or CI variable leaks into a test."""

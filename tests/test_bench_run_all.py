@@ -1,9 +1,15 @@
-"""bench/run_all.py rewrites BENCHMARKS.md: generated blocks replaced, hand-written text kept,
-and the header (machine, date) only by a run of every benchmark."""
+"""bench/run_all.py: the dashboard (BENCHMARKS.md) generated from the recorded results, and
+the history beside it (generated blocks replaced, hand-written text kept, the header
+rewritten only by a run of every benchmark)."""
 
 from __future__ import annotations
 
-from bench.run_all import Benchmark, Outcome, regenerate
+import json
+
+import pytest
+
+from bench import results, run_all
+from bench.run_all import Benchmark, Outcome, dashboard, regenerate
 
 OLD = """# Benchmarks
 
@@ -46,3 +52,59 @@ def test_a_full_run_rewrites_the_header():
     text = regenerate(OLD, [outcome()], {"load average at start": "0.1"}, "2026-11-24")
     assert "on 2026-11-24, on:" in text and "| load average at start | 0.1 |" in text
     assert "2026-11-22" not in text and "Notes written by hand." in text
+
+
+def test_the_dashboard_shows_the_latest_figure_its_target_and_the_change(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    speed = {"label": "Burst throughput", "unit": "/s", "better": "higher",
+             "target": "≥ 2,000 /s", "compare": "oldest-first claim: 4,566 /s"}
+    late = {"label": "Lateness p99", "unit": "s", "better": "lower", "target": "", "compare": ""}
+    results.record("scheduler", {"speed": 4000, "late": 2.0}, metrics={"speed": speed, "late": late},
+                   title="Scheduler", history="Scheduler", when="2026-11-22", on="box A")
+    results.record("scheduler", {"speed": 3000, "late": 1.5}, when="2026-11-24", on="box B")
+    results.record("scheduler", {"speed": 3600}, when="2026-11-25", on="box B")
+    stored = json.loads((tmp_path / "scheduler.json").read_text())
+    assert [run["date"] for run in stored["runs"]] == ["2026-11-22", "2026-11-24", "2026-11-25"]
+
+    page = dashboard(results.load_all())
+    (speed_row,) = [line for line in page.splitlines() if "Burst throughput" in line]
+    cells = [cell.strip() for cell in speed_row.strip("|").split("|")]
+    assert cells == [
+        "[Burst throughput](docs/benchmarks/history.md#scheduler)", "≥ 2,000 /s",
+        "**3,600 /s**", "2026-11-25 · box B", "oldest-first claim: 4,566 /s",
+        "+20.0% better (was 3,000 /s on 2026-11-24)",
+    ]
+    # a metric missing from the latest run shows its own latest run and the one before it
+    (late_row,) = [line for line in page.splitlines() if "Lateness p99" in line]
+    assert "**1.50 s**" in late_row and "2026-11-24 · box B" in late_row
+    assert "-25.0% better (was 2 s on 2026-11-22)" in late_row and "| — |" in late_row
+    assert page.startswith("# Benchmarks\n") and "## Scheduler" in page
+
+
+def test_a_first_run_and_a_slowdown_say_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    metric = {"label": "p95", "unit": "ms", "better": "lower", "target": "≤ 50 ms"}
+    results.record("web", {"p95": 40.0}, metrics={"p95": metric}, when="2026-11-24", on="m")
+    assert "first recorded run" in dashboard(results.load_all())
+    results.record("web", {"p95": 50.0}, when="2026-11-25", on="m")
+    assert "+25.0% worse (was 40 ms on 2026-11-24)" in dashboard(results.load_all())
+
+
+def test_the_checked_in_dashboard_is_what_the_results_generate_and_within_budget():
+    page = dashboard(results.load_all())
+    assert page.count("\n") <= run_all.MAX_DASHBOARD_LINES
+    assert (run_all.OUTPUT).read_text() == page, "run: .venv/bin/python bench/run_all.py --dashboard"
+    history = run_all.HISTORY.read_text()
+    headings = {run_all.anchor(line[3:].strip()) for line in history.splitlines()
+                if line.startswith(("## ", "### "))}
+    for area, data in results.load_all().items():
+        assert data["runs"], area
+        assert run_all.anchor(data["history"]) in headings, f"{area}: no history section"
+
+
+@pytest.mark.parametrize(("value", "unit", "shown"), [
+    (4509, "/s", "4,509 /s"), (0.983, "", "0.983"), (14.948, "ms", "14.9 ms"),
+    (1.021, "×", "1.02×"), (1227.0, "s", "1,227 s"),
+])
+def test_figures_are_rounded_for_reading(value, unit, shown):
+    assert run_all.figure(value, unit) == shown

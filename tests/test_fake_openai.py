@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 
@@ -223,17 +222,27 @@ async def test_context_length_error(fake, responses_api):
 
 @pytest.mark.asyncio
 async def test_fail_for_window(fake):
-    window = 3.0  # wide enough for the first request to land in it on a busy machine
-    ends = time.monotonic() + window
-    fake.fail_for(window, status=502)
+    now = [1000.0]  # the fake's clock, moved by the test: no waiting, whatever the load
+    fake.clock = lambda: now[0]
+    fake.fail_for(3.0, status=502)
     llm = chat(fake)
     with pytest.raises(openai.APIStatusError) as info:
         await llm.ainvoke(PROMPT)
     assert info.value.status_code == 502
-    await asyncio.sleep(max(0.0, ends - time.monotonic()) + 0.05)
+    now[0] += 2.9
+    with pytest.raises(openai.APIStatusError):
+        await llm.ainvoke(PROMPT)
+    now[0] += 0.2  # the window is over
+    assert (await llm.ainvoke(PROMPT)).content == "ok"
+    fake.fail_for(math.inf, status=500)
+    now[0] += 1e9
+    with pytest.raises(openai.APIStatusError):
+        await llm.ainvoke(PROMPT)
+    fake.recover()
     assert (await llm.ainvoke(PROMPT)).content == "ok"
 
 
+@pytest.mark.timing
 @pytest.mark.asyncio
 async def test_handler_and_delay(fake):
     async def echo(body: dict) -> Reply:

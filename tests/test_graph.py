@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
@@ -54,6 +55,7 @@ async def test_text_reply_is_checkpointed(make_app):
     assert [type(m).__name__ for m in msgs] == ["HumanMessage", "AIMessage"]
 
 
+@pytest.mark.timing
 async def test_parallel_tools_run_concurrently(make_app, monkeypatch):
     monkeypatch.setattr(tools_pkg, "TOOL_FACTORIES", [sleepy_tools])
     model = ScriptedChatModel(

@@ -131,6 +131,7 @@ async def test_users_lists_take_ids_in_the_admin_ids_syntax(make_app, tmp_path):
 # -- failures: death, timeout, size, pictures ----------------------------------------------------
 
 
+@pytest.mark.timing
 async def test_killed_mid_call_timeout_cap_and_pictures(make_app, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="panager.services.mcp")
     servers = {"t": stdio_server(

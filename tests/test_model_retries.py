@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from types import SimpleNamespace
 
+import pytest
 from langchain_core.messages import HumanMessage
 
 from panager.agent.threads import thread_values
@@ -15,6 +16,7 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.runtime_helpers import write_config
 
 
+@pytest.mark.timing
 async def test_rate_limit_honours_retry_after_then_succeeds(make_app):
     async with FakeOpenAI() as srv:
         app = await make_app(openai_base_url=srv.base_url, openai_api_key="test")

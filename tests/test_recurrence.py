@@ -349,6 +349,7 @@ def test_rare_but_possible_rules_are_accepted(rule):
     assert next_occurrence(plan.rule, BERLIN, plan.anchor_local, plan.first_utc) > plan.first_utc
 
 
+@pytest.mark.timing
 def test_impossible_rules_are_refused_quickly():
     started = time.perf_counter()
     with pytest.raises(ScheduleInputError):
@@ -439,6 +440,7 @@ def test_monthly_on_the_31st_skips_short_months():
     assert [wall_time(f, BERLIN).day for f in last_days] == [31, 28, 31]
 
 
+@pytest.mark.timing
 def test_old_minutely_series_is_still_fast():
     started = time.perf_counter()
     anchor = datetime(2016, 1, 1, 9, 0, 0)

@@ -24,6 +24,7 @@ async def get(url: str, headers: dict | None = None) -> tuple[int, str]:
         return response.status, await response.text()
 
 
+@pytest.mark.timing
 async def test_healthz_is_200_then_503_when_the_database_is_gone(make_app, db_url, pg_server_url):
     app = await make_app(http_port=0)  # a free port: spawned `panager chat`s use the default
     server = await start_web(app)

@@ -198,6 +198,7 @@ async def test_redirects_are_followed_at_most_five_times(site, dns, dial):
         await fetcher.fetch(chain(6))
 
 
+@pytest.mark.timing
 async def test_one_deadline_covers_the_whole_fetch(site, dns, dial):
     fetcher = WebFetcher(AddressGuard(dns), dial=dial, deadline=0.3)
     started = time.perf_counter()

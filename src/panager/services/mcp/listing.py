@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
-from mcp import ClientSession
 from pydantic import ValidationError
 
 from panager.services.mcp.schemas import SchemaRefused, repair_schema, tool_hash
+
+if TYPE_CHECKING:  # the SDK loads on first use (services/mcp/connection.py)
+    from mcp import ClientSession
 
 log = logging.getLogger(__name__)
 MAX_TOOLS = 500
@@ -79,6 +80,8 @@ async def list_tools(session: ClientSession, server: str) -> list[ListedTool]:
 
 
 async def _page(session: ClientSession, cursor: str | None) -> dict[str, Any]:
+    import mcp_types as types
+
     params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
     try:
         result = await session.list_tools(params=params)

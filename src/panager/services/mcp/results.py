@@ -12,9 +12,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
+if TYPE_CHECKING:  # the SDK loads on first use: a process without MCP servers never pays for it
+    import mcp_types as types
 
 
 def _size(data: str) -> str:
@@ -26,6 +27,8 @@ def _size(data: str) -> str:
 
 
 def _resource(resource: Any) -> str:
+    import mcp_types as types
+
     mime = resource.mime_type or "unknown type"
     if isinstance(resource, types.TextResourceContents):
         return f"[resource {resource.uri} ({mime})]\n{resource.text}"
@@ -35,6 +38,8 @@ def _resource(resource: Any) -> str:
 
 def describe_part(part: Any) -> str:
     """One content part as text (non-text parts described, never passed on)."""
+    import mcp_types as types
+
     if isinstance(part, types.TextContent):
         return part.text
     if isinstance(part, types.ImageContent):
