@@ -149,14 +149,32 @@ def tools_for(settings: Settings, url: str) -> PgTools:
     )
 
 
-def count_tables(conn: psycopg.Connection[Any]) -> dict[str, int]:
-    """Rows per table of the public schema, as this connection's snapshot sees them."""
-    counts = {}
+# Every value rendered the same way on both sides (the restored server's defaults may differ).
+SESSION_FORMAT = (
+    "SET TimeZone TO 'UTC'",
+    "SET DateStyle TO 'ISO, YMD'",
+    "SET IntervalStyle TO 'postgres'",
+    "SET extra_float_digits TO 1",
+)
+# Rows and an order-free digest of a table: the sum of each row's text's MD5 (60 bits).
+TABLE_FACTS = (
+    "SELECT count(*) AS n, coalesce(sum(('x' || substr(md5(t::text), 1, 15))::bit(60)::bigint),"
+    " 0)::text AS d FROM public.{} AS t"
+)
+
+
+def table_facts(conn: psycopg.Connection[Any]) -> tuple[dict[str, int], dict[str, str]]:
+    """Rows per table of the public schema, and a digest of each table's content, as this
+    connection's snapshot sees them."""
+    for statement in SESSION_FORMAT:
+        conn.execute(statement)
+    counts, digests = {}, {}
     for (name,) in conn.execute(TABLES).fetchall():
-        query = sql.SQL("SELECT count(*) FROM public.{}").format(sql.Identifier(name))
+        query = sql.SQL(TABLE_FACTS).format(sql.Identifier(name))  # type: ignore[arg-type]
         row = conn.execute(query).fetchone()
-        counts[name] = int(row[0]) if row else 0
-    return counts
+        assert row is not None
+        counts[name], digests[name] = int(row[0]), str(row[1])
+    return counts, digests
 
 
 def _revision(conn: psycopg.Connection[Any], tables: dict[str, int]) -> str | None:
@@ -166,7 +184,9 @@ def _revision(conn: psycopg.Connection[Any], tables: dict[str, int]) -> str | No
     return str(row[0]) if row else None
 
 
-def _dump(url: str, tools: PgTools, out: Path) -> tuple[dict[str, int], str | None, int]:
+def _dump(
+    url: str, tools: PgTools, out: Path
+) -> tuple[dict[str, int], dict[str, str], str | None, int]:
     """pg_dump the database into `out` from an exported snapshot; the counts it holds."""
     target, env = libpq_target(url)
     with psycopg.connect(url, connect_timeout=30) as conn:
@@ -174,7 +194,7 @@ def _dump(url: str, tools: PgTools, out: Path) -> tuple[dict[str, int], str | No
         row = conn.execute("SELECT pg_export_snapshot()").fetchone()
         assert row is not None
         snapshot = str(row[0])
-        tables = count_tables(conn)
+        tables, digests = table_facts(conn)
         revision = _revision(conn, tables)
         major = server_major(conn)
         done = subprocess.run(
@@ -186,7 +206,7 @@ def _dump(url: str, tools: PgTools, out: Path) -> tuple[dict[str, int], str | No
     if done.returncode != 0:
         first = (done.stderr.strip().splitlines() or ["no message"])[0]
         raise BackupRefused(f"pg_dump failed: {first}")
-    return tables, revision, major
+    return tables, digests, revision, major
 
 
 def make_backup(
@@ -230,13 +250,14 @@ def make_backup(
                     except FileNotFoundError:  # removed while we were listing: not lost
                         continue
                 dump = Path(scratch) / DATABASE
-                tables, revision, major = _dump(url, tools, dump)
+                tables, digests, revision, major = _dump(url, tools, dump)
                 _add(tar, DATABASE, dump, sums)
                 manifest = {
                     "panager_version": panager_version(),
                     "created_at": datetime.now(UTC).isoformat(),
                     "alembic_revision": revision,
                     "tables": tables,
+                    "digests": digests,
                     "members": sums,
                     "server_major": major,
                     "pg_dump_major": tools.major,

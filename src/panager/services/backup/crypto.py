@@ -175,7 +175,9 @@ def read_header(stream: IO[bytes]) -> dict[str, Any]:
         raise BackupRefused("the backup's header is damaged (not readable)") from None
 
 
-def decrypted_chunks(stream: IO[bytes], source: KeySource, header: dict[str, Any]) -> Iterator[bytes]:
+def decrypted_chunks(
+    stream: IO[bytes], source: KeySource, header: dict[str, Any]
+) -> Iterator[bytes]:
     """The plaintext, chunk by chunk, each authenticated before it is yielded."""
     aes = AESGCM(source.derive(header))
     digest = hashlib.sha256(header["_raw"]).digest()

@@ -14,23 +14,26 @@ Order, so that a refused backup changes nothing:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import psycopg
 from alembic.script import ScriptDirectory
+from psycopg import sql
 
 from panager.config import Settings
 from panager.db import migrate
 from panager.db.pool import open_pool
-from panager.services.backup.archive import DATABASE, FILES, MANIFEST, count_tables, tools_for
+from panager.services.backup.archive import DATABASE, FILES, MANIFEST, table_facts, tools_for
 from panager.services.backup.crypto import (
     BackupRefused,
     DecryptingReader,
@@ -97,7 +100,9 @@ def unpack(backup: Path, key: KeySource, staging: Path) -> dict[str, Any]:
                     sums[member.name] = {"sha256": sha.hexdigest(), "bytes": member.size}
             reader.drain()
         except tarfile.TarError:
-            raise BackupRefused("the backup's contents are damaged (not a readable archive)") from None
+            raise BackupRefused(
+                "the backup's contents are damaged (not a readable archive)"
+            ) from None
     if MANIFEST not in sums:
         raise BackupRefused("the backup has no manifest (damaged or cut short)")
     manifest = json.loads((staging / MANIFEST).read_text(encoding="utf-8"))
@@ -233,14 +238,20 @@ def pg_restore(url: str, tools: PgTools, dump: Path) -> None:
         raise BackupRefused(f"pg_restore failed, nothing was restored: {lines[0][:300]}")
 
 
-def check_counts(url: str, expected: dict[str, int]) -> int:
-    """Every table holds the rows the manifest counted; the total."""
+def check_tables(url: str, manifest: dict[str, Any]) -> int:
+    """Every table holds the rows (and the content digest) the manifest recorded; the total."""
     with psycopg.connect(url, connect_timeout=30) as conn:
-        found = count_tables(conn)
-    if found != expected:
-        wrong = sorted(t for t in set(found) | set(expected) if found.get(t) != expected.get(t))
+        counts, digests = table_facts(conn)
+    expected = manifest["tables"]
+    wrong = sorted(t for t in set(counts) | set(expected) if counts.get(t) != expected.get(t))
+    if wrong:
         raise BackupRefused(f"restored rows differ from the manifest in: {', '.join(wrong)[:200]}")
-    return sum(found.values())
+    wanted = manifest.get("digests") or {}
+    changed = sorted(t for t in wanted if digests.get(t) != wanted[t])
+    if changed:
+        shown = ", ".join(changed)[:200]
+        raise BackupRefused(f"restored content differs from the manifest in: {shown}")
+    return sum(counts.values())
 
 
 def reseal(url: str, old: str, new: str) -> int:
@@ -249,7 +260,10 @@ def reseal(url: str, old: str, new: str) -> int:
     count = 0
     with psycopg.connect(url, connect_timeout=30) as conn, conn.transaction():
         for table, key, column in SEALED:
-            rows = conn.execute(f"SELECT {key}, {column} FROM {table}").fetchall()  # noqa: S608
+            select = sql.SQL("SELECT {}, {} FROM {}").format(
+                sql.Identifier(key), sql.Identifier(column), sql.Identifier(table)
+            )
+            rows = conn.execute(select).fetchall()
             for ident, value in rows:
                 try:
                     fresh = sealer.seal(opener.open(value))
@@ -258,10 +272,10 @@ def reseal(url: str, old: str, new: str) -> int:
                         f"a sealed value in {table} does not open with the old key; nothing "
                         "was re-sealed"
                     ) from None
-                conn.execute(
-                    f"UPDATE {table} SET {column} = %s WHERE {key} = %s",  # noqa: S608
-                    (fresh, ident),
+                update = sql.SQL("UPDATE {} SET {} = %s WHERE {} = %s").format(
+                    sql.Identifier(table), sql.Identifier(column), sql.Identifier(key)
                 )
+                conn.execute(update, (fresh, ident))
                 count += 1
     return count
 
@@ -296,6 +310,42 @@ def write_secret(settings: Settings, secret: str) -> Path:
     return path
 
 
+def load(
+    settings: Settings,
+    url: str,
+    backup: Path,
+    key: KeySource,
+    old_key: str | None,
+    tools: PgTools | None,
+) -> tuple[dict[str, Any], int, int, int, Path | None]:
+    """Steps 1–4 but the migration: (manifest, rows, re-sealed, files, secret file)."""
+    if not backup.is_file():
+        raise BackupRefused(f"{backup} is not a file")
+    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    staging = Path(tempfile.mkdtemp(prefix=".restore-", dir=settings.home))
+    try:
+        manifest = unpack(backup, key, staging)
+        check_schema(manifest)
+        plan = plan_key(manifest, settings.secret_key, old_key)
+        check_home_empty(settings, manifest, staging)
+        check_database_empty(url)
+        pg_restore(url, tools or tools_for(settings, url), staging / DATABASE)
+        try:
+            rows = check_tables(url, manifest)
+            resealed = 0
+            if plan.reseal_from is not None:
+                assert settings.secret_key is not None
+                resealed = reseal(url, plan.reseal_from, settings.secret_key)
+        except BaseException:
+            _clear_database(url)
+            raise
+        files = place_files(settings, staging)
+        secret_file = write_secret(settings, plan.write_secret) if plan.write_secret else None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return manifest, rows, resealed, files, secret_file
+
+
 async def restore_backup(
     settings: Settings,
     url: str,
@@ -306,36 +356,9 @@ async def restore_backup(
     tools: PgTools | None = None,
 ) -> RestoreResult:
     """Restore `backup` into this (empty) home and (empty) database; see the module doc."""
-    import asyncio
-    import tempfile
-
-    if not backup.is_file():
-        raise BackupRefused(f"{backup} is not a file")
-    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    staging = Path(tempfile.mkdtemp(prefix=".restore-", dir=settings.home))
-    try:
-        manifest = await asyncio.to_thread(unpack, backup, key, staging)
-        check_schema(manifest)
-        plan = plan_key(manifest, settings.secret_key, old_key)
-        check_home_empty(settings, manifest, staging)
-        await asyncio.to_thread(check_database_empty, url)
-        tools = tools or await asyncio.to_thread(tools_for, settings, url)
-        await asyncio.to_thread(pg_restore, url, tools, staging / DATABASE)
-        try:
-            rows = await asyncio.to_thread(check_counts, url, manifest["tables"])
-            resealed = 0
-            if plan.reseal_from is not None:
-                assert settings.secret_key is not None
-                resealed = await asyncio.to_thread(
-                    reseal, url, plan.reseal_from, settings.secret_key
-                )
-        except BaseException:
-            await asyncio.to_thread(_clear_database, url)
-            raise
-        files = place_files(settings, staging)
-        secret_file = write_secret(settings, plan.write_secret) if plan.write_secret else None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    manifest, rows, resealed, files, secret_file = await asyncio.to_thread(
+        load, settings, url, backup, key, old_key, tools
+    )
     pool = await open_pool(url, max_size=2)
     try:
         await migrate.upgrade(url, pool)
