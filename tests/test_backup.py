@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import struct
 import tempfile
 from collections import Counter
 from datetime import time, timedelta
@@ -24,9 +25,9 @@ import pytest
 from alembic.script import ScriptDirectory
 
 from panager.db import migrate
-from panager.db.pool import resolve_database_url
+from panager.db.pool import open_pool, resolve_database_url
 from panager.services.backup.archive import SESSION_FORMAT, TABLES, make_backup
-from panager.services.backup.crypto import MAGIC, KeySource, key_fingerprint
+from panager.services.backup.crypto import MAGIC, BackupRefused, KeySource, key_fingerprint
 from panager.services.backup.restore import restore_backup
 from panager.services.google.sealing import Sealer
 from panager.services.sessions import SessionStore
@@ -239,3 +240,170 @@ async def test_a_running_instance_backed_up_and_restored_on_a_new_server_is_the_
     await restored_worker.run_once()
     await restored_worker.run_once()
     assert sum("water the roses" in t for t in recorder.texts(ann.id)) == 1
+
+
+OLD_KEY = "the-old-secret-key-0123456789-abcdefgh"
+NEW_KEY = "the-new-secret-key-9876543210-zyxwvuts"
+
+
+def script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(migrate.alembic_config("postgresql://unused"))
+
+
+def test_the_migrations_have_one_head():
+    """A second branch's migration must be re-parented onto the head before it merges."""
+    assert len(script().get_heads()) == 1, script().get_heads()
+
+
+async def test_a_backup_from_an_older_schema_is_migrated_forward_and_resealed(
+    fresh_db, make_settings, tmp_path
+):
+    head = script().get_current_head()
+    previous = script().get_revision(head).down_revision  # the schema before the newest one
+    url = fresh_db()
+    pool = await open_pool(url, max_size=2)
+    try:
+        await migrate.upgrade(url, pool, target=previous)
+    finally:
+        await pool.close()
+    sealed = Sealer(OLD_KEY).seal('{"a": "access", "r": "refresh"}')
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO users (id, username) VALUES (7, 'olga'), (8, 'oleg')")
+        conn.execute(
+            "INSERT INTO google_accounts (user_id, email, token_ciphertext, scopes) "
+            "VALUES (7, 'olga@example.com', %s, '{calendar}')", (sealed,))
+        conn.execute("INSERT INTO token_usage (user_id, day, model, prompt_tokens, "
+                     "completion_tokens, total_tokens, calls) VALUES (8, '2026-11-20', 'm', "
+                     "1, 2, 3, 1)")
+    source = make_settings(database_url=url, secret_key=OLD_KEY, home=tmp_path / "old")
+    made = await asyncio.to_thread(
+        make_backup, source, url, tmp_path / "old.pbak", KeySource(secret_key=OLD_KEY))
+    assert made.revision == previous and made.tables["users"] == 2
+
+    target_url = fresh_db()
+    target = make_settings(database_url=target_url, secret_key=NEW_KEY, home=tmp_path / "new")
+    with pytest.raises(BackupRefused, match="another PANAGER_SECRET_KEY") as refused:
+        await restore_backup(target, target_url, made.path, KeySource(secret_key=NEW_KEY))
+    assert "\n" not in str(refused.value) and rows_of(target_url) == {}
+    done = await restore_backup(
+        target, target_url, made.path, KeySource(secret_key=OLD_KEY), old_key=OLD_KEY)
+    assert (done.revision, done.migrated_to, done.resealed) == (previous, head, 1)
+
+    restored, original = rows_of(target_url), rows_of(url)
+    assert set(restored) >= set(original)  # plus what the newer schema added
+    for table in set(original) - {"alembic_version", "google_accounts"}:
+        assert restored[table] == original[table], table
+    with psycopg.connect(target_url) as conn:
+        version = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        token = conn.execute("SELECT token_ciphertext FROM google_accounts").fetchone()
+    assert version == (head,)
+    assert Sealer(NEW_KEY).open(token[0]) == '{"a": "access", "r": "refresh"}'
+
+
+def frames(data: bytes) -> tuple[int, list[tuple[int, int]]]:
+    """Where the chunks of a backup file start and end: (header end, [(start, end)])."""
+    (size,) = struct.unpack(">I", data[len(MAGIC):len(MAGIC) + 4])
+    at = start = len(MAGIC) + 4 + size
+    found = []
+    while at < len(data):
+        (length,) = struct.unpack(">I", data[at + 1:at + 5])
+        found.append((at, at + 5 + length))
+        at += 5 + length
+    return start, found
+
+
+@pytest.fixture
+async def passphrase_backup(make_settings, db_url, tmp_path):
+    """A passphrase backup of a small instance whose skill makes it three chunks long."""
+    home = source_home(tmp_path)
+    (home / "skills" / "tea" / "big.bin").write_bytes(bytes(range(256)) * 10_000)  # 2.5 MB
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO users (id, username) VALUES (5, 'pia')")
+    settings = make_settings(home=home, secret_key=SECRET)
+    made = await asyncio.to_thread(
+        make_backup, settings, db_url, tmp_path / "p.pbak", KeySource(passphrase=PASSPHRASE))
+    assert made.manifest["members"]["files/skills/tea/big.bin"]["bytes"] == 2_560_000
+    return made.path
+
+
+def damaged(path: Path, how: str) -> Path:
+    data = bytearray(path.read_bytes())
+    _, chunks = frames(bytes(data))
+    assert len(chunks) == 3
+    if how == "truncated":
+        data = data[:chunks[-1][0]]  # the final chunk is gone: every other one is whole
+    elif how == "cut inside":
+        data = data[:-1000]
+    elif how == "reordered":
+        (a0, a1), (b0, b1) = chunks[0], chunks[1]
+        data = data[:a0] + data[b0:b1] + data[a0:a1] + data[b1:]
+    elif how == "bit flipped":
+        data[chunks[1][0] + 5000] ^= 0x01
+    elif how == "header edited":
+        data = data.replace(b'"n": 32768', b'"n": 16384')
+    elif how == "appended":
+        data += b"more"
+    out = path.with_name(f"{how.replace(' ', '-')}.pbak")
+    out.write_bytes(bytes(data))
+    return out
+
+
+DAMAGE = [
+    ("truncated", PASSPHRASE, "truncated"),
+    ("cut inside", PASSPHRASE, "truncated"),
+    ("reordered", PASSPHRASE, "wrong key or passphrase, or the file is damaged"),
+    ("bit flipped", PASSPHRASE, "damaged or reordered at chunk 1"),
+    ("header edited", PASSPHRASE, "wrong key or passphrase"),
+    ("appended", PASSPHRASE, "data after its last chunk"),
+    (None, "not the passphrase", "wrong key or passphrase"),
+    (None, None, "protected by a passphrase"),
+]
+
+
+async def test_a_damaged_backup_or_a_wrong_passphrase_is_refused_and_nothing_changes(
+    passphrase_backup, fresh_db, make_settings, tmp_path
+):
+    url = fresh_db()  # one empty database and home for every case: none may change them
+    home = tmp_path / "empty-home"
+    target = make_settings(database_url=url, home=home)
+    for how, key, says in DAMAGE:
+        backup = damaged(passphrase_backup, how) if how else passphrase_backup
+        source = KeySource(passphrase=key) if key else KeySource(secret_key=SECRET)
+        with pytest.raises(BackupRefused) as refused:
+            await restore_backup(target, url, backup, source)
+        assert says in str(refused.value) and "\n" not in str(refused.value), (how, key)
+        assert rows_of(url) == {} and list(home.rglob("*")) == [], (how, key)
+
+
+def test_without_a_secret_key_a_backup_needs_a_passphrase(make_settings, db_url, tmp_path):
+    settings = make_settings(home=tmp_path / "home")
+    with pytest.raises(BackupRefused, match="backups need a passphrase"):
+        make_backup(settings, db_url, tmp_path, KeySource(secret_key=None))
+    assert list(tmp_path.glob("*.pbak*")) == []
+
+
+async def test_a_passphrase_backup_carries_the_key_for_a_home_that_lost_it(
+    passphrase_backup, fresh_db, make_settings, tmp_path
+):
+    url = fresh_db()
+    target = make_settings(database_url=url, home=tmp_path / "bare")  # no PANAGER_SECRET_KEY
+    done = await restore_backup(target, url, passphrase_backup, KeySource(passphrase=PASSPHRASE))
+    assert done.secret_file is not None and done.secret_file.read_text().strip() == SECRET
+    assert done.secret_file.stat().st_mode & 0o077 == 0
+    restored = tmp_path / "bare" / "skills" / "tea" / "big.bin"
+    assert restored.read_bytes() == bytes(range(256)) * 10_000
+    assert sum(rows_of(url)["users"].values()) == 1
+
+
+async def test_a_refused_restore_is_one_line_from_the_command(
+    passphrase_backup, fresh_db, tmp_path
+):
+    from tests.test_cli import cli_env, run_cli
+
+    bad = damaged(passphrase_backup, "bit flipped")
+    (tmp_path / "pass").write_text(PASSPHRASE + "\n")
+    env = cli_env(fresh_db(), tmp_path / "fresh")
+    code, out, err = await run_cli(
+        ["restore", str(bad), "--passphrase-file", str(tmp_path / "pass")], env)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith("panager: the backup file is damaged or reordered at chunk 1")
