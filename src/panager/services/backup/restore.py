@@ -363,6 +363,8 @@ async def restore_backup(
     try:
         await migrate.upgrade(url, pool)
         status = await migrate.schema_status(url, pool)
+        async with pool.connection() as conn:  # the copy's claim belonged to the old machine
+            await conn.execute("UPDATE backup_job SET claimed_by = NULL, claimed_until = NULL")
     finally:
         await pool.close()
     return RestoreResult(
