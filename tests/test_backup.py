@@ -407,3 +407,29 @@ async def test_a_refused_restore_is_one_line_from_the_command(
         ["restore", str(bad), "--passphrase-file", str(tmp_path / "pass")], env)
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
     assert err.startswith("panager: the backup file is damaged or reordered at chunk 1")
+
+
+async def test_a_role_without_superuser_restores_where_vector_exists(
+    passphrase_backup, pg_server_url, make_settings, tmp_path
+):
+    import uuid
+
+    from tests.conftest import with_database
+    from tests.test_server_privileges import as_role
+
+    role, name = f"app_{uuid.uuid4().hex[:8]}", f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+        conn.execute(f"CREATE DATABASE {name} OWNER {role}")
+    admin = with_database(pg_server_url, name)
+    try:
+        with psycopg.connect(admin, autocommit=True) as conn:  # what docs/deploy.md asks for
+            conn.execute("CREATE EXTENSION vector")
+        url = as_role(admin, role)
+        target = make_settings(database_url=url, home=tmp_path / "role-home")
+        done = await restore_backup(target, url, passphrase_backup, KeySource(passphrase=PASSPHRASE))
+        assert done.tables >= 40 and sum(rows_of(url)["users"].values()) == 1
+    finally:
+        with psycopg.connect(pg_server_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            conn.execute(f"DROP ROLE IF EXISTS {role}")

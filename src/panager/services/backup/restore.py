@@ -223,12 +223,32 @@ def _clear_database(url: str) -> None:
         conn.execute("CREATE SCHEMA public")
 
 
+def _restore_list(tools: PgTools, dump: Path) -> Path:
+    """The dump's table of contents without comments on extensions: only an extension's
+    owner may set those, and a role without superuser restores where `vector` already
+    exists (created once by a superuser)."""
+    listed = subprocess.run(
+        [str(tools.pg_restore), "--list", str(dump)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if listed.returncode != 0:
+        raise BackupRefused("pg_restore cannot read the database dump in this backup")
+    kept = [
+        line for line in listed.stdout.splitlines()
+        if not (" COMMENT " in line and " EXTENSION " in line)
+    ]  # fmt: skip
+    path = dump.with_name("restore.list")
+    path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return path
+
+
 def pg_restore(url: str, tools: PgTools, dump: Path) -> None:
     """Load the dump in one transaction (nothing stays behind when it fails)."""
     target, env = libpq_target(url)
+    listing = _restore_list(tools, dump)
     done = subprocess.run(
         [str(tools.pg_restore), "--no-owner", "--no-privileges", "--single-transaction",
-         "--exit-on-error", f"--dbname={target}", str(dump)],
+         "--exit-on-error", f"--use-list={listing}", f"--dbname={target}", str(dump)],
         env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0:
