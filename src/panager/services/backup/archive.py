@@ -119,7 +119,7 @@ def _add(tar: tarfile.TarFile, name: str, path: Path, sums: dict[str, dict[str, 
         info.mtime = int(os.fstat(raw.fileno()).st_mtime)
         info.mode = 0o600
         hashing = _Hashing(raw)
-        tar.addfile(info, hashing)  # type: ignore[arg-type]
+        tar.addfile(info, hashing)
     sums[name] = {"sha256": hashing.sha.hexdigest(), "bytes": size}
 
 
@@ -170,7 +170,7 @@ def table_facts(conn: psycopg.Connection[Any]) -> tuple[dict[str, int], dict[str
         conn.execute(statement)
     counts, digests = {}, {}
     for (name,) in conn.execute(TABLES).fetchall():
-        query = sql.SQL(TABLE_FACTS).format(sql.Identifier(name))  # type: ignore[arg-type]
+        query = sql.SQL(TABLE_FACTS).format(sql.Identifier(name))
         row = conn.execute(query).fetchone()
         assert row is not None
         counts[name], digests[name] = int(row[0]), str(row[1])
