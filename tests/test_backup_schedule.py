@@ -12,7 +12,7 @@ import pytest
 from panager.config import ConfigError
 from panager.doctor import check_backups, check_pg_dump
 from panager.services.backup.archive import backup_name
-from panager.services.backup.scheduled import BackupJob, own_backups
+from panager.services.backup.scheduled import OWN_NAME, BackupJob, own_backups
 from tests.web_helpers import ADMIN, web_harness
 
 pytestmark = pytest.mark.timeout(120)
@@ -123,3 +123,27 @@ def test_the_backup_config_is_checked(make_settings, tmp_path):
     with pytest.raises(ConfigError, match="every 10 minutes at the most often"):
         _ = make_settings(config_path=str(bad)).runtime
 
+
+
+async def test_the_worker_makes_the_scheduled_backup(make_app, clock, tmp_path):
+    folder = tmp_path / "backups"
+    folder.mkdir()
+    app = await make_app(config_path=config_file(tmp_path, folder), secret_key=KEY)
+    made, run_due = asyncio.Event(), app.backups.run_due
+
+    async def observed():  # the job's own method, telling the test when a backup is done
+        result = await run_due()
+        if result:
+            made.set()
+        return result
+
+    app.backups.run_due = observed
+    stop = asyncio.Event()
+    running = asyncio.create_task(app.run_worker(stop, listen_url=None))
+    try:
+        await asyncio.wait_for(made.wait(), 60)
+    finally:
+        stop.set()
+        await running
+    [made_file] = folder.iterdir()  # one backup, under the scheduled name, at most a poll late
+    assert OWN_NAME.match(made_file.name) and made_file.name <= backup_name(clock.now())
