@@ -31,6 +31,8 @@ from panager.services.backup.crypto import MAGIC, BackupRefused, KeySource, key_
 from panager.services.backup.restore import restore_backup
 from panager.services.google.sealing import Sealer
 from panager.services.sessions import SessionStore
+from tests.discord_helpers import running_bot
+from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.google_helpers import SECRET, endpoints_of, google_settings
@@ -223,7 +225,12 @@ async def test_a_running_instance_backed_up_and_restored_on_a_new_server_is_the_
     app = await make_app(model=ScriptedChatModel(default="restored and well"), **overrides)
     app.deps.google.endpoints = endpoints_of(fake)
     ann = await app.deps.users.get(people["ann"].id)
-    assert (await app.assistant.run_turn(ann, "are you there?")).text == "restored and well"
+    async with FakeDiscord() as discord:
+        with discord.patch_discord():
+            async with running_bot(app, discord):
+                await discord.send_dm(ann.id, "are you there?", username="ann")
+                (reply,) = await discord.wait_for_messages(ann.id, 1, timeout=10)
+    assert reply["content"] == "restored and well"
     fake.expire_access_tokens()
     refreshes = len(fake.token_requests)
     from panager.agent.tools import build_tools
