@@ -12,7 +12,8 @@ server in another fresh process, so each phase's peak memory is its own:
 - "pg tool": the largest pg_dump/pg_restore it ran, measured by GNU time (`/usr/bin/time`)
   around the bundled tools (PANAGER_PG_DUMP points at a wrapper); "n/a" without GNU time.
 
-    python bench/backup.py [--memories 5000] [--documents 100] [--json bench/results/backup.json]
+    python bench/backup.py [--memories 5000] [--documents 100] [--without-hnsw]
+                           [--json bench/results/backup.json]
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def fill(url: str, memories: int, documents: int) -> float:
+def fill(url: str, memories: int, documents: int, hnsw: bool = True) -> float:
     """Fill the database; seconds spent (index builds included)."""
     from panager.services.memory.binding import INSERT_META, MEMORIES, PASSAGES
 
@@ -93,7 +94,8 @@ def fill(url: str, memories: int, documents: int) -> float:
                     (user, doc, seq, text[seq * 800:(seq + 1) * 800], vector),
                 )
         for table in (MEMORIES, PASSAGES):
-            conn.execute(table.create_index)
+            if hnsw:
+                conn.execute(table.create_index)
     return time.perf_counter() - started
 
 
@@ -183,7 +185,7 @@ def main(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="panager-bench-backup-"))
     try:
         log(f"filling {args.memories} memories and {args.documents} documents …")
-        filled = fill(url, args.memories, args.documents)
+        filled = fill(url, args.memories, args.documents, hnsw=not args.without_hnsw)
         log(f"filled in {filled:.1f}s")
         home_files(work / "home")
         dump = wrap_tools(work)
@@ -198,7 +200,8 @@ def main(args: argparse.Namespace) -> None:
                 conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         shutil.rmtree(work, ignore_errors=True)
     assert restore["rows"] == backup["rows"]
-    size = f"{args.memories:,} memories, {args.documents:,} documents"
+    size = f"{args.memories:,} memories, {args.documents:,} documents" + (
+        " (no HNSW indexes)" if args.without_hnsw else "")
     print(f"\n{machine_line()}")
     print(f"instance: {size}, {backup['rows']:,} rows\n")
     print("| phase | wall time (s) | file (MB) | peak RSS python (MiB) | peak RSS pg tool (MiB) |")
@@ -212,7 +215,7 @@ def main(args: argparse.Namespace) -> None:
     if args.json:
         machine = machine_line().removeprefix("machine: ").split(", date")[0]
         today = date.today().isoformat()
-        tag = f"{args.memories}m_{args.documents}d"
+        tag = f"{args.memories}m_{args.documents}d" + ("_nohnsw" if args.without_hnsw else "")
         metrics = [
             (f"backup_seconds_{tag}", backup["seconds"], "s"),
             (f"restore_seconds_{tag}", restore["seconds"], "s"),
@@ -237,6 +240,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=5_000)
     parser.add_argument("--documents", type=int, default=100)
+    parser.add_argument(
+        "--without-hnsw", action="store_true",
+        help="no HNSW indexes (the restore then rebuilds none: data only; labelled so)",
+    )
     parser.add_argument("--json", default=None, help="append the figures to this JSON list")
     parser.add_argument("--phase", choices=["backup", "restore"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
