@@ -229,7 +229,7 @@ def main(args: argparse.Namespace) -> None:
         path = Path(args.json)
         kept = []
         if path.exists():
-            kept = [m for m in json.loads(path.read_text()) if not m["metric"].endswith(tag)]
+            kept = [m for m in json.loads(path.read_text()) if not m["metric"].endswith("_" + tag)]
         kept += [{"metric": m, "value": round(v, 3), "unit": u, "date": today,
                   "machine": machine} for m, v, u in metrics]
         path.parent.mkdir(parents=True, exist_ok=True)

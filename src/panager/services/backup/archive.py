@@ -7,7 +7,7 @@ Inside the encryption (crypto.py) is a tar stream:
 - `files/sessions/<user>/<name>.jsonl` — saved conversations; `files/sessions/<user>.jsonl`
   — the live recordings, unless left out (`--without-sessions`)
 - `database.dump` — `pg_dump --format=custom --compress=1` of the whole database, taken
-  last (level 1: at 100,000 memories it dumps in a quarter of the default level's time
+  last (level 1: at 100,000 memories it dumps in under a third of the default level's time
   for a file 12 % larger; embeddings barely compress — BENCHMARKS.md)
 - `manifest.json` — Panager's version, the alembic revision, rows per table (counted in
   the very snapshot pg_dump dumps), SHA-256 and size of every member, the fingerprint of
