@@ -469,6 +469,7 @@ async def test_an_embedded_backup_moves_onto_a_newer_server(
     monkeypatch.setenv("PATH", str(tmp_path / "no-client-tools-here"))
     with pytest.raises(BackupRefused, match="no pg_dump for the PostgreSQL 18 server"):
         await restore_backup(target, url, passphrase_backup, KeySource(passphrase=PASSPHRASE))
-    monkeypatch.setenv("PANAGER_PG_DUMP", str(pg_dump))  # the operator's PostgreSQL 18 client
+    # PANAGER_PG_DUMP: the operator's PostgreSQL 18 client
+    target = make_settings(database_url=url, home=tmp_path / "moved", pg_dump=str(pg_dump))
     done = await restore_backup(target, url, passphrase_backup, KeySource(passphrase=PASSPHRASE))
     assert done.rows >= 1 and sum(rows_of(url)["users"].values()) == 1  # digests matched too

@@ -100,12 +100,12 @@ async def test_a_failing_backup_tells_the_admins_once_and_shows_on_doctor_and_th
 
 
 async def test_doctor_names_the_pg_dump_it_would_use(make_settings, db_url, monkeypatch, tmp_path):
-    settings = make_settings()  # DATABASE_URL: PANAGER_PG_DUMP, the bundled one, then PATH
     old = tmp_path / "pg_dump"  # a client too old for the server, as Debian's 15 is for 16
     old.write_text("#!/bin/sh\necho 'pg_dump (PostgreSQL) 15.8'\n")
     old.chmod(0o755)
     (tmp_path / "pg_restore").write_text("#!/bin/sh\nexit 1\n")
-    monkeypatch.setenv("PANAGER_PG_DUMP", str(old))
+    # DATABASE_URL: PANAGER_PG_DUMP, the bundled one, then PATH
+    settings = make_settings(pg_dump=str(old))
     ok, detail = await check_pg_dump(settings, {"pool": object(), "url": db_url})
     assert ok is True and detail.startswith("pg_dump 16 at ") and "pgserver" in detail
 

@@ -115,6 +115,8 @@ class Settings(BaseSettings):
     auto_migrate: bool = _env("PANAGER_AUTO_MIGRATE", default=True)
     transcription_model: str = _env("PANAGER_TRANSCRIPTION_MODEL", default="whisper-1")
     transcription_base_url: str | None = _env("PANAGER_TRANSCRIPTION_BASE_URL", default=None)
+    # backups against DATABASE_URL: a pg_dump as new as the server (docs/backup.md)
+    pg_dump: str | None = _env("PANAGER_PG_DUMP", default=None)
 
     @field_validator("admin_ids", mode="before")
     @classmethod

@@ -147,7 +147,7 @@ def tools_for(settings: Settings, url: str) -> PgTools:
     with psycopg.connect(url, connect_timeout=30) as conn:
         major = server_major(conn)
     return choose_tools(
-        major, embedded=settings.database_url is None, configured=os.environ.get("PANAGER_PG_DUMP")
+        major, embedded=settings.database_url is None, configured=settings.pg_dump
     )
 
 
