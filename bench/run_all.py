@@ -317,7 +317,7 @@ HISTORY_LINK = "docs/benchmarks/history.md"
 AREAS = [  # the dashboard's order; other areas follow by name
     "suite", "load", "failover", "scheduler", "system_jobs", "first_token", "turn_overhead",
     "long_conversation", "small_windows", "memory", "memory_recall", "embedders", "tidy",
-    "tools", "web", "attachments",
+    "tools", "web", "attachments", "backup",
 ]
 
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-from alembic.script import ScriptDirectory
 
 from panager.agent.commands import CommandContext, dispatch
 from panager.agent.confirm import new_proposal_id
@@ -217,15 +215,6 @@ async def test_the_terminal_offers_only_what_it_is_given(make_app):
     [offer] = await app.deps.proposals.offer(user.id, [pid], "a1", app.deps.clock.now())
     await terminal.send(user, "Held one.", offers=[offer])
     assert console.lines[-1] == f"   To decide 1: /approve {pid}   (or /deny {pid})"
-
-
-def test_alembic_has_one_head_and_files_are_numbered_by_revision():
-    """A branch merged with its own migration must re-parent it onto the new head (and take
-    the next number): two heads fail here."""
-    script = ScriptDirectory.from_config(migrate.alembic_config("postgresql://x/y"))
-    assert len(script.get_heads()) == 1, script.get_heads()
-    for revision in script.walk_revisions():
-        assert Path(revision.path).name.startswith(f"{revision.revision}_")
 
 
 async def test_the_upgrade_expires_what_waited_and_tells_each_person_once(fresh_db):

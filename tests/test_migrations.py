@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from alembic.script import ScriptDirectory
+
 from panager.db import migrate
 from panager.db.pool import open_pool
 
@@ -53,3 +57,12 @@ async def test_every_revision_downgrades_one_step(fresh_db):
         assert (await migrate.schema_status(url, pool)).current == head
     finally:
         await pool.close()
+
+
+def test_alembic_has_one_head_and_files_are_numbered_by_revision():
+    """A branch merged with its own migration must re-parent it onto the new head (and take
+    the next number): two heads fail here."""
+    script = ScriptDirectory.from_config(migrate.alembic_config("postgresql://x/y"))
+    assert len(script.get_heads()) == 1, script.get_heads()
+    for revision in script.walk_revisions():
+        assert Path(revision.path).name.startswith(f"{revision.revision}_")

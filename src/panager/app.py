@@ -44,6 +44,7 @@ from panager.db import migrate
 from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_with_retries
 from panager.services.access import AccessService
+from panager.services.backup.scheduled import BackupJob, Notify
 from panager.services.google.service import GoogleService
 from panager.services.linking import chat_route
 from panager.services.mcp.hub import McpHub
@@ -96,6 +97,7 @@ class App:
     emitter: EventEmitter
     google_link: GoogleLinkFlow | None  # None when Google is not configured
     closers: list[Closer] = field(default_factory=list)  # run newest first by stop()
+    backups: BackupJob | None = None  # scheduled backups (`backup:` in the config)
 
     @classmethod
     async def start(
@@ -239,9 +241,13 @@ class App:
             closers.append(relay.drain)
         if mcp is not None:
             closers.append(mcp.stop)
+        backups = None
+        if config.backup is not None:
+            notify = _admin_notifier(access, users, messenger)
+            backups = BackupJob(pool, clock, settings, config.backup, url, notify)
         return cls(
             settings, clock, url, pool, checkpointer, model, deps, graph_config, assistant,
-            emitter, google_link, closers,
+            emitter, google_link, closers, backups,
         )  # fmt: skip
 
     async def stop(self) -> None:
@@ -303,7 +309,25 @@ class App:
         By default every user but the terminal's local user, whose reminders only a
         terminal can show (`panager chat` runs its own worker for them)."""
         worker = self.make_worker(only_users=only_users, skip_users=skip_users, **options)
-        await worker.run(stop)
+        if self.backups is None:
+            await worker.run(stop)
+            return
+        await asyncio.gather(worker.run(stop), self.backups.run(stop))
+
+
+def _admin_notifier(
+    access: AccessService, users: UserService, messenger: FanoutMessenger
+) -> Notify:
+    """Tell every admin (PANAGER_ADMIN_IDS) something the operator must know."""
+
+    async def notify(text: str) -> None:
+        for platform, platform_id in sorted(access.admins):
+            person = await users.person_id(platform, platform_id)
+            user = await users.get(person) if person is not None else None
+            if user is not None:
+                await messenger.send(user, text)
+
+    return notify
 
 
 async def ensure_schema(url: str, auto_migrate: bool) -> None:

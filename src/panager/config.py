@@ -115,6 +115,8 @@ class Settings(BaseSettings):
     auto_migrate: bool = _env("PANAGER_AUTO_MIGRATE", default=True)
     transcription_model: str = _env("PANAGER_TRANSCRIPTION_MODEL", default="whisper-1")
     transcription_base_url: str | None = _env("PANAGER_TRANSCRIPTION_BASE_URL", default=None)
+    # backups against DATABASE_URL: a pg_dump as new as the server (docs/backup.md)
+    pg_dump: str | None = _env("PANAGER_PG_DUMP", default=None)
 
     @field_validator("admin_ids", mode="before")
     @classmethod
@@ -281,6 +283,39 @@ class WebSearchConfig(BaseModel):
         return self
 
 
+_EVERY = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
+_UNIT_MINUTES = {"m": 1, "h": 60, "d": 1440, "w": 10080}
+
+
+class BackupConfig(BaseModel):
+    """`backup: {every: 1d, keep: 14, path, passphrase_env, sessions}` — scheduled backups
+    (docs/backup.md): one worker makes one every `every`, keeping the newest `keep` in `path`."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: Path
+    every: str = "1d"
+    keep: int = Field(default=14, ge=1, le=1000)
+    passphrase_env: str | None = None  # the variable holding a passphrase (else the secret key)
+    sessions: bool = True  # the per-person session recordings too
+
+    @field_validator("every")
+    @classmethod
+    def _every(cls, value: str) -> str:
+        found = _EVERY.match(str(value))
+        if not found:
+            raise ValueError(f"{value!r} is not a duration such as 30m, 12h, 1d or 1w")
+        if int(found.group(1)) * _UNIT_MINUTES[found.group(2)] < 10:
+            raise ValueError("backups run every 10 minutes at the most often")
+        return value
+
+    @property
+    def interval_minutes(self) -> int:
+        """`every` in minutes."""
+        found = _EVERY.match(self.every)
+        assert found is not None  # checked on load
+        return int(found.group(1)) * _UNIT_MINUTES[found.group(2)]
+
+
 class RuntimeConfig(BaseModel):
     """YAML runtime configuration (`PANAGER_CONFIG`); every key optional."""
 
@@ -333,6 +368,7 @@ class RuntimeConfig(BaseModel):
     web_fetch: bool = True
     web_fetch_allow: list[str] = Field(default_factory=list)
     web_search: WebSearchConfig | None = None
+    backup: BackupConfig | None = None  # scheduled backups (docs/backup.md)
 
     @field_validator("web_fetch_allow")
     @classmethod

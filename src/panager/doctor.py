@@ -1,5 +1,5 @@
 """The `doctor` checks: config, database, pgvector, schema, model, Discord, Google, search, MCP,
-extractors.
+extractors, pg_dump and backups.
 
 Each check returns (ok, detail) — ok is True, False or None (skipped) — and
 the detail says how to fix a failure. `panager doctor` prints them
@@ -311,6 +311,42 @@ async def check_secret(settings: Settings, found: dict) -> tuple[bool | None, st
     return True, "PANAGER_SECRET_KEY set and strong"
 
 
+async def check_pg_dump(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """A pg_dump (and pg_restore) whose major version is at least the server's (backups)."""
+    from panager.services.backup.archive import tools_for
+    from panager.services.backup.crypto import BackupRefused
+
+    if found.get("pool") is None:
+        return None, "needs the database"
+    try:
+        tools = await asyncio.to_thread(tools_for, settings, found["url"])
+    except BackupRefused as exc:
+        return False, str(exc)
+    return True, f"pg_dump {tools.major} at {tools.pg_dump} (backups: panager backup)"
+
+
+async def check_backups(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """The scheduled backup's last result (`backup:` in the YAML config)."""
+    from panager.services.backup.scheduled import backup_status, same_filesystem
+
+    config = settings.runtime.backup
+    if config is None:
+        return None, "no scheduled backups; add backup: {path: …, every: 1d} (docs/backup.md)"
+    if found.get("pool") is None:
+        return None, "needs the database"
+    status = await backup_status(found["pool"])
+    warn = (
+        f"; {config.path} is on the same disk as PANAGER_HOME: copy backups off this machine"
+        if same_filesystem(config.path, settings.home) else ""
+    )
+    if status is None or status.last_finished_at is None:
+        return None, f"none made yet (every {config.every} into {config.path}){warn}"
+    when = f"{status.last_finished_at:%Y-%m-%d %H:%M} UTC"
+    if not status.last_ok:
+        return False, f"the last backup failed at {when}: {status.last_detail}{warn}"
+    return True, f"last backup {when}: {status.last_path} ({status.last_detail}){warn}"
+
+
 CHECKS: list[tuple[str, Check]] = [
     ("database", check_database),
     ("pgvector", check_pgvector),
@@ -325,6 +361,8 @@ CHECKS: list[tuple[str, Check]] = [
     ("google", check_google),
     ("search", check_search),
     ("secret", check_secret),
+    ("pg_dump", check_pg_dump),
+    ("backups", check_backups),
     ("mcp", check_mcp),
     ("extractors", check_extractors),
 ]

@@ -1,4 +1,4 @@
-"""`panager` command line: chat, ask, run, db, invite, users, doctor, secret.
+"""`panager` command line: chat, ask, run, db, invite, users, doctor, secret, backup, restore.
 
 Every command loads settings first; a configuration problem prints one line
 (`panager: PANAGER_X is invalid …`) and exits 2 — never a traceback.
@@ -163,6 +163,7 @@ EXTENSION_MODULES: list[str] = [
     "panager.cli.access",
     "panager.cli.memory",
     "panager.cli.mcp",
+    "panager.cli.backup",
 ]
 
 

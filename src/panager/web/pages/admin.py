@@ -1,4 +1,4 @@
-"""Admin pages: users, invites, usage per user, scheduler health, doctor, MCP servers.
+"""Admin pages: users, invites, usage per user, scheduler health, doctor, backups, MCP servers.
 
 Every route is wrapped with `admin=True`: anyone but an admin gets 403.
 Changes go through AccessService, the same as `panager users|invite`. The
@@ -14,6 +14,7 @@ from aiohttp import web
 
 from panager.doctor import run_checks
 from panager.services.access import AccessError, parse_duration
+from panager.services.backup.scheduled import backup_status, same_filesystem
 from panager.services.schedules.health import scheduler_health
 from panager.services.usage import last_used, per_user
 from panager.services.web_sessions import WebSession, WebSessionService
@@ -51,6 +52,7 @@ class AdminPages:
             web.get("/admin/scheduler", admin(self.scheduler)),
             web.get("/admin/doctor", admin(self.doctor_page)),
             web.post("/admin/doctor", admin(self.doctor)),
+            web.get("/admin/backups", admin(self.backups)),
             web.get("/admin/mcp", admin(self.mcp)),
             web.post("/admin/mcp/{name}/approve", admin(self.approve_mcp)),
         ]
@@ -144,6 +146,16 @@ class AdminPages:
         )
         return render("admin_doctor.html", **page(
             session, "admin-doctor", "Doctor", request, results=results))
+
+    async def backups(self, request: web.Request, session: WebSession) -> web.Response:
+        """The scheduled backup: last result, next run, and a warning when it is kept on the
+        same filesystem as PANAGER_HOME."""
+        config = self.app.settings.runtime.backup
+        status = await backup_status(self.app.pool)
+        same_disk = config is not None and same_filesystem(config.path, self.app.settings.home)
+        return render("admin_backups.html", **page(
+            session, "admin-backups", "Backups", request, config=config, job=status,
+            same_disk=same_disk))
 
     async def mcp(self, request: web.Request, session: WebSession) -> web.Response:
         """MCP servers: state, tools offered, tools waiting for approval (no env or headers)."""

@@ -1,0 +1,1 @@
+"""Backups of the whole instance and restoring them (docs/backup.md)."""
