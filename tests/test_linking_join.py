@@ -108,8 +108,9 @@ async def seed(app, person: int, tag: str, other: int) -> None:
     ]
     same = b"%PDF same file on both sides"
     stmts += [
-        ("INSERT INTO proposals (id, user_id, tool, args, description, created_at) "
-         "VALUES (%s, %s, 'web_fetch', '{}', 'fetch', %s)", (f"p{tag}", person, now)),
+        ("INSERT INTO proposals (id, user_id, tool, args, description, created_at, expires_at) "
+         "VALUES (%s, %s, 'web_fetch', '{}', 'fetch', %s, %s + interval '1 day')",
+         (f"p{tag}", person, now, now)),
         ("INSERT INTO media_files (id, user_id, name, mime, size, data) "
          "VALUES (gen_random_uuid(), %s, 'a.png', 'image/png', 1, 'x')", (person,)),
         ("INSERT INTO profile_sections (user_id, section, text, updated_at) "

@@ -63,7 +63,9 @@ def ensure_server_user() -> None:
     import fcntl
 
     try:
-        from pgserver.utils import ensure_user_exists
+        with warnings.catch_warnings():  # pgserver reads the runtime directory on import
+            warnings.simplefilter("ignore")
+            from pgserver.utils import ensure_user_exists
     except ImportError:  # no embedded server on this platform: start_embedded says so
         return
 
