@@ -1,6 +1,6 @@
 """What attachments cost: an image turn against a text turn, a voice message's round trip.
 
-    .venv/bin/python bench/attachments.py [--turns 20]
+    .venv/bin/python bench/attachments.py [--turns 20] [--documents 1000] [--record]
 
 A real app (PostgreSQL, the real graph, langchain-openai's client) talking to
 the local fake OpenAI server (tests/fakes/openai_server.py) as the model and
@@ -43,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import bench_database, machine_line, percentile
+from bench.results import add_record_option, record_if_asked
 
 
 def photo() -> bytes:
@@ -78,7 +79,7 @@ def row(name: str, values: list[float]) -> str:
             f"{percentile(values, 95):.1f} |")
 
 
-async def measure(turns: int) -> None:
+async def measure(turns: int) -> dict[str, float]:
     from tests.fakes.openai_server import FakeOpenAI
     from tests.media_files import ogg_opus
 
@@ -125,6 +126,7 @@ async def measure(turns: int) -> None:
     added = percentile(totals, 50) - percentile(text_ms, 50)
     print(f"\nadded by an image (p50): {added:.1f} ms; checkpoint bytes per image turn "
           f"(text turn included): p50 {percentile(grown, 50):,.0f}, max {max(grown):,}")
+    return {"image_added_p50_ms": added, "voice_intake_p50_ms": percentile(voice_ms, 50)}
 
 
 TOPICS = ["rent", "school trip", "boiler service", "insurance claim", "tax return",
@@ -140,7 +142,7 @@ def doc_text(n: int) -> str:
         f"office {n % 97}. " * 4 for s in range(10))
 
 
-async def measure_documents(count: int, queries: int) -> None:
+async def measure_documents(count: int, queries: int) -> dict[str, float]:
     from panager.app import App
     from panager.config import Settings
     from panager.services.media.documents import DocumentService
@@ -198,6 +200,7 @@ async def measure_documents(count: int, queries: int) -> None:
     right = {k: sum(v) / len(v) for k, v in top.items()}
     print(f"\nas shipped ÷ exact scan (p50): {ratio:.2f}; best passage from the letter asked "
           f"about: {right['auto']:.0%} as shipped, {right['exact']:.0%} exact")
+    return {"pdf_pages_per_s": 100 / ingest, "doc_search_p95_ms": percentile(search_ms["auto"], 95)}
 
 
 def main() -> None:
@@ -205,11 +208,14 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--documents", type=int, default=1000)
     parser.add_argument("--queries", type=int, default=50)
+    add_record_option(parser, "attachments")
     args = parser.parse_args()
+    values = {}
     if args.turns:
-        asyncio.run(measure(args.turns))
+        values |= asyncio.run(measure(args.turns))
     if args.documents:
-        asyncio.run(measure_documents(args.documents, args.queries))
+        values |= asyncio.run(measure_documents(args.documents, args.queries))
+    record_if_asked(args, "attachments", values, full={"documents": 1000})
 
 
 if __name__ == "__main__":

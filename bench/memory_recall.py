@@ -5,6 +5,7 @@ cross-validation, what saving keeps, how often a save lists related memories.
     .venv/bin/python bench/memory_recall.py --data chitchat   # one data set
     .venv/bin/python bench/memory_recall.py --legs /tmp/legs.pickle   # keep what was searched
     .venv/bin/python bench/memory_recall.py --from-legs /tmp/legs.pickle  # re-analyse, no DB
+    .venv/bin/python bench/memory_recall.py --record          # and append to memory_recall.json
 
 Data: "chitchat", six long multi-session conversations typed by people (the
 Chit-Chat Challenge data set from PyPI's `chitchat-dataset`, MIT) with questions
@@ -57,6 +58,7 @@ from bench.common import bench_database, machine_line, percentile
 from bench.embed_cache import CachedEmbedder
 from bench.memory_dialogues import Conversation, corrections, dataset
 from bench.recall_cv import report
+from bench.results import add_record_option, record_if_asked
 from panager.clock import FakeClock
 from panager.config import Settings
 from panager.db.pool import open_pool
@@ -316,6 +318,10 @@ def print_header(result: dict, seconds: float) -> None:
           f"p95 {percentile(t['embed'], 95):.1f} ms\n")
 
 
+FULL = {"embedder": "local", "data": "both", "conversations": 6,
+        "from_legs": None}  # what bench/results/memory_recall.json's rows describe
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--embedder", default="local", help="a PANAGER_EMBEDDING_MODEL value")
@@ -325,6 +331,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--legs", type=Path, help="write what was searched (pickle) for --from-legs")
     parser.add_argument("--from-legs", type=Path, help="analyse a --legs file; no database")
     parser.add_argument("--latency-only", action="store_true", help="only time memory_search")
+    add_record_option(parser, "memory_recall")
     return parser.parse_args()
 
 
@@ -344,7 +351,8 @@ async def main() -> None:
         if args.legs:
             args.legs.write_bytes(pickle.dumps(result))
     print_header(result, time.perf_counter() - started)
-    report(result["records"])
+    values = report(result["records"])
+    record_if_asked(args, "memory_recall", values, full=FULL)
 
 
 if __name__ == "__main__":

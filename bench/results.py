@@ -17,16 +17,23 @@
       ]
     }
 
-A bench script calls `record(area, values)` after its run; `bench/run_all.py` reads every
+A bench script run with `--record` (`add_record_option`) calls `record_if_asked(args, area,
+values, full=...)` after its run: it records the figures only when the run had the sizes the
+area's labels describe (else it says so), keyed by the metrics the file defines.
+`bench/run_all.py` passes `--record` at full size (not `--quick`), then reads every
 file and writes BENCHMARKS.md (the latest value of each metric, and its change since the
 run before). `.ci/run` records the test suite's wall time the same way (area "suite").
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
+import numbers
 import os
 import platform
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -108,3 +115,74 @@ def record(
     path = path_of(area)
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     return path
+
+
+def add_record_option(parser: argparse.ArgumentParser, *areas: str) -> None:
+    """The `--record` flag of a bench script whose figures are rows of `areas`."""
+    files = " or ".join(f"bench/results/{area}.json" for area in areas)
+    parser.add_argument(
+        "--record", action="store_true",
+        help=f"append this run's figures to {files} (BENCHMARKS.md); only a run at the "
+             "sizes its rows describe is recorded",
+    )
+
+
+def record_if_asked(
+    args: argparse.Namespace,
+    area: str,
+    values: dict[str, float],
+    *,
+    full: dict[str, object] | None = None,
+    **options: Any,
+) -> Path | None:
+    """With `--record`: record `values` (keys of the area's metrics) when every option named in
+    `full` has the value the area's labels describe; otherwise print why nothing was recorded.
+
+    Values that are not numbers (a section that did not run: NaN) are left out; the run is
+    noted with its command line. `options` go to `record` (e.g. `metrics=`)."""
+    if not getattr(args, "record", False):
+        return None
+    shown = f"bench/results/{area}.json"
+    differs = [_option(name, getattr(args, name)) for name, want in (full or {}).items()
+               if getattr(args, name) != want]
+    if differs:
+        wanted = ", ".join(_option(name, want) for name, want in (full or {}).items()
+                           if getattr(args, name) != want)
+        print(f"\nnot recorded in {shown}: this run used {', '.join(differs)}; its rows describe "
+              f"{wanted}")
+        return None
+    defined = set(load(area)["metrics"]) | set(options.get("metrics") or {})
+    unknown = sorted(set(values) - defined)
+    if unknown:
+        raise ValueError(f"{shown} defines no metric {', '.join(unknown)}")
+    kept = {key: number for key, value in values.items() if (number := _number(value)) is not None}
+    if not kept:
+        print(f"\nnot recorded in {shown}: this run measured none of its figures")
+        return None
+    command = " ".join(["bench/" + Path(sys.argv[0]).name, *sys.argv[1:]])
+    options.setdefault("note", command.replace(" --record", ""))
+    path = record(area, kept, **options)
+    print(f"\nrecorded in {shown}: {', '.join(kept)}")
+    return path
+
+
+def _option(name: str, value: object) -> str:
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool):
+        return flag if value else f"no {flag}"
+    return f"{flag} {value}"
+
+
+def _number(value: object) -> float | None:
+    """A figure for the JSON file: an int as is, a float to four significant digits (what
+    the dashboard shows and a little more); None for NaN or anything not a number."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    number = float(value)
+    if not math.isfinite(number):
+        return None
+    if number == 0:
+        return 0.0
+    return round(number, max(0, 3 - math.floor(math.log10(abs(number)))))

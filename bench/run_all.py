@@ -1,15 +1,18 @@
 """Run every benchmark; regenerate the dashboard (BENCHMARKS.md) and the history beside it.
 
-    .venv/bin/python bench/run_all.py                   # everything (tens of minutes)
-    .venv/bin/python bench/run_all.py --quick           # smaller sizes where a script has them
+    .venv/bin/python bench/run_all.py                   # everything, recorded (tens of minutes)
+    .venv/bin/python bench/run_all.py --quick           # smaller sizes, nothing recorded
     .venv/bin/python bench/run_all.py --only scheduler,load
     .venv/bin/python bench/run_all.py --list            # what would run; what is missing
     .venv/bin/python bench/run_all.py --dashboard       # rewrite BENCHMARKS.md only, run nothing
 
 Each benchmark is a script in bench/ and runs in its own process, one after the
-other, so they do not compete for the machine. A script records its figures in
-bench/results/<area>.json (bench/results.py: every run appended, with its date
-and machine); BENCHMARKS.md is generated from those files alone: one table per
+other, so they do not compete for the machine. A full-size run (no `--quick`)
+passes `--record` to every script that records: the script then appends its
+figures to bench/results/<area>.json (bench/results.py: every run appended, with
+its date and machine; a script run at other sizes than its rows describe says so
+and records nothing). A `--quick` run records nothing. BENCHMARKS.md is
+generated from those files alone: one table per
 area, each row a metric with its target, latest figure, date and machine, what
 it is compared with, and its change since the previous run, linking to its
 section of docs/benchmarks/history.md.
@@ -44,6 +47,7 @@ HISTORY = ROOT / "docs" / "benchmarks" / "history.md"
 HELPERS = {
     "__init__.py", "chitchat.py", "common.py", "embed_cache.py", "memory_corpus.py",
     "memory_dialogues.py", "recall_cv.py", "results.py", "run_all.py",
+    "scheduler_fairness.py", "scheduler_peers.py",  # parts of scheduler.py
 }
 MAX_DASHBOARD_LINES = 300
 TIMEOUT = 3600.0
@@ -60,10 +64,11 @@ class Benchmark:
     args: list[str]
     quick: list[str] = field(default_factory=list)
     script: str = ""  # bench/<script>
+    record: bool = True  # takes --record (its figures are rows of bench/results/<name>.json)
 
     def command(self, quick: bool) -> list[str]:
-        """The argv that runs it."""
-        extra = self.quick if quick else []
+        """The argv that runs it: `--quick` sizes, or full size with `--record`."""
+        extra = self.quick if quick else (["--record"] if self.record else [])
         return [sys.executable, f"bench/{self.script}", *self.args, *extra]
 
 
@@ -75,12 +80,21 @@ KNOWN = [
         ["--reminders", "2000", "--users", "200", "--rounds", "1", "--fair-agent-runs", "100"],
         "scheduler.py",
     ),
+    Benchmark("system_jobs", "System jobs", [], ["--repeat", "1"], "system_jobs.py"),
     Benchmark("memory", "Memory", [], ["--quick"], "memory.py"),
     Benchmark("memory_recall", "Memory recall", [], ["--conversations", "2"], "memory_recall.py"),
+    Benchmark("tidy", "Memory tidy-up", [], ["--memories", "200", "--today", "20"], "tidy.py"),
+    Benchmark(  # no dashboard rows: a comparison of pgvector versions, kept in the history
+        "filtered_search", "Filtered search", [], [], "filtered_search.py", record=False
+    ),
     Benchmark("embedders", "Embedders", [], ["--repeat", "1"], "embedders.py"),
     Benchmark("turn_overhead", "Turn overhead", [], ["--turns", "60"], "turn_overhead.py"),
     Benchmark(
         "long_conversation", "Long conversation", [], ["--turns", "200"], "long_conversation.py"
+    ),
+    Benchmark(
+        "small_windows", "Small context windows", ["--small-window"], ["--turns", "40"],
+        "long_conversation.py",
     ),
     Benchmark("web", "Web page", [], ["--requests", "30", "--chat", "15"], "web.py"),
     Benchmark("tools", "MCP tools", ["--on-demand"], ["--calls", "50"], "tools.py"),
@@ -96,6 +110,10 @@ KNOWN = [
         "first_token.py",
     ),
     Benchmark("load", "Reliability", [], ["--users", "40"], "load.py"),
+    Benchmark(
+        "backup", "Backup", ["--memories", "20000", "--documents", "200"],
+        ["--memories", "2000", "--documents", "20"], "backup.py",
+    ),
 ]
 
 
@@ -397,7 +415,8 @@ def main() -> None:
     """Run the benchmarks, then rewrite the history's blocks and BENCHMARKS.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated names (see --list)")
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller sizes, for a smoke run (records no results)")
     parser.add_argument("--list", action="store_true", help="show the benchmarks and exit")
     parser.add_argument("--dashboard", action="store_true",
                         help="rewrite BENCHMARKS.md from bench/results/*.json and exit")

@@ -1,6 +1,7 @@
 """Scheduler benchmark: a burst of reminders drained by worker processes, then idle lateness.
 
     .venv/bin/python bench/scheduler.py            # 10,000 reminders, 1,000 users, 2 workers
+    .venv/bin/python bench/scheduler.py --record   # and append the figures to scheduler.json
 
 1. Burst: N reminders for U users, all due at the same instant T0, are written
    before the workers start; W worker *processes* (the real `SchedulerWorker`
@@ -45,6 +46,7 @@ for _path in (ROOT / "src", ROOT):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from bench.results import add_record_option, record_if_asked  # noqa: E402
 from bench.scheduler_peers import VARIANTS  # noqa: E402
 
 START_MARGIN = 6.0  # seconds between writing the burst and its due time (workers start meanwhile)
@@ -320,6 +322,25 @@ def report(args, bursts: list[dict], idle: list[float], fair: dict | None) -> No
     print("-" * (width + 40))
 
 
+FULL = {"reminders": 10_000, "users": 1_000, "workers": 2, "fair_agent_runs": 500,
+        "fair_model_ms": 300}  # what the dashboard's rows (bench/results/scheduler.json) describe
+
+
+def figures(args, bursts: list[dict], idle: list[float], fair: dict | None) -> dict[str, float]:
+    """The dashboard's figures: today's claim's bursts (mean over rounds), idle, fairness."""
+    ours = [b for b in bursts if b["claims"] == VARIANTS[0]]
+    values: dict[str, float] = {"idle_lateness_p99": pct(idle, 99) * 1000}
+    if ours:
+        values["burst_throughput"] = statistics.mean(
+            args.reminders / max(b["drain"], 1e-9) for b in ours)
+        values["burst_lateness_p99"] = statistics.mean(b["p99"] for b in ours)
+    if fair is not None:
+        values["fair_a_last"] = fair["a_done"]
+        if fair["b_late"]:
+            values["fair_b_p99"] = pct(fair["b_late"], 99)
+    return values
+
+
 async def coordinator(args) -> int:
     """Set up, run the sections, print the table; non-zero exit if a guarantee was broken."""
     from bench.scheduler_fairness import B_USERS, fairness_phase
@@ -350,6 +371,10 @@ async def coordinator(args) -> int:
         if fair is not None:
             ok = ok and fair["a_delivered"] == args.fair_agent_runs
             ok = ok and not fair["a_duplicates"] and len(fair["b_late"]) == B_USERS
+        if ok:
+            record_if_asked(args, "scheduler", figures(args, bursts, idle, fair), full=FULL)
+        elif args.record:
+            print("\nnot recorded in bench/results/scheduler.json: a guarantee was broken")
         return 0 if ok else 1
     finally:
         with psycopg.connect(server, autocommit=True) as conn:
@@ -390,6 +415,7 @@ def main() -> None:
     parser.add_argument(
         "--worker", nargs=3, metavar=("URL", "OUT", "CLAIMS"), help=argparse.SUPPRESS
     )
+    add_record_option(parser, "scheduler")
     args = parser.parse_args()
     if args.worker:
         result = asyncio.run(worker_main(args.worker[0], args.worker[2]))

@@ -11,7 +11,7 @@ Rows:
 - briefing with 10 events and 20 tasks due: one graph run (calendar_list_events +
   task_list + schedule_list, then the answer).
 
-    python bench/system_jobs.py [--repeat 5] [--delay-ms 0]
+    python bench/system_jobs.py [--repeat 5] [--delay-ms 0] [--record]
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import bench_database, machine_line  # noqa: E402
+from bench.results import add_record_option, record_if_asked  # noqa: E402
+
+KEYS = ("heartbeat_quiet_ms", "heartbeat_event_ms", "briefing_ms")  # system_jobs.json, by row
 
 
 def _scripts(model, events: bool) -> None:
@@ -135,6 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--delay-ms", type=int, default=0, help="fake model latency per call")
+    add_record_option(parser, "system_jobs")
     args = parser.parse_args()
     rows = asyncio.run(measure(args.repeat, args.delay_ms))
     print(f"# System jobs ({machine_line()}; fake model delay {args.delay_ms} ms, median of "
@@ -143,6 +147,8 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for name, ms, calls_made, tokens in rows:
         print(f"| {name} | {ms:.1f} | {calls_made} | {tokens:,} |")
+    values = {key: ms for key, (_, ms, _, _) in zip(KEYS, rows, strict=True)}
+    record_if_asked(args, "system_jobs", values, full={"delay_ms": 0})
 
 
 if __name__ == "__main__":

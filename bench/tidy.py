@@ -7,7 +7,7 @@ memories (bench/memory_corpus.py) were saved the previous days; `--today`
 of them (default 50) are saved on the day of the run, 10 of those exact
 repeats of older ones (merged without a model call).
 
-    python bench/tidy.py [--memories 1000] [--today 50] [--delay-ms 0]
+    python bench/tidy.py [--memories 1000] [--today 50] [--delay-ms 0] [--record]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:
 
 from bench.common import bench_database, machine_line  # noqa: E402
 from bench.memory_corpus import memories  # noqa: E402
+from bench.results import add_record_option, record_if_asked  # noqa: E402
 
 
 async def measure(total: int, today: int, delay_ms: int) -> dict:
@@ -76,6 +77,7 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=1000)
     parser.add_argument("--today", type=int, default=50)
     parser.add_argument("--delay-ms", type=int, default=0, help="fake model latency per call")
+    add_record_option(parser, "tidy")
     args = parser.parse_args()
     r = asyncio.run(measure(args.memories, args.today, args.delay_ms))
     print(f"# Memory tidy-up ({machine_line()}; fake model delay {args.delay_ms} ms)\n")
@@ -84,6 +86,8 @@ def main() -> None:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     print(f"| {args.memories:,} | {args.today} | {r['merged']} | {r['superseded']} | "
           f"{r['proposed']} | {r['calls']} | {r['tokens']:,} | {r['wall_s']:.2f} |")
+    record_if_asked(args, "tidy", {"tokens": r["tokens"], "wall_s": r["wall_s"]},
+                    full={"memories": 1000, "today": 50, "delay_ms": 0})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@
    with the MCP tools behind `tool_search` (offered only its definition until a search
    loads matches).
 
-    python bench/tools.py [--calls 200] [--on-demand]
+    python bench/tools.py [--calls 200] [--on-demand] [--record]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import bench_database, machine_line  # noqa: E402
+from bench.results import add_record_option, record_if_asked  # noqa: E402
 
 FAKE = str(ROOT / "tests" / "fakes" / "mcp_servers.py")
 VERBS = ["search", "get", "list", "create", "update", "delete", "merge", "comment on", "close",
@@ -190,6 +191,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--on-demand", action="store_true")
+    add_record_option(parser, "tools")
     args = parser.parse_args()
     overhead = asyncio.run(call_overhead(args.calls))
     native = overhead[0][1]
@@ -206,6 +208,11 @@ def main() -> None:
     for label, n, messages, tools in sizes:
         share = tools / (messages + tools)
         print(f"| {label} | {n} | {messages:,} | {tools:,} | {share:.0%} |")
+    values = {f"{name}_p50_ms": p50 for name, p50, _ in overhead if name in ("stdio", "http")}
+    for label, _, _, tools in sizes:
+        if label == "50 MCP tools (tool_search)":  # with --on-demand only
+            values["tool_search_50_tokens"] = tools
+    record_if_asked(args, "tools", values)
 
 
 if __name__ == "__main__":

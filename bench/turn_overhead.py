@@ -1,6 +1,6 @@
 """Per-turn latency of Panager vs `langchain.agents.create_agent`, in the same run.
 
-    .venv/bin/python bench/turn_overhead.py [--turns 200] [--users 50] [--user-turns 4]
+    .venv/bin/python bench/turn_overhead.py [--turns 200] [--users 50] [--user-turns 4] [--record]
 
 Every agent gets the same zero-delay fake model (one tool call, then a text
 answer), the same tool, and the same `AsyncPostgresSaver` on the same pool
@@ -52,6 +52,7 @@ from bench.common import (
     one_tool_call_policy,
     percentile,
 )
+from bench.results import add_record_option, record_if_asked
 
 Turn = Callable[[int, str], Awaitable[None]]
 ROUNDS = 3
@@ -258,8 +259,18 @@ def taint_line(alone: dict[str, list[float]], together: dict[str, list[float]]) 
             f"users at once, {ROUNDS} rounds) {conc:.3f} (target ≤ 1.05)")
 
 
-async def measure(args) -> list[str]:
-    """Run both shapes and return the report lines."""
+def figures(alone: dict[str, list[float]], together: dict[str, list[float]]) -> dict[str, float]:
+    """The dashboard's figures: graph ÷ create_agent (p50) in both shapes, taint on ÷ off."""
+    def ratio(results: dict[str, list[float]], name: str, base: str) -> float:
+        return percentile(results[name], 50) / percentile(results[base], 50)
+
+    return {"graph_p50_ratio_seq": ratio(alone, "panager graph", "create_agent"),
+            "graph_p50_ratio_conc": ratio(together, "panager graph", "create_agent"),
+            "taint_on_off_seq": ratio(alone, "panager graph", "panager graph, taint checks off")}
+
+
+async def measure(args) -> tuple[list[str], dict[str, float]]:
+    """Run both shapes and return the report lines and the dashboard's figures."""
     model = make_model()
     async with bench_database() as url:
         app = await build_app(url, model, Path(tempfile.mkdtemp(prefix="panager-bench-")))
@@ -288,7 +299,7 @@ async def measure(args) -> list[str]:
             lines += ["", taint_line(alone, both)]
         finally:
             await app.stop()
-    return lines
+    return lines, figures(alone, results)
 
 
 def main() -> None:
@@ -296,11 +307,14 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument("--user-turns", type=int, default=4)
+    add_record_option(parser, "turn_overhead")
     args = parser.parse_args()
-    lines = asyncio.run(measure(args))
+    lines, values = asyncio.run(measure(args))
     print(machine_line())
     print()
     print("\n".join(lines))
+    record_if_asked(args, "turn_overhead", values,
+                    full={"turns": 200, "users": 50, "user_turns": 4})
 
 
 if __name__ == "__main__":

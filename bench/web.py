@@ -1,6 +1,6 @@
 """Web page render times with a full account, and the chat's first text vs the terminal's.
 
-    .venv/bin/python bench/web.py [--requests 60] [--memories 1000] [--schedules 100]
+    .venv/bin/python bench/web.py [--requests 60] [--memories 1000] [--schedules 100] [--record]
 
 A real app (PostgreSQL, the offline embedder, a zero-delay model) with one
 user holding 1,000 memories, 100 schedules (a mix of one-shot, daily, weekly,
@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from langchain_core.messages import AIMessage
 
 from bench.common import PolicyModel, bench_database, machine_line, percentile
+from bench.results import add_record_option, record_if_asked
 
 TARGET_MS = 50.0
 CHAT_TARGET_MS = 100.0
@@ -135,14 +136,18 @@ async def main(args) -> None:
                 async with s.post(server.url + "/signin", data={"token": token}) as r:
                     body = await r.text()
                 csrf = body.split('name="csrf" value="')[1].split('"')[0]
-                await run_pages(s, server.url, scheds[7].id, memory_id, args.requests)
-                await run_chat(app, user, s, server.url, csrf, args.chat)
+                worst = await run_pages(s, server.url, scheds[7].id, memory_id, args.requests)
+                chat = await run_chat(app, user, s, server.url, csrf, args.chat)
         finally:
             await app.stop()
     print(machine_line())
+    record_if_asked(args, "web", {"worst_page_p95_ms": worst,
+                                  "chat_web_minus_terminal_p95_ms": chat},
+                    full={"memories": 1000, "schedules": 100})
 
 
-async def run_pages(session, base: str, schedule_id: str, memory_id: str, n: int) -> None:
+async def run_pages(session, base: str, schedule_id: str, memory_id: str, n: int) -> float:
+    """Fetch every page n times; print p50/p95/max per page; return the worst p95."""
     pages = ["/", "/schedules", "/schedules?view=month", "/schedules?view=month&start=2027-01-01",
              f"/schedules/{schedule_id}", "/schedules/new", "/memories", "/memories?q={topic}",
              f"/memories/{memory_id}", "/memories/export.json", "/chat", "/usage",
@@ -162,9 +167,12 @@ async def run_pages(session, base: str, schedule_id: str, memory_id: str, n: int
         mark = "ok" if p95 <= TARGET_MS else "OVER"
         print(f"{path:<44} {percentile(times, 50):8.1f} {p95:8.1f} {max(times):8.1f}  {mark}")
     print(f"worst p95: {worst:.1f} ms ({'within' if worst <= TARGET_MS else 'over'} target)")
+    return worst
 
 
-async def run_chat(app, user, session, base: str, csrf: str, n: int) -> None:
+async def run_chat(app, user, session, base: str, csrf: str, n: int) -> float:
+    """Time the first text on the terminal and the page, n turns each; return (web − terminal)
+    p95."""
     web, term = [], []
     for _ in range(n):  # interleaved, so drift hits both alike
         term.append(await first_terminal_text(app, user))
@@ -179,6 +187,7 @@ async def run_chat(app, user, session, base: str, csrf: str, n: int) -> None:
     print(f"{'web − terminal':<44} {percentile(diff, 50):8.1f} {p95:8.1f}  target ≤ "
           f"{CHAT_TARGET_MS:.0f}: {'ok' if p95 <= CHAT_TARGET_MS else 'OVER'}")
     print(json.dumps({"chat_web_minus_terminal_p95_ms": round(p95, 1)}))
+    return p95
 
 
 if __name__ == "__main__":
@@ -187,4 +196,5 @@ if __name__ == "__main__":
     parser.add_argument("--memories", type=int, default=1000)
     parser.add_argument("--schedules", type=int, default=100)
     parser.add_argument("--chat", type=int, default=30)
+    add_record_option(parser, "web")
     asyncio.run(main(parser.parse_args()))

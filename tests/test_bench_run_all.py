@@ -1,10 +1,14 @@
 """bench/run_all.py: the dashboard (BENCHMARKS.md) generated from the recorded results, and
 the history beside it (generated blocks replaced, hand-written text kept, the header
-rewritten only by a run of every benchmark)."""
+rewritten only by a run of every benchmark); the bench scripts' `--record`, which a
+full-size run passes and a quick one does not."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import runpy
+import sys
 
 import pytest
 
@@ -108,3 +112,52 @@ def test_the_checked_in_dashboard_is_what_the_results_generate_and_within_budget
 ])
 def test_figures_are_rounded_for_reading(value, unit, shown):
     assert run_all.figure(value, unit) == shown
+
+
+def test_a_full_run_passes_record_to_every_recording_benchmark_and_a_quick_run_to_none():
+    benches, missing = run_all.discover()
+    assert missing == []
+    for bench in benches:
+        assert ("--record" in bench.command(quick=False)) == bench.record, bench.name
+        assert "--record" not in bench.command(quick=True), bench.name
+    assert {b.name for b in benches if not b.record} == {"filtered_search"}  # no dashboard rows
+
+
+def test_every_script_run_all_asks_to_record_accepts_record(monkeypatch, capsys):
+    benches, _ = run_all.discover()
+    for script in sorted({b.script for b in benches if b.record}):
+        monkeypatch.setattr(sys, "argv", [f"bench/{script}", "--help"])
+        with pytest.raises(SystemExit) as exited:
+            runpy.run_path(str(run_all.BENCH / script), run_name="__main__")
+        assert exited.value.code == 0, script
+        assert "--record" in capsys.readouterr().out, script
+
+
+def test_each_area_of_the_dashboard_is_recorded_by_a_benchmark_run_all_runs():
+    benches, _ = run_all.discover()
+    recording = {b.name for b in benches if b.record}
+    # suite: .ci/run records it; failover: figures of tests/reliability, recorded by hand
+    assert set(results.load_all()) - recording == {"suite", "failover"}
+
+
+def test_a_run_is_recorded_only_at_the_size_its_rows_describe(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    metric = {"label": "200 users: p95", "unit": "s", "better": "lower", "target": ""}
+    results.record("load", {"p95": 3.0}, metrics={"p95": metric, "p99": metric},
+                   when="2026-11-24", on="m")
+    small = argparse.Namespace(record=True, users=40)
+    assert results.record_if_asked(small, "load", {"p95": 1.0}, full={"users": 200}) is None
+    assert "not recorded in bench/results/load.json: this run used --users 40; its rows " \
+           "describe --users 200" in capsys.readouterr().out
+    unasked = argparse.Namespace(record=False, users=200)
+    assert results.record_if_asked(unasked, "load", {"p95": 1.0}, full={"users": 200}) is None
+    assert len(results.load("load")["runs"]) == 1
+
+    full = argparse.Namespace(record=True, users=200)
+    results.record_if_asked(full, "load", {"p95": 2.345678, "p99": float("nan")},
+                            full={"users": 200})  # a section that did not run: left out
+    latest = results.load("load")["runs"][-1]
+    assert latest["values"] == {"p95": 2.346}
+    assert "recorded in bench/results/load.json: p95" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="defines no metric p50"):
+        results.record_if_asked(full, "load", {"p50": 1.0}, full={"users": 200})
