@@ -49,7 +49,7 @@ from panager.agent.taint import marked
 from panager.agent.threads import OPEN_QUESTION, Threads
 from panager.agent.turn_input import clean_text, turn_context, turn_images, turn_inputs
 from panager.errors import ModelUnavailable, UserBusy
-from panager.llm import NO_MODEL_MESSAGE
+from panager.llm import NO_MODEL_MESSAGE, TURN_ROUTE, TurnRoute
 from panager.services.media.intake import Attachment
 from panager.services.media.vision import sees_images
 from panager.services.proposals import Offer
@@ -105,6 +105,7 @@ class Assistant:
         self.graph = threads.graph
         self.deps = deps
         self.model_for = model_for  # the user's /model choice, else the default model
+        self.background: BaseChatModel | None = None  # `background_model` (None: the person's)
         self.emitter = emitter
         self.invoke_options: _InvokeOptions = {"durability": deps.config.checkpoint_durability}
         # Users whose thread this process left without unanswered tool calls: no repair
@@ -124,6 +125,10 @@ class Assistant:
     def sees_images(self, user: User) -> bool:
         """Whether the person's model takes images (the name table, then `vision` config)."""
         return sees_images(self.model_name(user), self.deps.config.vision)
+
+    def background_model(self, user: User) -> BaseChatModel | None:
+        """The model for background work (heartbeat checks, tidy-up, summaries)."""
+        return self.background or self.model_for(user)
 
     def model_name(self, user: User) -> str:
         """The name of the model the person's turns use."""
@@ -325,6 +330,8 @@ class Assistant:
         )
         self._clean_threads.discard(user.id)  # until this turn ends normally
         scheduled = SCHEDULED_RUN.set(ctx.is_system_trigger)
+        route = TurnRoute()
+        routed = TURN_ROUTE.set(route)  # a fallback that answered stays for the whole turn
         shown = ShownText(user.id)
         unsubscribe = emitter.subscribe(shown.on_event)
         try:
@@ -336,7 +343,7 @@ class Assistant:
                 result.offers = await approvals.offer(self, user, state, result.proposals)
             if result.question is None:
                 self._clean_threads.add(user.id)
-            return _with_live_links(result, ctx.extra.get("live_links"))
+            return _with_notes(_with_live_links(result, ctx.extra.get("live_links")), route)
         except asyncio.CancelledError:  # Ctrl+C mid-answer: keep what the person saw
             tainted = bool(ctx.extra.get(RUNNING_CALL_TAINTED))
             await keep_interrupted(self.graph, config, shown.text, new, tainted)
@@ -349,6 +356,7 @@ class Assistant:
             return TurnResult(FAILURE_MESSAGE, ok=False)
         finally:
             SCHEDULED_RUN.reset(scheduled)
+            TURN_ROUTE.reset(routed)
             unsubscribe()
             await emitter("agent_end", user.id)
 
@@ -374,6 +382,13 @@ class Assistant:
         checkpointer = self.graph.checkpointer
         if isinstance(checkpointer, BaseCheckpointSaver):  # not None (nor a subgraph's bool)
             await checkpointer.adelete_thread(user.thread_id)
+
+
+def _with_notes(result: TurnResult, route: TurnRoute) -> TurnResult:
+    """Say once, after the answer, which fallback model wrote it."""
+    if route.notes:
+        result.text = result.text.rstrip() + "\n\n" + " ".join(f"({n})" for n in route.notes)
+    return result
 
 
 def _with_live_links(result: TurnResult, live: dict[str, str] | None) -> TurnResult:

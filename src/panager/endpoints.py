@@ -1,0 +1,211 @@
+"""Named model endpoints: the environment's default, the YAML `models:`, and old keys mapped.
+
+The environment variables (OPENAI_BASE_URL, OPENAI_API_KEY, PANAGER_MODEL,
+OPENAI_API_TYPE) stay the single default endpoint, named like PANAGER_MODEL, so
+an instance with no `models:` works as before. An entry under `models:` named
+like PANAGER_MODEL overrides that default (keys it leaves out come from the
+environment); other entries are further endpoints a person may pick with
+`/model`, a `fallback:` of another, or the `background_model`.
+
+Older keys keep working, mapped here: `allowed_models` may name model ids that
+no entry declares (each becomes an endpoint on the default server, as before),
+and `vision: {model: bool}` / a top-level `context_window` fill in what an
+endpoint leaves unset. `deprecations` says which were used (one doctor line).
+A stored `/model` choice is a model id on older instances: `resolve` maps an id
+to the endpoint that serves it.
+
+Only endpoints named in `fallback:` are ever used in place of another: a home
+that keeps its mail on a local model is never failed over to a cloud API
+unasked. `Endpoint.remote` says which leave the machine's network.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from panager.config import ConfigError, ModelPrice
+
+if TYPE_CHECKING:
+    from panager.config import Settings
+
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One model endpoint: where, which model, and what it can do."""
+
+    name: str
+    base_url: str | None  # None: OpenAI's
+    model: str  # the id the server knows
+    api_key: str | None = field(default=None, repr=False)
+    api_type: str = "chat"
+    context_window: int | None = None
+    vision: bool | None = None  # None: judged from the model's name
+    price: ModelPrice | None = None
+    fallback: tuple[str, ...] = ()
+    tools: bool = True
+    key_env: str = "OPENAI_API_KEY"
+
+    @property
+    def configured(self) -> bool:
+        """A key, or a custom (local) server that may need none."""
+        return bool(self.api_key or self.base_url)
+
+    @property
+    def remote(self) -> bool:
+        """True when the endpoint is outside this machine and its private network."""
+        host = urlsplit(self.base_url or OPENAI_URL).hostname or ""
+        if host == "localhost" or host.endswith((".local", ".lan", ".internal", ".home.arpa")):
+            return False
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return "." in host  # a bare name ("ollama") is a host on the local network
+        return not (address.is_loopback or address.is_private or address.is_link_local)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        """What these tokens cost at the configured price (None: no price known)."""
+        if self.price is None:
+            return None
+        return (input_tokens * self.price.input + output_tokens * self.price.output) / 1e6
+
+
+@dataclass
+class Endpoints:
+    """Every endpoint by name, the default's name, and who may pick which."""
+
+    by_name: dict[str, Endpoint]
+    default: str
+    background: str | None = None
+    allowed: list[str] | None = None  # names non-admins may pick (None: only the default)
+    deprecations: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Endpoints:
+        """Build from the environment and the YAML config; ConfigError names what is wrong."""
+        config = settings.runtime
+        default = settings.model
+        found: dict[str, Endpoint] = {}
+        for name, spec in config.models.items():
+            key_env = spec.api_key_env or "OPENAI_API_KEY"
+            key = os.environ.get(spec.api_key_env) if spec.api_key_env else settings.openai_api_key
+            model = spec.model or name
+            window = spec.context_window
+            if window is None and name == default:
+                window = config.context_window
+            vision = spec.vision if spec.vision is not None else _legacy(config.vision, name, model)
+            found[name] = Endpoint(
+                name, spec.base_url or settings.openai_base_url, model, key or None,
+                spec.api_type or settings.api_type, window, vision, spec.price_per_mtok,
+                tuple(spec.fallback), spec.tools, key_env,
+            )
+        if default not in found:
+            found[default] = _env_endpoint(settings, default)
+        endpoints = cls(found, default, deprecations=[])
+        if config.vision:
+            endpoints.deprecations.append("vision: {model: …} (use vision: under models:)")
+        endpoints._map_allowed(config.allowed_models, settings)
+        endpoints._check(config.background_model)
+        return endpoints
+
+    def _map_allowed(self, names: list[str] | None, settings: Settings) -> None:
+        """`allowed_models` as endpoint names; a model id no entry declares becomes an
+        endpoint on the default server (as before endpoints had names)."""
+        if names is None:
+            return
+        mapped: list[str] = []
+        legacy = []
+        base = self.by_name[self.default]
+        for name in names:
+            found = self.resolve(name)
+            if found is None:
+                found = Endpoint(
+                    name, base.base_url, name, base.api_key, base.api_type,
+                    vision=_legacy(settings.runtime.vision, name, name), key_env=base.key_env,
+                )
+                self.by_name[name] = found
+                legacy.append(name)
+            mapped.append(found.name)
+        self.allowed = mapped
+        if legacy:
+            self.deprecations.append(
+                "allowed_models names model ids no entry declares ("
+                + ", ".join(legacy) + "; declare them under models:)"
+            )
+
+    def _check(self, background: str | None) -> None:
+        for endpoint in self.by_name.values():
+            for name in endpoint.fallback:
+                if name not in self.by_name:
+                    raise ConfigError(
+                        f"models.{endpoint.name}.fallback names {name!r}, which is not under "
+                        "models:; declare it or remove it from the list."
+                    )
+                if name == endpoint.name:
+                    raise ConfigError(f"models.{endpoint.name}.fallback names itself; remove it.")
+        if background is not None:
+            found = self.resolve(background)
+            if found is None:
+                raise ConfigError(
+                    f"background_model names {background!r}, which is not under models:; "
+                    "declare it there or remove background_model."
+                )
+            self.background = found.name
+
+    def resolve(self, choice: str | None) -> Endpoint | None:
+        """The endpoint called `choice`, else the one serving model id `choice`."""
+        if not choice:
+            return None
+        if choice in self.by_name:
+            return self.by_name[choice]
+        return next((e for e in self.by_name.values() if e.model == choice), None)
+
+    def canonical(self, choice: str | None) -> str | None:
+        """A stored choice (a name, or an older instance's model id) as an endpoint name;
+        unknown names are kept as they are (an admin may name any model)."""
+        found = self.resolve(choice)
+        return found.name if found is not None else choice
+
+    @property
+    def primary(self) -> Endpoint:
+        """The default endpoint (the environment's, or the entry named like it)."""
+        return self.by_name[self.default]
+
+    def pickable(self, admin: bool) -> list[str]:
+        """The names a person may pick with /model (admins: every endpoint)."""
+        if admin:
+            return list(self.by_name)
+        return list(self.allowed) if self.allowed else [self.default]
+
+    def chain(self, name: str) -> list[Endpoint]:
+        """The endpoint and the fallbacks it names, in order (never one it does not name)."""
+        first = self.by_name[name]
+        rest = [self.by_name[n] for n in dict.fromkeys(first.fallback) if n != name]
+        return [first, *rest]
+
+    def for_model_id(self, model: str) -> Endpoint:
+        """An admin's choice of a model id no entry declares: on the default server."""
+        base = self.primary
+        return Endpoint(model, base.base_url, model, base.api_key, base.api_type,
+                        key_env=base.key_env)
+
+
+def _env_endpoint(settings: Settings, name: str) -> Endpoint:
+    """The default endpoint from the environment variables (SPEC §1)."""
+    config = settings.runtime
+    return Endpoint(
+        name, settings.openai_base_url, settings.model, settings.openai_api_key,
+        settings.api_type, config.context_window, _legacy(config.vision, name, settings.model),
+    )
+
+
+def _legacy(table: dict[str, bool], name: str, model: str) -> bool | None:
+    """An older `vision: {model: bool}` answer for this endpoint, if it has one."""
+    if name in table:
+        return table[name]
+    return table.get(model)
