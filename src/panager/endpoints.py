@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from panager.config import ConfigError, ModelPrice
 
 if TYPE_CHECKING:
-    from panager.config import Settings
+    from panager.config import RuntimeConfig, Settings
 
 OPENAI_URL = "https://api.openai.com/v1"
 
@@ -53,8 +53,8 @@ class Endpoint:
 
     @property
     def configured(self) -> bool:
-        """A key, or a custom (local) server that may need none."""
-        return bool(self.api_key or self.base_url)
+        """A key, or a server on this network that may need none."""
+        return bool(self.api_key or (self.base_url and not self.remote))
 
     @property
     def remote(self) -> bool:
@@ -82,8 +82,29 @@ class Endpoints:
     by_name: dict[str, Endpoint]
     default: str
     background: str | None = None
-    allowed: list[str] | None = None  # names non-admins may pick (None: only the default)
     deprecations: list[str] = field(default_factory=list)
+    config: RuntimeConfig | None = None  # where `allowed_models` is read, at every use
+
+    @property
+    def allowed(self) -> list[str] | None:
+        """The names non-admins may pick (None: only the default): `allowed_models`, read
+        now, with model ids no entry declares served by the default endpoint."""
+        names = self.config.allowed_models if self.config is not None else None
+        if names is None:
+            return None
+        mapped = []
+        for name in names:
+            found = self.resolve(name)
+            if found is None:
+                found = self.by_name[name] = self._legacy_endpoint(name)
+            mapped.append(found.name)
+        return mapped
+
+    def _legacy_endpoint(self, model: str) -> Endpoint:
+        base = self.primary
+        vision = _legacy(self.config.vision, model, model) if self.config is not None else None
+        return Endpoint(model, base.base_url, model, base.api_key, base.api_type, vision=vision,
+                        key_env=base.key_env)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Endpoints:
@@ -106,37 +127,17 @@ class Endpoints:
             )
         if default not in found:
             found[default] = _env_endpoint(settings, default)
-        endpoints = cls(found, default, deprecations=[])
+        endpoints = cls(found, default, deprecations=[], config=config)
         if config.vision:
             endpoints.deprecations.append("vision: {model: …} (use vision: under models:)")
-        endpoints._map_allowed(config.allowed_models, settings)
-        endpoints._check(config.background_model)
-        return endpoints
-
-    def _map_allowed(self, names: list[str] | None, settings: Settings) -> None:
-        """`allowed_models` as endpoint names; a model id no entry declares becomes an
-        endpoint on the default server (as before endpoints had names)."""
-        if names is None:
-            return
-        mapped: list[str] = []
-        legacy = []
-        base = self.by_name[self.default]
-        for name in names:
-            found = self.resolve(name)
-            if found is None:
-                found = Endpoint(
-                    name, base.base_url, name, base.api_key, base.api_type,
-                    vision=_legacy(settings.runtime.vision, name, name), key_env=base.key_env,
-                )
-                self.by_name[name] = found
-                legacy.append(name)
-            mapped.append(found.name)
-        self.allowed = mapped
+        legacy = [n for n in config.allowed_models or () if endpoints.resolve(n) is None]
         if legacy:
-            self.deprecations.append(
+            endpoints.deprecations.append(
                 "allowed_models names model ids no entry declares ("
                 + ", ".join(legacy) + "; declare them under models:)"
             )
+        endpoints._check(config.background_model)
+        return endpoints
 
     def _check(self, background: str | None) -> None:
         for endpoint in self.by_name.values():
@@ -190,9 +191,7 @@ class Endpoints:
 
     def for_model_id(self, model: str) -> Endpoint:
         """An admin's choice of a model id no entry declares: on the default server."""
-        base = self.primary
-        return Endpoint(model, base.base_url, model, base.api_key, base.api_type,
-                        key_env=base.key_env)
+        return self._legacy_endpoint(model)
 
 
 def _env_endpoint(settings: Settings, name: str) -> Endpoint:

@@ -402,6 +402,11 @@ class TurnRoute:
 TURN_ROUTE: ContextVar[TurnRoute | None] = ContextVar("panager_turn_route", default=None)
 
 
+def endpoint_name(model: object) -> str | None:
+    """The endpoint a routed model belongs to (None: a model made elsewhere)."""
+    return (getattr(model, "metadata", None) or {}).get(ENDPOINT_KEY)
+
+
 def answered_by(reply: AIMessage, default: str) -> str:
     """The endpoint that wrote `reply` (usage is counted against it), else `default`."""
     return str((reply.response_metadata or {}).get(ENDPOINT_KEY) or default)

@@ -49,7 +49,7 @@ from panager.agent.taint import marked
 from panager.agent.threads import OPEN_QUESTION, Threads
 from panager.agent.turn_input import clean_text, turn_context, turn_images, turn_inputs
 from panager.errors import ModelUnavailable, UserBusy
-from panager.llm import NO_MODEL_MESSAGE, TURN_ROUTE, TurnRoute
+from panager.llm import NO_MODEL_MESSAGE, TURN_ROUTE, TurnRoute, endpoint_name
 from panager.services.media.intake import Attachment
 from panager.services.media.vision import sees_images
 from panager.services.proposals import Offer
@@ -123,7 +123,11 @@ class Assistant:
         return self.threads.user_lock(user_id, wait=wait)
 
     def sees_images(self, user: User) -> bool:
-        """Whether the person's model takes images (the name table, then `vision` config)."""
+        """Whether the person's model takes images (its endpoint's `vision`, else the name
+        table and the older `vision` config)."""
+        endpoint = self.deps.settings.endpoints.resolve(endpoint_name(self.model_for(user)))
+        if endpoint is not None and endpoint.vision is not None:
+            return endpoint.vision
         return sees_images(self.model_name(user), self.deps.config.vision)
 
     def background_model(self, user: User) -> BaseChatModel | None:
