@@ -97,8 +97,8 @@ class SystemJobs:
             return AgentAnswer(await self.heartbeat(user, heartbeat_of(job), due))
         if job.kind == "webhook":
             return await self._agent(user, webhook_instruction(job))
-        if job.kind == "briefing":
-            return await self._agent(user, BRIEFING_INSTRUCTION)
+        if job.kind == "briefing":  # on the model of the person who set it up
+            return await self._agent(user, BRIEFING_INSTRUCTION, (job.params or {}).get("model"))
         if job.kind == "tidy":
             tidy = MemoryTidyJob(self.deps, self.assistant.background_model(user))
             await tidy.run(user, job, due)
@@ -106,9 +106,11 @@ class SystemJobs:
         log.warning("unknown system job kind %s", job.kind)
         return AgentAnswer("")
 
-    async def _agent(self, user: User, instruction: str) -> AgentAnswer:
+    async def _agent(
+        self, user: User, instruction: str, model: str | None = None
+    ) -> AgentAnswer:
         result = await self.assistant.run_turn(
-            user, instruction, is_system_trigger=True, wait_for_lock=False
+            user, instruction, is_system_trigger=True, wait_for_lock=False, pinned_model=model
         )
         return answer_of(result)
 

@@ -44,6 +44,7 @@ from panager.agent.deps import AgentDeps
 from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
 from panager.agent.interrupted import RUNNING_CALL_TAINTED, ShownText, keep_interrupted
+from panager.agent.models import pinned_for_run
 from panager.agent.state import SCHEDULED_RUN, TurnContext
 from panager.agent.taint import marked
 from panager.agent.threads import OPEN_QUESTION, Threads
@@ -172,6 +173,7 @@ class Assistant:
         unattended: bool | None = None,
         tainted: bool = False,
         attachments: Sequence[Attachment] = (),
+        pinned_model: str | None = None,
     ) -> TurnResult:
         """Answer `text` from `user` (or run a scheduled task when is_system_trigger).
 
@@ -182,11 +184,15 @@ class Assistant:
         trigger) runs no consequential call; `tainted` frames a system trigger's text
         (a schedule written while reading outside content).
         `attachments` come from `MediaIntake.take` (agent/attachments.py says how they
-        enter the thread); the front end shows `attachment_notes` first."""
+        enter the thread); the front end shows `attachment_notes` first.
+        `pinned_model`: a schedule's model (its creator's), used while the person may."""
         text = clean_text(text)
         refusal = self.check_message(text, attachments)
         if refusal:
             return TurnResult(refusal, ok=False)
+        pin_note = None
+        if pinned_model:
+            user, pin_note = pinned_for_run(self.deps, user, pinned_model)
         model = self.model_for(user)
         if model is None:
             return TurnResult(NO_MODEL_MESSAGE, ok=False)
@@ -206,6 +212,8 @@ class Assistant:
                 self.deps, user, model, emitter or self.emitter, is_system_trigger, text, tainted
             )
             ctx.unattended = is_system_trigger if unattended is None else unattended
+            if pin_note:
+                ctx.extra["notes"] = [pin_note]
             return await self._run_locked(ctx, text, replay, message_key, attachments)
 
     async def _open_question(
@@ -347,6 +355,8 @@ class Assistant:
                 result.offers = await approvals.offer(self, user, state, result.proposals)
             if result.question is None:
                 self._clean_threads.add(user.id)
+            for note in ctx.extra.get("notes", ()):
+                route.note(note)
             return _with_notes(_with_live_links(result, ctx.extra.get("live_links")), route)
         except asyncio.CancelledError:  # Ctrl+C mid-answer: keep what the person saw
             tainted = bool(ctx.extra.get(RUNNING_CALL_TAINTED))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +13,7 @@ from panager.agent.commands import CommandContext, CommandReply, command
 from panager.agent.effects.budget import TokenBudget
 from panager.agent.effects.summary import summary_tainted
 from panager.agent.effects.windows import window_for
+from panager.agent.models import current_model
 from panager.agent.threads import thread_values, update_thread
 from panager.services.usage import ModelUsage, UsageReport
 
@@ -54,9 +54,7 @@ def allowed_models(ctx: CommandContext) -> list[str]:
 def _current_model(ctx: CommandContext) -> str:
     """The model the caller's turns use now (a stored choice no longer permitted is not;
     a model id stored before endpoints had names is shown as the endpoint serving it)."""
-    deps, endpoints = ctx.deps, ctx.deps.settings.endpoints
-    user = replace(ctx.user, model=endpoints.canonical(ctx.user.model))
-    return deps.access.model_of(user, endpoints.default, endpoints.allowed)
+    return current_model(ctx.deps, ctx.user)
 
 
 @command("model", "/model [name|default]", "show or choose your chat model")
