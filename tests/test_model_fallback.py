@@ -156,3 +156,26 @@ async def test_a_stream_cut_after_10_pieces_is_written_again_by_the_fallback(
     assert events[[t for t, _ in events].index("message_reset")][1]["restarted_on"] == "llama3.1"
     after = events[[t for t, _ in events].index("message_reset") + 1 :]
     assert "".join(d["text"] for t, d in after if t == "message_delta") == words
+
+
+async def test_a_fallback_that_refuses_tools_answers_without_them_and_says_it_could_not_act(
+    make_app, tmp_path, servers
+):
+    first, second = servers
+    app = await two_endpoint_app(make_app, tmp_path, servers)
+    user = await app.local_user()
+    first.script(tool_call("set_timezone", {"timezone": "Asia/Seoul"}), "Done, Seoul time.")
+    assert (await app.assistant.run_turn(user, "I moved to Seoul")).text == "Done, Seoul time."
+    first.fail_next(503)
+    second.fail_next(400, message="This model does not support tools.")
+    second.script("I cannot change that right now.")
+    result = await app.assistant.run_turn(user, "and remind me at 9")
+    assert result.text == (
+        f"I cannot change that right now.\n\n{NOTE} "
+        "(llama3.1 cannot use tools, so I could not act on anything)"
+    )
+    sent = second.requests[-1]
+    assert "tools" not in sent and {m["role"] for m in sent["messages"]} <= {
+        "system", "user", "assistant"}
+    assert any("[I called: set_timezone" in str(m["content"]) for m in sent["messages"])
+    assert "You cannot use tools in this answer" in second.last_system_prompt()

@@ -26,7 +26,7 @@ import random
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import openai
@@ -202,7 +202,10 @@ async def invoke_with_retries(
     routed = _routed(model)
     if routed is not None:
         router, name = routed
-        return await router.run(name, lambda m, e: _bind(m, tools, e).ainvoke(messages))
+        return await router.run(
+            name, lambda m, e: _toolless(e, tools, _bind(m, tools, e).ainvoke(
+                _messages_for(e, tools, messages)))
+        )
     bound = model.bind_tools([openai_tool(t) for t in tools]) if tools else model
     return await _with_retries(lambda: bound.ainvoke(messages), retries=retries, sleep=sleep)
 
@@ -212,6 +215,51 @@ def _bind(model: BaseChatModel, tools: Sequence[BaseTool], endpoint: Endpoint):
     if tools and endpoint.tools:
         return model.bind_tools([openai_tool(t) for t in tools])
     return model
+
+
+NO_TOOLS_NOTE = (
+    "You cannot use tools in this answer. Do not claim to have done anything; if the "
+    "person asked for an action, say plainly that you could not do it now."
+)
+
+
+def _messages_for(
+    endpoint: Endpoint, tools: Sequence[BaseTool], messages: list[AnyMessage]
+) -> list[AnyMessage]:
+    """What an endpoint that takes no tools is sent: tool calls and their results as the
+    assistant's own text (many servers refuse `tool` messages when no tools are declared),
+    and a note that it cannot act. Others get the messages as they are."""
+    if endpoint.tools or not (tools or any(m.type == "tool" for m in messages)):
+        return messages
+    from langchain_core.messages import SystemMessage
+
+    rendered: list[AnyMessage] = []
+    for message in messages:
+        if isinstance(message, AIMessage) and message.tool_calls:
+            calls = "; ".join(f"{c['name']}({c['args']})" for c in message.tool_calls)
+            text = f"{message.text}\n[I called: {calls}]".strip()
+            rendered.append(AIMessage(content=text, id=message.id))
+        elif message.type == "tool":
+            result = f"[result of {getattr(message, 'name', None) or 'the call'}: {message.text}]"
+            rendered.append(AIMessage(content=result, id=message.id))
+        else:
+            rendered.append(message)
+    if rendered and isinstance(rendered[0], SystemMessage):
+        first = rendered[0]
+        rendered[0] = SystemMessage(f"{first.text}\n\n{NO_TOOLS_NOTE}", id=first.id)
+    else:
+        rendered.insert(0, SystemMessage(NO_TOOLS_NOTE))
+    return rendered
+
+
+async def _toolless(
+    endpoint: Endpoint, tools: Sequence[BaseTool], reply: Awaitable[AIMessage]
+) -> AIMessage:
+    """Mark a reply written without the tools it was offered (the turn says it could not act)."""
+    answer = await reply
+    if tools and not endpoint.tools:
+        answer.response_metadata = {**(answer.response_metadata or {}), TOOLLESS_KEY: True}
+    return answer
 
 
 async def decide_with_retries(
@@ -261,7 +309,10 @@ async def stream_with_retries(
     if routed is not None:
         router, name = routed
         return await router.run(
-            name, lambda m, e: _stream_once(_bind(m, tools, e), messages, sink), sink
+            name,
+            lambda m, e: _toolless(e, tools, _stream_once(
+                _bind(m, tools, e), _messages_for(e, tools, messages), sink)),
+            sink,
         )
     bound = model.bind_tools([openai_tool(t) for t in tools]) if tools else model
     return await _with_retries(
@@ -365,6 +416,9 @@ async def _with_retries(
 # -- fallback across named endpoints ---------------------------------------------------------
 
 FALLBACK_NOTE = "answered by {used}: {wanted} is not answering"
+TOOLLESS_NOTE = "{used} cannot use tools, so I could not act on anything"
+TOOLLESS_KEY = "panager_toolless"
+TOOLS_REFUSED = ("tool", "function")  # words of a 400 from a server that takes no tools
 ENDPOINT_KEY = "panager_endpoint"  # in a routed model's metadata and a reply's response_metadata
 _ROUTERS: weakref.WeakValueDictionary[int, ModelRouter] = weakref.WeakValueDictionary()
 _ROUTER_IDS = itertools.count(1)
@@ -420,6 +474,14 @@ class _Down(Exception):
         self.reason = reason
 
 
+def _refuses_tools(exc: BaseException) -> bool:
+    """A 400 (or 422) saying the server takes no tools / function calling."""
+    if getattr(exc, "status_code", None) not in (400, 404, 422, 501):
+        return False
+    text = str(exc).lower()
+    return any(word in text for word in TOOLS_REFUSED) and "support" in text
+
+
 def _routed(model: object) -> tuple[ModelRouter, str] | None:
     meta = getattr(model, "metadata", None) or {}
     router = _ROUTERS.get(meta.get("panager_router", 0))
@@ -459,10 +521,13 @@ class ModelRouter:
         self.key = next(_ROUTER_IDS)
         self._models: dict[str, BaseChatModel] = {}
         self._extra: dict[str, Endpoint] = {}  # an admin's model ids no entry declares
+        self._toolless: dict[str, Endpoint] = {}  # endpoints whose server refused `tools`
         _ROUTERS[self.key] = self
 
     def endpoint(self, name: str) -> Endpoint:
         """The endpoint called `name` (a model id no entry declares: on the default server)."""
+        if name in self._toolless:
+            return self._toolless[name]
         found = self.endpoints.resolve(name)
         if found is not None:
             return found
@@ -493,6 +558,7 @@ class ModelRouter:
         endpoint = self.endpoint(name)
         chain = self.endpoints.chain(endpoint.name) if endpoint.name in self.endpoints.by_name \
             else [endpoint]
+        chain = [self._toolless.get(e.name, e) for e in chain]
         route = TURN_ROUTE.get()
         start = 0
         if route is not None and endpoint.name in route.sticky:
@@ -519,6 +585,8 @@ class ModelRouter:
             if here.name != endpoint.name and route is not None:
                 route.sticky[endpoint.name] = here.name
                 route.note(FALLBACK_NOTE.format(used=here.name, wanted=endpoint.name))
+                if (reply.response_metadata or {}).get(TOOLLESS_KEY):
+                    route.note(TOOLLESS_NOTE.format(used=here.name))
             reply.response_metadata = {**(reply.response_metadata or {}), ENDPOINT_KEY: here.name}
             return reply
         raise AssertionError("unreachable: the last endpoint returns or raises")
@@ -544,6 +612,12 @@ class ModelRouter:
                     await _reset(sink)
                     raise ContextOverflow(str(exc)) from exc
                 reason = _retryable(exc)
+                if reason is None and endpoint.tools and _refuses_tools(exc):
+                    log.warning("model endpoint %s refuses tools; answering without", endpoint.name)
+                    await _reset(sink)
+                    endpoint = replace(endpoint, tools=False)
+                    self._toolless[endpoint.name] = endpoint
+                    continue
                 if reason is None:
                     await _reset(sink)
                     if isinstance(exc, openai.APIStatusError):
