@@ -114,3 +114,28 @@ async def test_background_work_runs_on_the_background_model(
     first.script("hello")
     assert (await app.assistant.run_turn(user, "hi")).text == "hello"
     assert len(first.requests) == 1
+
+
+async def test_an_idle_day_makes_no_model_calls(make_app, tmp_path, servers, clock):
+    """A regression guard: heartbeat checks every 30 minutes and the nightly tidy-up, a
+    whole day with nothing new and nobody writing — not one model call, on any model."""
+    from datetime import time, timedelta
+
+    first, second = servers
+    home = write_config(tmp_path / "h", background_model="small", models={
+        "gpt-4o": {"base_url": first.base_url}, "small": {"base_url": second.base_url},
+    })
+    app = await make_app(openai_base_url=first.base_url, openai_api_key="k",
+                         PANAGER_MODEL="gpt-4o", home=home)
+    user = await app.local_user()
+    jobs = app.deps.system_jobs
+    await jobs.set_heartbeat(user, timedelta(minutes=30), time(0), time(23, 59))
+    await jobs.ensure(user, "tidy", "03:00", "FREQ=DAILY")
+    w = worker(app)
+    ran = 0
+    for _ in range(48):
+        clock.advance(minutes=30)
+        ran += await w.run_once()
+    assert ran >= 48  # the checks did run: 48 heartbeats and a tidy-up
+    assert first.requests == [] and second.requests == []
+    assert await app.deps.usage.today_total(user) == 0
