@@ -139,3 +139,20 @@ async def test_an_idle_day_makes_no_model_calls(make_app, tmp_path, servers, clo
     assert ran >= 48  # the checks did run: 48 heartbeats and a tidy-up
     assert first.requests == [] and second.requests == []
     assert await app.deps.usage.today_total(user) == 0
+
+
+async def test_the_usage_page_shows_cost_where_a_price_is_known(make_app, tmp_path):
+    from tests.web_helpers import ALICE, web_harness
+
+    home = write_config(tmp_path / "h", models={
+        "gpt-4o-mini": {"price_per_mtok": {"input": 2.5, "output": 10}}})
+    h = await web_harness(make_app, home=home)
+    alice = await h.app.deps.users.get(ALICE)
+    usage = {"input_tokens": 1_000_000, "output_tokens": 100_000, "total_tokens": 1_100_000}
+    await h.app.deps.usage.record(alice, "gpt-4o-mini", usage)
+    await h.app.deps.usage.record(alice, "unpriced", usage)
+    client = await h.client(ALICE)
+    status, body = await client.get("/usage")
+    await client.close()
+    assert status == 200 and "Cost this month" in body
+    assert "<td class=\"num\">3.50</td>" in body and "—" in body  # no price: no cost
