@@ -46,46 +46,26 @@ from bench.common import bench_database, machine_line  # noqa: E402
 from bench.results import add_record_option, record_if_asked  # noqa: E402
 
 AREA = "models"
+
+
+def _metric(label: str, unit: str = "", target: str = "") -> dict[str, str]:
+    return {"label": label, "unit": unit, "better": "lower", "target": target, "compare": ""}
+
+
 METRICS = {
-    "day_background_calls": {
-        "label": "Busy day, 10 people × 40 items: background model calls (heartbeat + tidy-up)",
-        "unit": "", "better": "lower", "target": "", "compare": "",
-    },
-    "day_background_tokens": {
-        "label": "… their tokens", "unit": "", "better": "lower", "target": "", "compare": "",
-    },
-    "day_background_on_chat": {
-        "label": "… background calls that ran on the chat model", "unit": "", "better": "lower",
-        "target": "0", "compare": "",
-    },
-    "day_briefing_calls": {
-        "label": "… briefing model calls (the person's model)", "unit": "", "better": "lower",
-        "target": "", "compare": "",
-    },
-    "idle_day_calls": {
-        "label": "Idle day (heartbeat + tidy-up on, nothing new): model calls", "unit": "",
-        "better": "lower", "target": "0", "compare": "",
-    },
-    "ttft_healthy_ms": {
-        "label": "Time to first token, primary healthy", "unit": "ms", "better": "lower",
-        "target": "", "compare": "",
-    },
-    "ttft_refused_ms": {
-        "label": "… primary refusing connections, circuit closed", "unit": "ms",
-        "better": "lower", "target": "", "compare": "",
-    },
-    "ttft_refused_open_ms": {
-        "label": "… primary refusing connections, circuit open", "unit": "ms",
-        "better": "lower", "target": "", "compare": "",
-    },
-    "ttft_hanging_ms": {
-        "label": "… primary hanging until the 2 s timeout, circuit closed", "unit": "ms",
-        "better": "lower", "target": "", "compare": "",
-    },
-    "ttft_hanging_open_ms": {
-        "label": "… primary hanging, circuit open", "unit": "ms", "better": "lower",
-        "target": "", "compare": "",
-    },
+    "day_background_calls": _metric(
+        "Busy day, 10 people × 40 items: background model calls (heartbeat + tidy-up)"),
+    "day_background_tokens": _metric("… their tokens"),
+    "day_background_on_chat": _metric("… background calls that ran on the chat model",
+                                      target="0"),
+    "day_briefing_calls": _metric("… briefing model calls (the person's model)"),
+    "idle_day_calls": _metric("Idle day (heartbeat + tidy-up on, nothing new): model calls",
+                              target="0"),
+    "ttft_healthy_ms": _metric("Time to first token, primary healthy", "ms"),
+    "ttft_refused_ms": _metric("… primary refusing connections, circuit closed", "ms"),
+    "ttft_refused_open_ms": _metric("… primary refusing connections, circuit open", "ms"),
+    "ttft_hanging_ms": _metric("… primary hanging until the 2 s timeout, circuit closed", "ms"),
+    "ttft_hanging_open_ms": _metric("… primary hanging, circuit open", "ms"),
 }
 
 

@@ -33,15 +33,15 @@ FINAL = f"{WORDS}\n\n{NOTE}"
 @pytest.fixture
 async def servers():
     async with FakeOpenAI() as first, FakeOpenAI() as second:
-        # slow enough that Discord and Telegram post the partial answer (after ~1 s)
-        first.script(Reply(content=WORDS, pieces=[f"w{n} " for n in range(30)],
-                           piece_delay=0.15, fail_after=10))
-        second.script(WORDS)
         yield first, second
 
 
-async def fallback_app(make_app, tmp_path, servers, **overrides):
+async def fallback_app(make_app, tmp_path, servers, slow=False, **overrides):
+    """`slow`: the cut-off stream takes ~1.5 s, so Discord and Telegram post it first."""
     first, second = servers
+    first.script(Reply(content=WORDS, pieces=[f"w{n} " for n in range(30)],
+                       piece_delay=0.15 if slow else 0.0, fail_after=10))
+    second.script(WORDS)
     home = write_config(tmp_path / "h", models={
         "gpt-4o": {"base_url": first.base_url, "fallback": ["llama3.1"]},
         "llama3.1": {"base_url": second.base_url},
@@ -58,7 +58,7 @@ def no_repeats(text: str) -> bool:
 async def test_discord_edits_the_partial_message_into_the_fallback_answer(
     make_app, tmp_path, servers
 ):
-    app = await fallback_app(make_app, tmp_path, servers)
+    app = await fallback_app(make_app, tmp_path, servers, slow=True)
     async with FakeDiscord() as fake:
         with fake.patch_discord():
             async with running_bot(app, fake):
@@ -74,7 +74,8 @@ async def test_discord_edits_the_partial_message_into_the_fallback_answer(
 async def test_telegram_edits_the_partial_message_into_the_fallback_answer(
     make_app, tmp_path, servers, telegram
 ):
-    app = await fallback_app(make_app, tmp_path, servers, **telegram_settings(telegram))
+    app = await fallback_app(make_app, tmp_path, servers, slow=True,
+                             **telegram_settings(telegram))
     async with running_front(app, telegram):
         telegram.dm(5001, "count")
         await telegram.wait_for(lambda: telegram.shown_to(5001)[-1:] == [FINAL], STEP)

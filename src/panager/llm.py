@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import openai
 from langchain_core.exceptions import OutputParserException
@@ -377,6 +377,16 @@ def whole_message(chunks: list[AIMessageChunk]) -> AIMessage:
     return message.model_copy(update={"tool_calls": calls, "invalid_tool_calls": invalid})
 
 
+def _give_up(exc: Exception) -> NoReturn:
+    """A failure not worth retrying: one sentence for an API error, else the error itself."""
+    if isinstance(exc, openai.APIStatusError):
+        log.warning("model API error %s", exc.status_code)
+        raise ModelUnavailable(
+            UNAVAILABLE_MESSAGE.format(reason=f"error {exc.status_code}")
+        ) from exc
+    raise exc
+
+
 async def _with_retries(
     call: Callable[[], Awaitable[AIMessage]],
     *,
@@ -398,12 +408,7 @@ async def _with_retries(
                 raise ContextOverflow(str(exc)) from exc
             reason = _retryable(exc)
             if reason is None:
-                if isinstance(exc, openai.APIStatusError):
-                    log.warning("model API error %s", exc.status_code)
-                    raise ModelUnavailable(
-                        UNAVAILABLE_MESSAGE.format(reason=f"error {exc.status_code}")
-                    ) from exc
-                raise
+                _give_up(exc)
             attempt += 1
             if attempt > retries:
                 log.warning("model API failed after %d attempts: %s", attempt, reason)
@@ -620,12 +625,7 @@ class ModelRouter:
                     continue
                 if reason is None:
                     await _reset(sink)
-                    if isinstance(exc, openai.APIStatusError):
-                        log.warning("model API error %s", exc.status_code)
-                        raise ModelUnavailable(
-                            UNAVAILABLE_MESSAGE.format(reason=f"error {exc.status_code}")
-                        ) from exc
-                    raise
+                    _give_up(exc)
                 attempt += 1
                 wait = _retry_after(exc)
                 if following is not None and (
