@@ -103,3 +103,16 @@ def _run(coro):
     import asyncio
 
     return asyncio.run(coro)
+
+
+def test_an_endpoints_context_window_is_the_window_of_its_model(tmp_path):
+    from panager.agent.effects.windows import learn_served_window, window_for
+
+    config = {"models": {"gpt-4o": {},
+                         "big-local": {"base_url": "http://127.0.0.1:9/v1",
+                                       "model": "my-finetune-v2", "context_window": 65536}}}
+    s = settings(tmp_path, config, PANAGER_MODEL="gpt-4o")
+    assert window_for("my-finetune-v2").tokens != 65536  # unknown name: the default before
+    _run(learn_served_window(s))
+    window = window_for("my-finetune-v2")
+    assert window.tokens == 65536 and "models.big-local.context_window" in window.source
