@@ -12,6 +12,7 @@ import math
 import pytest
 
 from panager.db.breaker import CircuitBreakers
+from panager.doctor import check_breakers
 from tests.fakes.openai_server import FakeOpenAI, Reply, tool_call
 from tests.runtime_helpers import write_config
 
@@ -126,6 +127,8 @@ async def test_the_circuit_opens_after_n_failures_and_closes_after_its_cool_down
     assert len(first.requests) == 2
     other = CircuitBreakers(app.pool, clock, failures=2, cooldown=60)  # another process
     assert await other.is_open("gpt-4o")
+    ok, detail = await check_breakers(app.settings, {"pool": app.pool, "clock": clock})  # panager doctor
+    assert ok is False and "gpt-4o skipped until" in detail and "server error 503" in detail
     second.script("fallback 3")
     assert (await app.assistant.run_turn(user, "hi")).text == f"fallback 3\n\n{NOTE}"
     assert len(first.requests) == 2  # skipped while open: no call to the primary

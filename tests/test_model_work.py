@@ -156,3 +156,29 @@ async def test_the_usage_page_shows_cost_where_a_price_is_known(make_app, tmp_pa
     await client.close()
     assert status == 200 and "Cost this month" in body
     assert "<td class=\"num\">3.50</td>" in body and "—" in body  # no price: no cost
+
+
+async def test_model_lists_names_and_maps_a_choice_stored_as_a_model_id(make_app, tmp_path):
+    from panager.agent.commands import CommandContext, dispatch
+    from tests.fakes.scripted_model import ScriptedChatModel
+
+    home = write_config(tmp_path / "h", allowed_models=["gpt-4o-mini", "router"], models={
+        "router": {"base_url": "https://openrouter.ai/api/v1", "model": "openai/gpt-4o"},
+        "home": {"base_url": "http://127.0.0.1:9/v1", "model": "llama3.1:8b"},
+    })
+    app = await make_app(model=ScriptedChatModel(default="ok"), home=home)
+    user = await app.local_user()
+
+    async def command(text):
+        return await dispatch(CommandContext(user=user, assistant=app.assistant), text)
+
+    shown = (await command("/model")).text
+    assert "Models you can choose: gpt-4o-mini, router." in shown  # names, not "home"
+    refused = await command("/model home")
+    assert not refused.ok and (await app.deps.users.get(user.id)).model is None
+    await app.deps.users.set_model(user.id, "openai/gpt-4o")  # as stored before names
+    user = await app.deps.users.get(user.id)
+    assert "Model: router (your choice" in (await command("/model")).text
+    assert current_model(app.deps, user) == "router"
+    assert "Model set to router" in (await command("/model openai/gpt-4o")).text
+    assert (await app.deps.users.get(user.id)).model == "router"

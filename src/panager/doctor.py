@@ -281,10 +281,10 @@ async def check_breakers(settings: Settings, found: dict) -> tuple[bool | None, 
     if pool is None:
         return None, "needs the database"
     try:
-        states = await CircuitBreakers(pool, SystemClock()).states()
+        states = await CircuitBreakers(pool, found.get("clock") or SystemClock()).states()
     except Exception as exc:  # the table is missing until `panager db upgrade`
         return None, f"not readable ({type(exc).__name__}); run: panager db upgrade"
-    now = datetime.now(UTC)
+    now = found["clock"].now() if found.get("clock") else datetime.now(UTC)
     opened = [s for s in states if s.open_at(now)]
     if not opened:
         return True, "every endpoint's circuit is closed"
