@@ -116,3 +116,20 @@ def test_an_endpoints_context_window_is_the_window_of_its_model(tmp_path):
     _run(learn_served_window(s))
     window = window_for("my-finetune-v2")
     assert window.tokens == 65536 and "models.big-local.context_window" in window.source
+
+
+def test_embeddings_and_transcription_stay_on_the_default_unless_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME_KEY", "sk-home")
+    models = {"gpt-4o": {"fallback": ["home"]},
+              "home": {"base_url": "http://127.0.0.1:11434/v1", "api_key_env": "HOME_KEY"}}
+    plain = settings(tmp_path, {"models": models}, PANAGER_MODEL="gpt-4o",
+                     openai_base_url="http://127.0.0.1:9/v1",
+                     PANAGER_TRANSCRIPTION_BASE_URL="http://127.0.0.1:7/v1")
+    assert plain.endpoints.embedding == ("http://127.0.0.1:9/v1", "sk-env")
+    assert plain.endpoints.transcription == ("http://127.0.0.1:7/v1", "sk-env")
+    named = settings(tmp_path, {"models": models, "embedding_endpoint": "home",
+                                "transcription_endpoint": "home"}, PANAGER_MODEL="gpt-4o")
+    assert named.endpoints.embedding == ("http://127.0.0.1:11434/v1", "sk-home")
+    assert named.endpoints.transcription == ("http://127.0.0.1:11434/v1", "sk-home")
+    with pytest.raises(ConfigError, match="embedding_endpoint names 'nowhere'"):
+        _ = settings(tmp_path, {"embedding_endpoint": "nowhere"}).endpoints

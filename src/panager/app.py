@@ -373,9 +373,10 @@ def make_media_intake(
 ) -> MediaIntake:
     """The attachment intake with the configured limits and transcription endpoint."""
     config = settings.runtime
+    base_url, api_key = settings.endpoints.transcription  # `transcription_endpoint`, else env
     transcriber = Transcriber(TranscriptionConfig(
-        base_url=settings.transcription_base_url or settings.openai_base_url,
-        api_key=settings.openai_api_key,
+        base_url=base_url,
+        api_key=api_key,
         model=settings.transcription_model,
         timeout=config.transcription_timeout_seconds,
     ))

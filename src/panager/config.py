@@ -408,6 +408,10 @@ class RuntimeConfig(BaseModel):
     # is skipped for the cool-down (the circuit breaker, kept in PostgreSQL).
     models: dict[str, ModelSpec] = Field(default_factory=dict)
     background_model: str | None = None
+    # Embeddings and transcription use the environment's endpoint unless one is named here
+    # (its base_url and key; the models stay PANAGER_EMBEDDING_MODEL / _TRANSCRIPTION_MODEL).
+    embedding_endpoint: str | None = None
+    transcription_endpoint: str | None = None
     retry_after_max_seconds: float = Field(default=10.0, ge=0)
     breaker_failures: int = Field(default=3, ge=1)
     breaker_cooldown_seconds: float = Field(default=60.0, gt=0)

@@ -84,6 +84,9 @@ class Endpoints:
     background: str | None = None
     deprecations: list[str] = field(default_factory=list)
     config: RuntimeConfig | None = None  # where `allowed_models` is read, at every use
+    # (base_url, api key) for embeddings and transcription: the environment's unless named
+    embedding: tuple[str | None, str | None] = (None, None)
+    transcription: tuple[str | None, str | None] = (None, None)
 
     @property
     def allowed(self) -> list[str] | None:
@@ -137,6 +140,18 @@ class Endpoints:
                 + ", ".join(legacy) + "; declare them under models:)"
             )
         endpoints._check(config.background_model)
+        for key in ("embedding_endpoint", "transcription_endpoint"):
+            name = getattr(config, key)
+            if name is not None and name not in endpoints.by_name:
+                raise ConfigError(
+                    f"{key} names {name!r}, which is not under models:; declare it there or "
+                    f"remove {key}."
+                )
+        endpoints.embedding = _target(settings, endpoints.by_name.get(config.embedding_endpoint))
+        endpoints.transcription = _target(
+            settings, endpoints.by_name.get(config.transcription_endpoint),
+            settings.transcription_base_url,
+        )
         return endpoints
 
     def _check(self, background: str | None) -> None:
@@ -201,6 +216,15 @@ def _env_endpoint(settings: Settings, name: str) -> Endpoint:
         name, settings.openai_base_url, settings.model, settings.openai_api_key,
         settings.api_type, config.context_window, _legacy(config.vision, name, settings.model),
     )
+
+
+def _target(
+    settings: Settings, named: Endpoint | None, base_url: str | None = None
+) -> tuple[str | None, str | None]:
+    """Where embeddings or transcription go: the named endpoint, else the environment's."""
+    if named is not None:
+        return named.base_url, named.api_key
+    return base_url or settings.openai_base_url, settings.openai_api_key
 
 
 def _legacy(table: dict[str, bool], name: str, model: str) -> bool | None:
