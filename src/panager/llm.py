@@ -204,7 +204,7 @@ async def invoke_with_retries(
         router, name = routed
         return await router.run(
             name, lambda m, e: _toolless(e, tools, _bind(m, tools, e).ainvoke(
-                _messages_for(e, tools, messages)))
+                _messages_for(e, tools, messages))), retries=retries,
         )
     bound = model.bind_tools([openai_tool(t) for t in tools]) if tools else model
     return await _with_retries(lambda: bound.ainvoke(messages), retries=retries, sleep=sleep)
@@ -274,8 +274,10 @@ async def decide_with_retries(
     routed = _routed(model)
     if routed is not None:
         router, name = routed
+        forced = schema.__name__
         return await router.run(
-            name, lambda m, e: m.bind_tools([schema], tool_choice=schema.__name__).ainvoke(messages)
+            name, lambda m, e: m.bind_tools([schema], tool_choice=forced).ainvoke(messages),
+            retries=retries,
         )
     bound = model.bind_tools([schema], tool_choice=schema.__name__)
     return await _with_retries(lambda: bound.ainvoke(messages), retries=retries, sleep=sleep)
@@ -312,7 +314,7 @@ async def stream_with_retries(
             name,
             lambda m, e: _toolless(e, tools, _stream_once(
                 _bind(m, tools, e), _messages_for(e, tools, messages), sink)),
-            sink,
+            sink, retries=retries,
         )
     bound = model.bind_tools([openai_tool(t) for t in tools]) if tools else model
     return await _with_retries(
@@ -558,8 +560,11 @@ class ModelRouter:
         name: str,
         call: Callable[[BaseChatModel, Endpoint], Awaitable[AIMessage]],
         sink: TextSink | None = None,
+        *,
+        retries: int | None = None,
     ) -> AIMessage:
-        """`call` on endpoint `name`, then on its fallbacks (see the module doc)."""
+        """`call` on endpoint `name`, then on its fallbacks (see the module doc); `retries`
+        per endpoint (default: the router's)."""
         endpoint = self.endpoint(name)
         chain = self.endpoints.chain(endpoint.name) if endpoint.name in self.endpoints.by_name \
             else [endpoint]
@@ -576,7 +581,8 @@ class ModelRouter:
                 log.info("model endpoint %s skipped: its circuit is open", here.name)
                 continue
             try:
-                reply = await self._attempts(here, call, sink, following)
+                reply = await self._attempts(
+                    here, call, sink, following, self.retries if retries is None else retries)
             except _Down as down:
                 if self.breakers is not None:
                     await self.breakers.failed(here.name, down.reason)
@@ -602,6 +608,7 @@ class ModelRouter:
         call: Callable[[BaseChatModel, Endpoint], Awaitable[AIMessage]],
         sink: TextSink | None,
         following: str | None,
+        retries: int,
     ) -> AIMessage:
         """Calls to one endpoint: retried as `_with_retries` does when it is the last
         one; with a fallback after it, only a short `Retry-After` is waited for."""
@@ -629,11 +636,11 @@ class ModelRouter:
                 attempt += 1
                 wait = _retry_after(exc)
                 if following is not None and (
-                    wait is None or wait > self.retry_after_max or attempt > self.retries
+                    wait is None or wait > self.retry_after_max or attempt > retries
                 ):
                     await _reset(sink, restarted_on=following)
                     raise _Down(reason) from None
-                if attempt > self.retries:
+                if attempt > retries:
                     await _reset(sink)
                     log.warning("model API failed after %d attempts: %s", attempt, reason)
                     raise _Down(reason) from None
