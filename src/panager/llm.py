@@ -574,22 +574,26 @@ class ModelRouter:
         if route is not None and endpoint.name in route.sticky:
             used = route.sticky[endpoint.name]
             start = next((i for i, e in enumerate(chain) if e.name == used), 0)
+        restarting = False  # an endpoint gave up: the next one writes the answer again
         for i in range(start, len(chain)):
             here, last = chain[i], i == len(chain) - 1
-            following = None if last else chain[i + 1].name
             if not last and self.breakers is not None and await self.breakers.is_open(here.name):
                 log.info("model endpoint %s skipped: its circuit is open", here.name)
                 continue
+            if restarting:  # front ends replace what the endpoint before showed
+                await _reset(sink, restarted_on=here.name)
+                restarting = False
             try:
                 reply = await self._attempts(
-                    here, call, sink, following, self.retries if retries is None else retries)
+                    here, call, sink, not last, self.retries if retries is None else retries)
             except _Down as down:
                 if self.breakers is not None:
                     await self.breakers.failed(here.name, down.reason)
                 if last:
                     raise ModelUnavailable(UNAVAILABLE_MESSAGE.format(reason=down.reason)) from None
-                log.warning("model endpoint %s failed (%s); trying %s", here.name, down.reason,
-                            following)
+                log.warning("model endpoint %s failed (%s); trying its fallback", here.name,
+                            down.reason)
+                restarting = True
                 continue
             if self.breakers is not None:
                 await self.breakers.succeeded(here.name)
@@ -607,7 +611,7 @@ class ModelRouter:
         endpoint: Endpoint,
         call: Callable[[BaseChatModel, Endpoint], Awaitable[AIMessage]],
         sink: TextSink | None,
-        following: str | None,
+        has_fallback: bool,
         retries: int,
     ) -> AIMessage:
         """Calls to one endpoint: retried as `_with_retries` does when it is the last
@@ -635,11 +639,10 @@ class ModelRouter:
                     _give_up(exc)
                 attempt += 1
                 wait = _retry_after(exc)
-                if following is not None and (
+                if has_fallback and (
                     wait is None or wait > self.retry_after_max or attempt > retries
                 ):
-                    await _reset(sink, restarted_on=following)
-                    raise _Down(reason) from None
+                    raise _Down(reason) from None  # the text shown stays until the next starts
                 if attempt > retries:
                     await _reset(sink)
                     log.warning("model API failed after %d attempts: %s", attempt, reason)
