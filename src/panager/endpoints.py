@@ -147,10 +147,10 @@ class Endpoints:
                     f"{key} names {name!r}, which is not under models:; declare it there or "
                     f"remove {key}."
                 )
-        endpoints.embedding = _target(settings, endpoints.by_name.get(config.embedding_endpoint))
+        named = endpoints.by_name.get
+        endpoints.embedding = _target(settings, named(config.embedding_endpoint or ""))
         endpoints.transcription = _target(
-            settings, endpoints.by_name.get(config.transcription_endpoint),
-            settings.transcription_base_url,
+            settings, named(config.transcription_endpoint or ""), settings.transcription_base_url
         )
         return endpoints
 
