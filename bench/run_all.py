@@ -111,6 +111,10 @@ KNOWN = [
     ),
     Benchmark("load", "Reliability", [], ["--users", "40"], "load.py"),
     Benchmark(
+        "models", "Models", [], ["--people", "2", "--items", "6", "--ttft-turns", "2"],
+        "models.py",
+    ),
+    Benchmark(
         "backup", "Backup", ["--memories", "20000", "--documents", "200"],
         ["--memories", "2000", "--documents", "20"], "backup.py",
     ),
@@ -335,7 +339,7 @@ HISTORY_LINK = "docs/benchmarks/history.md"
 AREAS = [  # the dashboard's order; other areas follow by name
     "suite", "load", "failover", "scheduler", "system_jobs", "first_token", "turn_overhead",
     "long_conversation", "small_windows", "memory", "memory_recall", "embedders", "tidy",
-    "tools", "web", "attachments", "backup",
+    "tools", "web", "attachments", "backup", "models",
 ]
 
 

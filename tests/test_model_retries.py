@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from types import SimpleNamespace
 
-import pytest
 from langchain_core.messages import HumanMessage
 
 from panager.agent.threads import thread_values
@@ -16,17 +14,16 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.runtime_helpers import write_config
 
 
-@pytest.mark.timing
-async def test_rate_limit_honours_retry_after_then_succeeds(make_app):
+async def test_rate_limit_honours_retry_after_then_succeeds(make_app, clock):
     async with FakeOpenAI() as srv:
         app = await make_app(openai_base_url=srv.base_url, openai_api_key="test")
         user = await app.local_user()
         srv.fail_next(429, headers={"Retry-After": "1"})
         srv.script("after the wait")
-        start = time.perf_counter()
+        start = clock.now()  # the app waits on its (injected) clock
         result = await app.assistant.run_turn(user, "hello")
         assert result.ok and result.text == "after the wait"
-        assert time.perf_counter() - start >= 0.95  # waited as the server asked
+        assert (clock.now() - start).total_seconds() == 1  # waited as the server asked
         assert len(srv.requests) == 2
 
 

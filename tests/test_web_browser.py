@@ -311,3 +311,31 @@ async def test_a_blocked_users_open_session_stops_working(make_app, browsers):
     assert await WebSessionService(h.app.pool, h.app.clock).lookup("anything") is None
     await alice_ctx.close()
     await admin_ctx.close()
+
+
+async def test_chat_replaces_an_answer_restarted_on_a_fallback(make_app, browsers):
+    """A stream cut off and written again by a fallback: the page shows one bubble, the
+    new answer once, completed by the note the turn adds (docs/models.md)."""
+    model = ScriptedChatModel(script=["w0 w1 w2 w3"])
+    h = await web_harness(make_app, model=model)
+    context, page = await browsers.person()
+    await sign_in(page, h, ALICE)
+    real_run_turn = h.app.assistant.run_turn
+    note = "(answered by llama3.1: gpt-4o is not answering)"
+
+    async def restarted_turn(user, text, *, emitter=None, **kwargs):
+        await emitter("message_delta", user.id, iteration=1, text="w0 w1 ")
+        await emitter("message_reset", user.id, iteration=1, restarted_on="llama3.1")
+        result = await real_run_turn(user, text, emitter=emitter, **kwargs)
+        result.text += f"\n\n{note}"
+        return result
+
+    h.app.assistant.run_turn = restarted_turn
+    await page.goto(h.url + "/chat")
+    await page.fill("textarea[name=text]", "count")
+    await page.keyboard.press("Enter")
+    await page.wait_for_selector(f".msg.panager:not(.streaming) >> text={note}")
+    assert await page.locator(".msg.panager").count() == 1
+    shown = await page.inner_text(".msg.panager .text")
+    assert shown.split().count("w1") == 1 and shown.startswith("w0 w1 w2 w3")
+    await context.close()

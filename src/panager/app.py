@@ -14,7 +14,7 @@ import asyncio
 import getpass
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Unpack
 
@@ -41,8 +41,9 @@ from panager.agent.turnlock import TurnLocks
 from panager.clock import Clock, SystemClock
 from panager.config import ConfigError, RuntimeConfig, Settings
 from panager.db import migrate
+from panager.db.breaker import CircuitBreakers
 from panager.db.pool import Pool, open_pool, resolve_database_url
-from panager.llm import TextSink, invoke_with_retries, make_chat_model, stream_with_retries
+from panager.llm import ModelRouter, TextSink, invoke_with_retries, stream_with_retries
 from panager.services.access import AccessService
 from panager.services.backup.scheduled import BackupJob, Notify
 from panager.services.google.service import GoogleService
@@ -136,7 +137,8 @@ class App:
     ) -> App:
         """Services, runtime, graph and assistant, each built once, in this order."""
         checkpointer = AsyncPostgresSaver(pool)
-        model = model or make_chat_model(settings)
+        router = _router(settings, config, pool, clock)
+        model = model or (router.model(settings.endpoints.default) if router else None)
         # 1. Services (each takes the pool; none knows about the agent).
         users = UserService(pool, settings.timezone)
         access = AccessService(
@@ -228,9 +230,11 @@ class App:
         for subscriber in runtime.subscribers():
             emitter.subscribe(subscriber)
         assistant = Assistant(
-            threads, deps, model_for=_model_selector(settings, config, access, model),
+            threads, deps, model_for=_model_selector(settings, access, router, model),
             emitter=emitter,
         )
+        assistant.background = router.background() if router else None
+        runtime.compactor.background_model = assistant.background
         google_link = None
         if google is not None:
             google_link = GoogleLinkFlow(google, users, assistant, messenger)
@@ -369,9 +373,10 @@ def make_media_intake(
 ) -> MediaIntake:
     """The attachment intake with the configured limits and transcription endpoint."""
     config = settings.runtime
+    base_url, api_key = settings.endpoints.transcription  # `transcription_endpoint`, else env
     transcriber = Transcriber(TranscriptionConfig(
-        base_url=settings.transcription_base_url or settings.openai_base_url,
-        api_key=settings.openai_api_key,
+        base_url=base_url,
+        api_key=api_key,
         model=settings.transcription_model,
         timeout=config.transcription_timeout_seconds,
     ))
@@ -450,20 +455,36 @@ def _streaming_invoker(config: RuntimeConfig) -> StreamInvoker | None:
     return invoke
 
 
+def _router(
+    settings: Settings, config: RuntimeConfig, pool: Pool, clock: Clock
+) -> ModelRouter | None:
+    """The named endpoints' models and fallbacks (None: no model configured)."""
+    if not settings.model_configured:
+        return None
+    breakers = CircuitBreakers(
+        pool, clock, failures=config.breaker_failures, cooldown=config.breaker_cooldown_seconds
+    )
+    return ModelRouter(
+        settings.endpoints, breakers, retries=config.model_retries,
+        retry_after_max=config.retry_after_max_seconds,
+        timeout=config.model_timeout_seconds, sleep=clock.sleep,
+    )
+
+
 def _model_selector(
-    settings: Settings, config: RuntimeConfig, access: AccessService,
+    settings: Settings, access: AccessService, router: ModelRouter | None,
     default: BaseChatModel | None,
 ) -> ModelSelector:
     """Per-user model override (`/model NAME`), re-checked against allowed_models and admin
-    rights at every turn; cached per name."""
-    cache: dict[str, BaseChatModel | None] = {}
+    rights at every turn. A stored choice is an endpoint's name, or (from before endpoints
+    had names) a model id, mapped to the endpoint serving it."""
+    endpoints = settings.endpoints
 
     def model_for(user: User) -> BaseChatModel | None:
-        name = access.model_of(user, settings.model, config.allowed_models)
-        if name == settings.model or default is None:
+        choice = endpoints.canonical(user.model)
+        name = access.model_of(replace(user, model=choice), endpoints.default, endpoints.allowed)
+        if name == endpoints.default or default is None or router is None:
             return default
-        if name not in cache:
-            cache[name] = make_chat_model(settings, name) or default
-        return cache[name]
+        return router.model(name)
 
     return model_for

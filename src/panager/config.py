@@ -14,7 +14,7 @@ import os
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -31,6 +31,9 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from panager.mcp_config import McpServerConfig, MissingVariable, load_servers
+
+if TYPE_CHECKING:
+    from panager.endpoints import Endpoints
 
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org"
 # Anything shaped like a Telegram bot token (digits, a colon, a long key): never echoed.
@@ -182,6 +185,13 @@ class Settings(BaseSettings):
         """The YAML runtime config (effects, limits), loaded once."""
         return load_runtime_config(self)
 
+    @cached_property
+    def endpoints(self) -> Endpoints:
+        """The named model endpoints (the environment's default first), built once."""
+        from panager.endpoints import Endpoints
+
+        return Endpoints.from_settings(self)
+
 
 def _platform_ids(text: str, platform: str) -> list[int]:
     """The ids of `platform` in an admin list such as '123,telegram:456,discord:789'."""
@@ -316,6 +326,37 @@ class BackupConfig(BaseModel):
         return int(found.group(1)) * _UNIT_MINUTES[found.group(2)]
 
 
+class ModelPrice(BaseModel):
+    """`price_per_mtok: {input, output}` — what a million tokens cost (any currency)."""
+
+    model_config = ConfigDict(extra="forbid")
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
+class ModelSpec(BaseModel):
+    """One named model endpoint under `models:` (docs/models.md). Every key is optional
+    for the entry named like PANAGER_MODEL: what it leaves out comes from the environment."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_url: str | None = None  # None: the environment's OPENAI_BASE_URL (or OpenAI's)
+    api_key_env: str | None = None  # the variable holding its key; None: OPENAI_API_KEY
+    model: str | None = None  # the id the server knows; None: the entry's name
+    api_type: Literal["chat", "responses"] | None = None
+    context_window: int | None = Field(default=None, ge=0)
+    vision: bool | None = None
+    price_per_mtok: ModelPrice | None = None
+    fallback: list[str] = Field(default_factory=list)  # names tried in order when it fails
+    tools: bool = True  # false: a server that rejects `tools` (it answers without acting)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https:// (got {value[:80]!r})")
+        return value
+
+
 class RuntimeConfig(BaseModel):
     """YAML runtime configuration (`PANAGER_CONFIG`); every key optional."""
 
@@ -361,6 +402,19 @@ class RuntimeConfig(BaseModel):
     # errors and cancellation), "async" (after every step, in the background) or "sync".
     checkpoint_durability: Literal["exit", "async", "sync"] = "exit"
     model_retries: int = Field(default=3, ge=0, le=10)
+    # Named model endpoints, what background work runs on, and the fallback policy
+    # (docs/models.md): a Retry-After up to this long is waited for when a fallback is
+    # named, a longer one moves on at once; an endpoint failing this many calls in a row
+    # is skipped for the cool-down (the circuit breaker, kept in PostgreSQL).
+    models: dict[str, ModelSpec] = Field(default_factory=dict)
+    background_model: str | None = None
+    # Embeddings and transcription use the environment's endpoint unless one is named here
+    # (its base_url and key; the models stay PANAGER_EMBEDDING_MODEL / _TRANSCRIPTION_MODEL).
+    embedding_endpoint: str | None = None
+    transcription_endpoint: str | None = None
+    retry_after_max_seconds: float = Field(default=10.0, ge=0)
+    breaker_failures: int = Field(default=3, ge=1)
+    breaker_cooldown_seconds: float = Field(default=60.0, gt=0)
     model_timeout_seconds: float = Field(default=120.0, gt=0)
     stream: bool = True  # stream answers as they are written (false: one piece at the end)
     # web_fetch (on by default) reaches public addresses only; these hosts, addresses or

@@ -236,6 +236,63 @@ async def check_vision(settings: Settings, found: dict) -> tuple[bool | None, st
                   f"`vision: {{{model}: true}}` in the YAML config")
 
 
+async def check_models(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """The named endpoints: where each is (remote or on this network), its fallbacks,
+    the background model; an endpoint used as a fallback without a key fails."""
+    endpoints = settings.endpoints
+    parts, problems = [], []
+    for e in endpoints.by_name.values():
+        where = "remote" if e.remote else "local"
+        text = f"{e.name} ({where}"
+        if e.fallback:
+            text += "; fallback " + ", ".join(e.fallback)
+        parts.append(text + ")")
+        if not e.configured and (e.name == endpoints.default or e.name in _used(endpoints)):
+            problems.append(f"{e.name} has no key: set {e.key_env}")
+    if endpoints.background:
+        parts.append(f"background work on {endpoints.background}")
+    if problems:
+        return False, "; ".join(problems)
+    return True, "; ".join(parts)
+
+
+def _used(endpoints) -> set[str]:
+    """Endpoints something falls back to, and the background model."""
+    used = {n for e in endpoints.by_name.values() for n in e.fallback}
+    return used | ({endpoints.background} if endpoints.background else set())
+
+
+async def check_deprecated(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """Older config keys still in use (they keep working; docs/models.md has the new form)."""
+    old = settings.endpoints.deprecations
+    if not old:
+        return True, "no deprecated keys in use"
+    return None, "deprecated, still honoured: " + "; ".join(old) + " — see docs/models.md"
+
+
+async def check_breakers(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """The model endpoints' circuit breakers, as every process sees them."""
+    from datetime import UTC, datetime
+
+    from panager.clock import SystemClock
+    from panager.db.breaker import CircuitBreakers
+
+    pool = found.get("pool")
+    if pool is None:
+        return None, "needs the database"
+    try:
+        states = await CircuitBreakers(pool, found.get("clock") or SystemClock()).states()
+    except Exception as exc:  # the table is missing until `panager db upgrade`
+        return None, f"not readable ({type(exc).__name__}); run: panager db upgrade"
+    now = found["clock"].now() if found.get("clock") else datetime.now(UTC)
+    opened = [s for s in states if s.open_at(now)]
+    if not opened:
+        return True, "every endpoint's circuit is closed"
+    return False, "; ".join(
+        f"{s.endpoint} skipped until {s.open_until:%H:%M:%S} UTC ({s.last_error})" for s in opened
+    )
+
+
 async def check_transcription(settings: Settings, found: dict) -> tuple[bool | None, str]:
     """Where voice messages are transcribed."""
     base = settings.transcription_base_url or settings.openai_base_url
@@ -356,6 +413,9 @@ CHECKS: list[tuple[str, Check]] = [
     ("window", check_window),
     ("tool call", check_tool_call),
     ("vision", check_vision),
+    ("models", check_models),
+    ("deprecated", check_deprecated),
+    ("breakers", check_breakers),
     ("transcription", check_transcription),
     ("discord", check_discord),
     ("google", check_google),

@@ -41,7 +41,7 @@ class AssistantDelivery:
         return await self.messenger.send(user, text, key=key, offers=offers)
 
     async def run_agent(
-        self, user: User, instruction: str, *, tainted: bool = False
+        self, user: User, instruction: str, *, tainted: bool = False, model: str | None = None
     ) -> AgentAnswer:
         """Run the graph as a system trigger; the instruction never poses as the user.
 
@@ -49,9 +49,11 @@ class AssistantDelivery:
         answer: it lists their descriptions, and its `offers` carry them as data (the
         front ends' only source of Approve/Deny buttons). A user
         whose turn is running, or who has a question open, raises UserBusy (the worker
-        hands the run back instead of holding a slot while waiting)."""
+        hands the run back instead of holding a slot while waiting). `model`: the model
+        the schedule keeps, re-checked against what the person may use now."""
         result = await self.assistant.run_turn(
-            user, instruction, is_system_trigger=True, wait_for_lock=False, tainted=tainted
+            user, instruction, is_system_trigger=True, wait_for_lock=False, tainted=tainted,
+            pinned_model=model,
         )
         return answer_of(result)
 

@@ -311,11 +311,15 @@ class TextEvents:
             user_id, iteration = self.ctx.user.id, self.iteration
             await self.ctx.emitter("message_delta", user_id, iteration=iteration, text=text)
 
-    async def reset(self) -> None:
-        """Tell front ends to drop this iteration's text (only when some was emitted)."""
+    async def reset(self, restarted_on: str | None = None) -> None:
+        """Tell front ends to drop this iteration's text (only when some was emitted);
+        `restarted_on`: the fallback model that writes the answer again."""
         if self.shown and self.ctx.emitter is not None:
             self.shown = False
-            await self.ctx.emitter("message_reset", self.ctx.user.id, iteration=self.iteration)
+            await self.ctx.emitter(
+                "message_reset", self.ctx.user.id, iteration=self.iteration,
+                restarted_on=restarted_on,
+            )
 
 
 def _model_name(model: BaseChatModel | None) -> str:

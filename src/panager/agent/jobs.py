@@ -29,7 +29,7 @@ from panager.agent.confirm import held_text
 from panager.agent.tidy import MemoryTidyJob
 from panager.errors import ModelUnavailable
 from panager.framing import frame
-from panager.llm import decide_with_retries
+from panager.llm import answered_by, decide_with_retries
 from panager.services.google import api
 from panager.services.google.service import CALENDAR_SCOPE, TASKS_SCOPE
 from panager.services.schedules.delivery import AgentAnswer
@@ -97,18 +97,20 @@ class SystemJobs:
             return AgentAnswer(await self.heartbeat(user, heartbeat_of(job), due))
         if job.kind == "webhook":
             return await self._agent(user, webhook_instruction(job))
-        if job.kind == "briefing":
-            return await self._agent(user, BRIEFING_INSTRUCTION)
+        if job.kind == "briefing":  # on the model of the person who set it up
+            return await self._agent(user, BRIEFING_INSTRUCTION, (job.params or {}).get("model"))
         if job.kind == "tidy":
-            tidy = MemoryTidyJob(self.deps, self.assistant.model_for(user))
+            tidy = MemoryTidyJob(self.deps, self.assistant.background_model(user))
             await tidy.run(user, job, due)
             return AgentAnswer("")  # the person is not messaged; /memory shows the result
         log.warning("unknown system job kind %s", job.kind)
         return AgentAnswer("")
 
-    async def _agent(self, user: User, instruction: str) -> AgentAnswer:
+    async def _agent(
+        self, user: User, instruction: str, model: str | None = None
+    ) -> AgentAnswer:
         result = await self.assistant.run_turn(
-            user, instruction, is_system_trigger=True, wait_for_lock=False
+            user, instruction, is_system_trigger=True, wait_for_lock=False, pinned_model=model
         )
         return answer_of(result)
 
@@ -188,7 +190,7 @@ class SystemJobs:
         self, user: User, items: list[Item], now: datetime
     ) -> HeartbeatDecision | None:
         """One structured model call over the new items; None when the model failed."""
-        model = self.assistant.model_for(user)
+        model = self.assistant.background_model(user)
         if model is None:
             return None
         local = now.astimezone(ZoneInfo(user.timezone))
@@ -205,7 +207,8 @@ class SystemJobs:
         except ModelUnavailable:
             log.warning("heartbeat: model unavailable for user %s", user.id)
             return None
-        await self.deps.usage.record(user, _model_name(model), dict(reply.usage_metadata or {}))
+        name = answered_by(reply, _model_name(model))
+        await self.deps.usage.record(user, name, dict(reply.usage_metadata or {}))
         for call in reply.tool_calls:
             try:
                 return HeartbeatDecision.model_validate(call["args"])

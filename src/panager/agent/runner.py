@@ -44,12 +44,13 @@ from panager.agent.deps import AgentDeps
 from panager.agent.events import EventEmitter
 from panager.agent.history import dangling_tool_calls, interrupted_result
 from panager.agent.interrupted import RUNNING_CALL_TAINTED, ShownText, keep_interrupted
+from panager.agent.models import pinned_for_run
 from panager.agent.state import SCHEDULED_RUN, TurnContext
 from panager.agent.taint import marked
 from panager.agent.threads import OPEN_QUESTION, Threads
 from panager.agent.turn_input import clean_text, turn_context, turn_images, turn_inputs
 from panager.errors import ModelUnavailable, UserBusy
-from panager.llm import NO_MODEL_MESSAGE
+from panager.llm import NO_MODEL_MESSAGE, TURN_ROUTE, TurnRoute, endpoint_name
 from panager.services.media.intake import Attachment
 from panager.services.media.vision import sees_images
 from panager.services.proposals import Offer
@@ -105,6 +106,7 @@ class Assistant:
         self.graph = threads.graph
         self.deps = deps
         self.model_for = model_for  # the user's /model choice, else the default model
+        self.background: BaseChatModel | None = None  # `background_model` (None: the person's)
         self.emitter = emitter
         self.invoke_options: _InvokeOptions = {"durability": deps.config.checkpoint_durability}
         # Users whose thread this process left without unanswered tool calls: no repair
@@ -122,8 +124,16 @@ class Assistant:
         return self.threads.user_lock(user_id, wait=wait)
 
     def sees_images(self, user: User) -> bool:
-        """Whether the person's model takes images (the name table, then `vision` config)."""
+        """Whether the person's model takes images (its endpoint's `vision`, else the name
+        table and the older `vision` config)."""
+        endpoint = self.deps.settings.endpoints.resolve(endpoint_name(self.model_for(user)))
+        if endpoint is not None and endpoint.vision is not None:
+            return endpoint.vision
         return sees_images(self.model_name(user), self.deps.config.vision)
+
+    def background_model(self, user: User) -> BaseChatModel | None:
+        """The model for background work (heartbeat checks, tidy-up, summaries)."""
+        return self.background or self.model_for(user)
 
     def model_name(self, user: User) -> str:
         """The name of the model the person's turns use."""
@@ -163,6 +173,7 @@ class Assistant:
         unattended: bool | None = None,
         tainted: bool = False,
         attachments: Sequence[Attachment] = (),
+        pinned_model: str | None = None,
     ) -> TurnResult:
         """Answer `text` from `user` (or run a scheduled task when is_system_trigger).
 
@@ -173,11 +184,15 @@ class Assistant:
         trigger) runs no consequential call; `tainted` frames a system trigger's text
         (a schedule written while reading outside content).
         `attachments` come from `MediaIntake.take` (agent/attachments.py says how they
-        enter the thread); the front end shows `attachment_notes` first."""
+        enter the thread); the front end shows `attachment_notes` first.
+        `pinned_model`: a schedule's model (its creator's), used while the person may."""
         text = clean_text(text)
         refusal = self.check_message(text, attachments)
         if refusal:
             return TurnResult(refusal, ok=False)
+        pin_note = None
+        if pinned_model:
+            user, pin_note = pinned_for_run(self.deps, user, pinned_model)
         model = self.model_for(user)
         if model is None:
             return TurnResult(NO_MODEL_MESSAGE, ok=False)
@@ -197,6 +212,8 @@ class Assistant:
                 self.deps, user, model, emitter or self.emitter, is_system_trigger, text, tainted
             )
             ctx.unattended = is_system_trigger if unattended is None else unattended
+            if pin_note:
+                ctx.extra["notes"] = [pin_note]
             return await self._run_locked(ctx, text, replay, message_key, attachments)
 
     async def _open_question(
@@ -325,6 +342,8 @@ class Assistant:
         )
         self._clean_threads.discard(user.id)  # until this turn ends normally
         scheduled = SCHEDULED_RUN.set(ctx.is_system_trigger)
+        route = TurnRoute()
+        routed = TURN_ROUTE.set(route)  # a fallback that answered stays for the whole turn
         shown = ShownText(user.id)
         unsubscribe = emitter.subscribe(shown.on_event)
         try:
@@ -336,7 +355,9 @@ class Assistant:
                 result.offers = await approvals.offer(self, user, state, result.proposals)
             if result.question is None:
                 self._clean_threads.add(user.id)
-            return _with_live_links(result, ctx.extra.get("live_links"))
+            for note in ctx.extra.get("notes", ()):
+                route.note(note)
+            return _with_notes(_with_live_links(result, ctx.extra.get("live_links")), route)
         except asyncio.CancelledError:  # Ctrl+C mid-answer: keep what the person saw
             tainted = bool(ctx.extra.get(RUNNING_CALL_TAINTED))
             await keep_interrupted(self.graph, config, shown.text, new, tainted)
@@ -349,6 +370,7 @@ class Assistant:
             return TurnResult(FAILURE_MESSAGE, ok=False)
         finally:
             SCHEDULED_RUN.reset(scheduled)
+            TURN_ROUTE.reset(routed)
             unsubscribe()
             await emitter("agent_end", user.id)
 
@@ -374,6 +396,13 @@ class Assistant:
         checkpointer = self.graph.checkpointer
         if isinstance(checkpointer, BaseCheckpointSaver):  # not None (nor a subgraph's bool)
             await checkpointer.adelete_thread(user.thread_id)
+
+
+def _with_notes(result: TurnResult, route: TurnRoute) -> TurnResult:
+    """Say once, after the answer, which fallback model wrote it."""
+    if route.notes:
+        result.text = result.text.rstrip() + "\n\n" + " ".join(f"({n})" for n in route.notes)
+    return result
 
 
 def _with_live_links(result: TurnResult, live: dict[str, str] | None) -> TurnResult:

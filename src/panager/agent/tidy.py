@@ -28,7 +28,7 @@ from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from panager.errors import ModelUnavailable
-from panager.llm import decide_with_retries
+from panager.llm import answered_by, decide_with_retries
 from panager.services.memory.tidy import MemoryTidy, Pair, Stated
 from panager.services.profile import SECTIONS, ProfileInputError
 
@@ -147,7 +147,7 @@ class MemoryTidyJob:
             return None
         usage = dict(reply.usage_metadata or {})
         budget.spend(usage)
-        name = str(getattr(self.model, "model_name", None) or "model")
+        name = answered_by(reply, str(getattr(self.model, "model_name", None) or "model"))
         await self.deps.usage.record(user, name, usage)
         for call in reply.tool_calls:
             try:

@@ -56,7 +56,7 @@ def _follow(view: PlainAnswer, user_id: int):
         if event.type == "message_delta":
             view.delta(event.data.get("text", ""))
         elif event.type == "message_reset":
-            view.reset()
+            view.reset(event.data.get("restarted_on"))
 
     return on_event
 

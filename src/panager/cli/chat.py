@@ -307,7 +307,7 @@ class Repl:
         if event.type == "message_delta":
             view.delta(event.data.get("text", ""))
         elif event.type == "message_reset":
-            view.reset()
+            view.reset(event.data.get("restarted_on"))
         elif event.type == "tool_start":
             view.status(f"  {tool_status_label(event.data.get('name', '?'))}")
         elif event.type == "tool_end" and event.data.get("status") == "error":

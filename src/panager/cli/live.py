@@ -26,6 +26,7 @@ from rich.text import Text
 
 SPEAKER = "panager › "
 RESTARTED = "(the answer was restarted)"
+RESTARTED_ON = "(restarted on {model})"
 INTERRUPTED = "[interrupted]"
 FENCE = "```"
 
@@ -39,8 +40,9 @@ class AnswerView(Protocol):
     def delta(self, text: str) -> None:
         """A new piece of the answer."""
 
-    def reset(self) -> None:
-        """Drop the pieces shown for this model call."""
+    def reset(self, restarted_on: str | None = None) -> None:
+        """Drop the pieces shown for this model call (`restarted_on`: the fallback model
+        that writes the answer again)."""
 
     def status(self, line: str) -> None:
         """A tool-status line."""
@@ -72,10 +74,11 @@ class PlainAnswer:
         self._write(("" if self.shown else self.prefix) + text)
         self.shown += text
 
-    def reset(self) -> None:
+    def reset(self, restarted_on: str | None = None) -> None:
         """Text cannot be taken back from a pipe: say the answer starts over."""
         if self.shown:
-            self._write(f"\n{RESTARTED}\n")
+            line = RESTARTED_ON.format(model=restarted_on) if restarted_on else RESTARTED
+            self._write(f"\n{line}\n")
             self.shown = ""
 
     def status(self, line: str) -> None:
@@ -126,9 +129,12 @@ class LiveAnswer:
         self._print_finished_part()
         self.live.update(self._tail(), refresh=first)
 
-    def reset(self) -> None:
-        """Back to the spinner (a note if part of the answer was printed for good)."""
-        if self.printed:
+    def reset(self, restarted_on: str | None = None) -> None:
+        """Back to the spinner (a note if part of the answer was printed for good, or when
+        a fallback model writes it again: the new answer appears under that line)."""
+        if restarted_on and self.text:
+            self.live.console.print(Text(RESTARTED_ON.format(model=restarted_on), style="dim"))
+        elif self.printed:
             self.live.console.print(Text(RESTARTED, style="dim"))
         self.text, self.printed = "", 0
         self.live.update(self.spinner, refresh=True)

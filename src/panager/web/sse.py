@@ -33,7 +33,10 @@ def translate(event: Event) -> bytes | None:
         return frame("delta", {"iteration": data.get("iteration", 0),
                                "text": data.get("text") or ""})
     if event.type == "message_reset":
-        return frame("reset", {"iteration": data.get("iteration", 0)})
+        reset: dict[str, Any] = {"iteration": data.get("iteration", 0)}
+        if data.get("restarted_on"):
+            reset["restarted_on"] = data["restarted_on"]  # a fallback model writes it again
+        return frame("reset", reset)
     if event.type == "message_end":
         return frame("message", {"iteration": data.get("iteration", 0),
                                  "text": data.get("text") or "",

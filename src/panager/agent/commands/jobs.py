@@ -6,6 +6,7 @@ import re
 from datetime import time, timedelta
 
 from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.models import current_model
 from panager.services.schedules.recurrence import ScheduleInputError
 from panager.services.schedules.system import SystemJobService
 
@@ -95,7 +96,8 @@ async def briefing_command(ctx: CommandContext, args: str) -> CommandReply | str
         ended = await service.end(ctx.user.id, "briefing")
         return "Daily briefing stopped." if ended else "The daily briefing was already off."
     try:
-        job = await service.set_briefing(ctx.user, parse_clock(arg))
+        job = await service.set_briefing(ctx.user, parse_clock(arg),
+                                         current_model(ctx.deps, ctx.user))
     except ScheduleInputError as exc:
         return CommandReply(f"{exc}\nUsage: {BRIEFING_USAGE}", ok=False)
     first = job.describe(ctx.deps.clock.now())

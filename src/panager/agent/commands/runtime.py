@@ -13,6 +13,7 @@ from panager.agent.commands import CommandContext, CommandReply, command
 from panager.agent.effects.budget import TokenBudget
 from panager.agent.effects.summary import summary_tainted
 from panager.agent.effects.windows import window_for
+from panager.agent.models import current_model
 from panager.agent.threads import thread_values, update_thread
 from panager.services.usage import ModelUsage, UsageReport
 
@@ -46,41 +47,46 @@ async def usage_command(ctx: CommandContext, args: str) -> CommandReply | str:
 
 
 def allowed_models(ctx: CommandContext) -> list[str]:
-    """Models non-admins may pick: `allowed_models` from the config, else the default model."""
-    configured = ctx.deps.config.allowed_models
-    return list(configured) if configured else [ctx.deps.settings.model]
+    """Models non-admins may pick, by name: `allowed_models`, else the default endpoint."""
+    return ctx.deps.settings.endpoints.pickable(admin=False)
 
 
 def _current_model(ctx: CommandContext) -> str:
-    """The model the caller's turns use now (a stored choice no longer permitted is not)."""
-    deps = ctx.deps
-    return deps.access.model_of(ctx.user, deps.settings.model, deps.config.allowed_models)
+    """The model the caller's turns use now (a stored choice no longer permitted is not;
+    a model id stored before endpoints had names is shown as the endpoint serving it)."""
+    return current_model(ctx.deps, ctx.user)
 
 
 @command("model", "/model [name|default]", "show or choose your chat model")
 async def model_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """Show the user's model, or set a per-user override (`default` clears it)."""
+    endpoints = ctx.deps.settings.endpoints
     if not args:
         name = _current_model(ctx)
-        origin = "your choice" if name != ctx.deps.settings.model else "the instance default"
-        window = window_for(name)
+        origin = "your choice" if name != endpoints.default else "the instance default"
+        endpoint = endpoints.resolve(name)
+        window = window_for(endpoint.model if endpoint else name)
         size = f"; context window {window.tokens:,} tokens, {window.source}"
-        return f"Model: {name} ({origin}{size}). Change it with /model NAME."
+        admin = await ctx.deps.access.is_admin(ctx.user.id)
+        choices = ", ".join(endpoints.pickable(admin))
+        return (f"Model: {name} ({origin}{size}). Models you can choose: {choices}. "
+                "Change it with /model NAME.")
     if args.lower() in RESET_WORDS:
         await ctx.deps.users.set_model(ctx.user.id, None)
-        return f"Back to the instance default model, {ctx.deps.settings.model}."
+        return f"Back to the instance default model, {endpoints.default}."
     if not MODEL_NAME_RE.match(args):
         return CommandReply(
             "That does not look like a model name (letters, digits and . : / @ + - _ only).",
             ok=False,
         )
     allowed = allowed_models(ctx)
-    if not await ctx.deps.access.is_admin(ctx.user.id) and args not in allowed:
+    if not await ctx.deps.access.is_admin(ctx.user.id) and endpoints.canonical(args) not in allowed:
         return CommandReply(
             f"{args} is not available here. Models you can choose: {', '.join(allowed)} "
             "(the operator sets allowed_models in the config).",
             ok=False,
         )
+    args = endpoints.canonical(args) or args
     await ctx.deps.users.set_model(ctx.user.id, args)
     return f"Model set to {args} for your conversations. If it does not exist, /model default."
 

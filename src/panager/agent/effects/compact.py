@@ -140,6 +140,7 @@ class Compact:
             raise ValueError("context_window must be 0 (off) or a positive number of tokens")
         self.threshold = threshold
         self.target = target
+        self.background_model: Any = None  # set by the app from `background_model`
         self.context_window = context_window
         self.preserve_recent = preserve_recent
         self.max_result_length = max_result_length
@@ -337,8 +338,11 @@ class Compact:
         removed: Sequence[AnyMessage],
         budget: int | None,
     ) -> tuple[str, list[str]]:
-        from panager.llm import invoke_with_retries
+        from panager.llm import answered_by, invoke_with_retries
 
+        if self.background_model is not None:  # `background_model`: summaries run there
+            model = self.background_model
+            model_name = str(getattr(model, "model_name", None) or model_name)
         if model is None:
             raise RuntimeError("no model to summarise with")
         max_chars = MAX_TRANSCRIPT_CHARS if not budget else min(MAX_TRANSCRIPT_CHARS, budget * 2)
@@ -351,7 +355,7 @@ class Compact:
         reply = await invoke_with_retries(
             model, [], [SystemMessage(system), HumanMessage(body)], retries=1
         )
-        await self._record_usage(user, model_name, reply)
+        await self._record_usage(user, answered_by(reply, model_name), reply)
         return parse_summary(reply.text, cap)
 
     async def _record_usage(self, user: Any, model_name: str, reply: AIMessage) -> None:

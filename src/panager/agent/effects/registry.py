@@ -34,6 +34,7 @@ from panager.agent.effects.loop_detect import LoopDetect
 from panager.agent.effects.trim import TrimToolResults
 from panager.agent.effects.windows import context_window_for
 from panager.config import ConfigError, EffectSpec, RuntimeConfig
+from panager.llm import answered_by
 
 if TYPE_CHECKING:
     from panager.clock import Clock
@@ -75,7 +76,8 @@ class UsageRecorder:
         if self.usage is None or call.response is None or not call.response.usage_metadata:
             return
         try:
-            await self.usage.record(call.user, call.model_name, dict(call.response.usage_metadata))
+            name = answered_by(call.response, call.model_name)  # a fallback's, if one answered
+            await self.usage.record(call.user, name, dict(call.response.usage_metadata))
         except Exception:
             log.exception("could not record token usage for user %s", call.user.id)
 

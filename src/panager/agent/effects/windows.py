@@ -97,6 +97,10 @@ async def learn_served_window(settings: Any) -> Window:
     configured = settings.runtime.context_window
     if configured is not None:
         return Window(configured, "config context_window" if configured else "config: off")
+    for endpoint in settings.endpoints.by_name.values():  # `models: {NAME: {context_window}}`
+        if endpoint.context_window:
+            _SERVED[endpoint.model] = Window(
+                endpoint.context_window, f"config models.{endpoint.name}.context_window")
     from panager.model_window import served_window
 
     found = await served_window(settings.openai_base_url, settings.model, settings.openai_api_key)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
+from panager.agent.models import current_model
 from panager.agent.state import SCHEDULED_RUN
 from panager.agent.taint import CALL_TAINTED
 from panager.agent.tools.base import (
@@ -53,7 +54,8 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         current = await deps.users.get(user.id) or user  # the zone may have just changed
         try:
             created = await service.create(
-                current, message, at, kind=kind, repeat=repeat, tainted=CALL_TAINTED.get()
+                current, message, at, kind=kind, repeat=repeat, tainted=CALL_TAINTED.get(),
+                model=current_model(deps, current),  # an agent task keeps the person's model
             )
         except ScheduleInputError as exc:
             raise ToolError(str(exc)) from None

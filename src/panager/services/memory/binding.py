@@ -165,10 +165,9 @@ def build_embedder(model: str, settings: Settings) -> Embedder:
     offline = model == "local" or model.startswith("local:")
     if offline and model in _OFFLINE_CACHE:
         return _OFFLINE_CACHE[model]
+    base_url, api_key = settings.endpoints.embedding  # `embedding_endpoint`, else the env's
     try:
-        embedder = make_embedder(
-            model, api_key=settings.openai_api_key, base_url=settings.openai_base_url
-        )
+        embedder = make_embedder(model, api_key=api_key, base_url=base_url)
     except (ValueError, RuntimeError) as exc:
         raise ConfigError(f"PANAGER_EMBEDDING_MODEL={model} cannot be used: {exc}.") from None
     if offline:

@@ -31,12 +31,13 @@ class Delivery(Protocol):
         ...
 
     async def run_agent(
-        self, user: User, instruction: str, *, tainted: bool = False
+        self, user: User, instruction: str, *, tainted: bool = False, model: str | None = None
     ) -> AgentAnswer:
         """Run the graph as a system trigger in the user's thread; return the answer.
 
         `tainted`: the instruction was written in a model call that had read outside
-        content (the run is tainted from its start)."""
+        content (the run is tainted from its start). `model`: the model the schedule
+        keeps (its creator's), if the person may still use it."""
         ...
 
     async def run_system(self, user: User, schedule: Schedule, due: datetime) -> AgentAnswer:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from psycopg.types.json import Jsonb
+
 from panager.clock import Clock
 from panager.config import RuntimeConfig
 from panager.db.pool import Pool
@@ -98,9 +100,9 @@ LIST_FINISHED_FOR = timedelta(days=7)  # failed/missed schedules stay listed thi
 INSERT_SCHEDULE = f"""
 WITH created AS (
     INSERT INTO schedules (id, user_id, kind, message, timezone, rrule, anchor_local,
-                           next_run_at, created_at, updated_at, tainted)
+                           next_run_at, created_at, updated_at, tainted, params)
     VALUES (%(id)s, %(user_id)s, %(kind)s, %(message)s, %(timezone)s, %(rrule)s,
-            %(anchor_local)s, %(next_run_at)s, %(now)s, %(now)s, %(tainted)s)
+            %(anchor_local)s, %(next_run_at)s, %(now)s, %(now)s, %(tainted)s, %(params)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING *
 )
@@ -202,11 +204,13 @@ class ScheduleService:
         repeat: str | None = None,
         timezone: str | None = None,
         tainted: bool = False,
+        model: str | None = None,
     ) -> Schedule:
         """Validate and store a schedule; raises ScheduleInputError saying what to fix.
 
         `tainted`: written in a model call that had read outside content (its agent runs
-        are then tainted too)."""
+        are then tainted too). `model`: the model the person used then (an agent task
+        keeps it; it is checked against what they may use at every run)."""
         message = self._check_message(message)
         if kind not in KINDS:
             raise ScheduleInputError(f"kind must be 'reminder' or 'agent', not {kind!r}.")
@@ -225,6 +229,7 @@ class ScheduleService:
             "next_run_at": plan.first_utc,
             "now": now,
             "tainted": tainted,
+            "params": Jsonb({"model": model}) if model and kind == "agent" else None,
         }
         while True:  # an id collision is astronomically rare; just draw again
             row = {**params, "id": new_schedule_id()}

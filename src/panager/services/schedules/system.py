@@ -272,11 +272,14 @@ class SystemJobService:
         job = await self.job(user_id, "heartbeat")
         return heartbeat_of(job) if job is not None else None
 
-    async def set_briefing(self, user: User, at: time) -> Schedule:
-        """Start (or move) the person's daily briefing to `at`, local time."""
-        return await self._replace(
-            user, "briefing", "briefing", f"{at:%H:%M}", "FREQ=DAILY", {"at": f"{at:%H:%M}"}
-        )
+    async def set_briefing(self, user: User, at: time, model: str | None = None) -> Schedule:
+        """Start (or move) the person's daily briefing to `at`, local time (`model`: the
+        person's model now, which the briefing keeps)."""
+        params: dict[str, Any] = {"at": f"{at:%H:%M}"}
+        if model:
+            params["model"] = model
+        return await self._replace(user, "briefing", "briefing", f"{at:%H:%M}", "FREQ=DAILY",
+                                   params)
 
     # -- heartbeat memory ----------------------------------------------------------------------
 

@@ -390,7 +390,8 @@ class SchedulerWorker:
                 answer = await self.delivery.run_system(user, schedule, due)
             else:
                 answer = await self.delivery.run_agent(
-                    user, schedule.message, tainted=schedule.tainted
+                    user, schedule.message, tainted=schedule.tainted,
+                    model=(schedule.params or {}).get("model"),
                 )
         if not answer.ok:
             raise DeliveryFailed(f"the scheduled run failed: {short(answer.text, 200)}")

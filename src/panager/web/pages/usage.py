@@ -35,6 +35,7 @@ class UsagePage:
     async def index(self, request: web.Request, session: WebSession) -> web.Response:
         """The chart and a per-model table."""
         days = await daily(self.app.deps.usage, session.user, DAYS)
+        costs = month_costs(self.app.settings, await self.app.deps.usage.report(session.user))
         budget = daily_budget(self.app.settings)
         per_model: dict[str, int] = {}
         for day in days:
@@ -45,4 +46,15 @@ class UsagePage:
             colours=model_colours(days),
             per_model=sorted(per_model.items(), key=lambda kv: -kv[1]),
             total=sum(per_model.values()), today=days[-1].total if days else 0, budget=budget,
-            days=DAYS))
+            days=DAYS, costs=costs))
+
+
+def month_costs(settings, report) -> dict[str, str]:
+    """This month's cost per model, where its endpoint has a `price_per_mtok`."""
+    costs = {}
+    for row in report.month:
+        endpoint = settings.endpoints.resolve(row.model)
+        cost = endpoint.cost(row.prompt, row.completion) if endpoint is not None else None
+        if cost is not None:
+            costs[row.model] = f"{cost:,.2f}"
+    return costs

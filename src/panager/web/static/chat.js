@@ -78,7 +78,9 @@
       bubble("Panager", "panager notice", data.text);
     } else if (name === "done") {
       var el = this.last;
-      if (!el || (data.text && el.textContent !== data.text)) {
+      if (el && data.text && data.text.indexOf(el.textContent) === 0) {
+        el.textContent = data.text;  // the streamed answer, completed (a fallback's note)
+      } else if (!el || (data.text && el.textContent !== data.text)) {
         el = bubble("Panager", "panager", data.text).querySelector(".text");
       }
       var li = el.parentNode;
