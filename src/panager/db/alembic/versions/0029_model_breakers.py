@@ -5,13 +5,13 @@ in a row failed and, once that reached the configured count, until when the
 endpoint is skipped for its fallback. Workers, the web server and `panager
 doctor` read the same rows.
 
-Revision ID: 0031
+Revision ID: 0029
 Revises: 0028
 """
 
 from alembic import op
 
-revision = "0031"
+revision = "0029"
 down_revision = "0028"
 branch_labels = None
 depends_on = None
