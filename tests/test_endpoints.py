@@ -45,7 +45,8 @@ def test_yaml_endpoints_with_keys_from_their_own_variables(tmp_path, monkeypatch
     assert primary.base_url is None and primary.api_key == "sk-env" and primary.remote
     assert primary.cost(1_000_000, 100_000) == pytest.approx(3.5)
     assert router.api_key == "sk-or" and router.remote and router.context_window == 128000
-    assert not home.remote and not home.tools and home.api_key == "sk-env"
+    # the environment's key goes to the environment's server only, never to another one
+    assert not home.remote and not home.tools and home.api_key is None
     assert [e.name for e in endpoints.chain("gpt-4o")] == ["gpt-4o", "router"]
     assert endpoints.chain("router") == [router]  # no implicit fallback
     assert endpoints.background == "home"
@@ -133,3 +134,21 @@ def test_embeddings_and_transcription_stay_on_the_default_unless_named(tmp_path,
     assert named.endpoints.transcription == ("http://127.0.0.1:11434/v1", "sk-home")
     with pytest.raises(ConfigError, match="embedding_endpoint names 'nowhere'"):
         _ = settings(tmp_path, {"embedding_endpoint": "nowhere"}).endpoints
+
+
+def test_the_environments_key_never_goes_to_another_server(tmp_path):
+    config = {
+        "models": {
+            "gpt-4o": {"fallback": ["router", "proxy"]},
+            "router": {"base_url": "https://openrouter.ai/api/v1"},
+            "proxy": {"base_url": "https://api.openai.com/v1/", "model": "gpt-4o-mini"},
+        },
+        "embedding_endpoint": "router",
+    }
+    s = settings(tmp_path, config, PANAGER_MODEL="gpt-4o")
+    router, proxy = s.endpoints.by_name["router"], s.endpoints.by_name["proxy"]
+    assert router.api_key is None and proxy.api_key == "sk-env"
+    ok, text = _run(check_models(s, {}))
+    assert not ok and "router has no key: name its key's variable in api_key_env" in text
+    # embeddings on a server without a key send a placeholder, not the environment's key
+    assert s.endpoints.embedding == ("https://openrouter.ai/api/v1", "unused")

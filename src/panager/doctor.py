@@ -248,7 +248,8 @@ async def check_models(settings: Settings, found: dict) -> tuple[bool | None, st
             text += "; fallback " + ", ".join(e.fallback)
         parts.append(text + ")")
         if not e.configured and (e.name == endpoints.default or e.name in _used(endpoints)):
-            problems.append(f"{e.name} has no key: set {e.key_env}")
+            hint = f"set {e.key_env}" if e.key_env else "name its key's variable in api_key_env"
+            problems.append(f"{e.name} has no key: {hint}")
     if endpoints.background:
         parts.append(f"background work on {endpoints.background}")
     if problems:

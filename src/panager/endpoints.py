@@ -116,8 +116,15 @@ class Endpoints:
         default = settings.model
         found: dict[str, Endpoint] = {}
         for name, spec in config.models.items():
-            key_env = spec.api_key_env or "OPENAI_API_KEY"
-            key = os.environ.get(spec.api_key_env) if spec.api_key_env else settings.openai_api_key
+            # The environment's key goes only to the environment's server: an entry with
+            # its own base_url sends no key unless it names the variable holding one.
+            own_server = spec.base_url is not None and not _same_server(
+                spec.base_url, settings.openai_base_url)
+            key_env = spec.api_key_env or ("" if own_server else "OPENAI_API_KEY")
+            if spec.api_key_env:
+                key = os.environ.get(spec.api_key_env)
+            else:
+                key = None if own_server else settings.openai_api_key
             model = spec.model or name
             window = spec.context_window
             if window is None and name == default:
@@ -223,7 +230,8 @@ def _target(
 ) -> tuple[str | None, str | None]:
     """Where embeddings or transcription go: the named endpoint, else the environment's."""
     if named is not None:
-        return named.base_url, named.api_key
+        # "unused", not None: the OpenAI client would otherwise read OPENAI_API_KEY itself
+        return named.base_url, named.api_key or ("unused" if named.base_url else None)
     return base_url or settings.openai_base_url, settings.openai_api_key
 
 
@@ -232,3 +240,8 @@ def _legacy(table: dict[str, bool], name: str, model: str) -> bool | None:
     if name in table:
         return table[name]
     return table.get(model)
+
+
+def _same_server(url: str, default: str | None) -> bool:
+    """Whether an entry's base_url is the environment's server (OPENAI_BASE_URL or OpenAI)."""
+    return url.rstrip("/") == (default or "https://api.openai.com/v1").rstrip("/")
