@@ -53,7 +53,9 @@ def _brief(hit: MemoryHit, score: bool = False) -> dict:
     if hit.updated_at.date() != hit.created_at.date():
         item["updated"] = f"{hit.updated_at:%Y-%m-%d}"
     if hit.previous is not None:
-        item["was"] = frame(OUTSIDE_MEMORY, hit.previous) if hit.tainted else hit.previous
+        # the replaced text keeps its own mark: framed when it was written from outside content
+        was = hit.previous
+        item["was"] = frame(OUTSIDE_MEMORY, was) if hit.previous_tainted else was
     if score:
         item["score"] = round(hit.score, 4)
     return item
