@@ -421,7 +421,8 @@ class MemoryService:
         current = await self.get(user_id, memory_id)
         if current is None:
             return None
-        rewritten = clean_content(content) != current.content and seen == seen_digest(current.content)
+        saw_it = seen == seen_digest(current.content)
+        rewritten = saw_it and clean_content(content) != current.content
         result = await self.update(
             user_id, memory_id, content, category, tainted=current.tainted and not rewritten
         )
