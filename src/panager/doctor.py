@@ -288,6 +288,13 @@ async def check_extractors(settings: Settings, found: dict) -> tuple[bool | None
     return True, f"{len(EXTRACTORS)} modules import; a small web page is read"
 
 
+async def check_decoder(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """How the attachment decoder's child process is isolated (services/media/sandbox.py)."""
+    from panager.services.media.sandbox import isolation
+
+    return True, (await asyncio.to_thread(isolation, settings.home)).detail
+
+
 MIN_SECRET_CHARS = 32
 MIN_SECRET_DISTINCT = 12
 
@@ -365,6 +372,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("backups", check_backups),
     ("mcp", check_mcp),
     ("extractors", check_extractors),
+    ("decoder", check_decoder),
 ]
 
 

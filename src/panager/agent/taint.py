@@ -61,6 +61,15 @@ def person_text(messages: Sequence[AnyMessage]) -> str:
     return "\n".join(parts)
 
 
+def latest_person_text(messages: Sequence[AnyMessage]) -> str:
+    """The person's latest message, when it is their own words ("" when it holds outside
+    content, e.g. a forward, or when there is none)."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage) and not message.name:
+            return "" if is_outside(message) else _text(message.content)
+    return ""
+
+
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
