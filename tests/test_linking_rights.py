@@ -55,6 +55,7 @@ async def join_then_unlink(app, issuer, claimant) -> None:
     """`issuer` joins `claimant`, then `/unlink`s itself (the listed identity) away."""
     code = code_in((await command(app, issuer, "/link")).text)
     assert "Code accepted" in (await command(app, claimant, f"/link {code}")).text
+    assert "Confirmed" in (await command(app, claimant, "/link confirm")).text
     assert (await command(app, issuer, "/link approve")).text.startswith("Joined")
     assert (await command(app, issuer, "/unlink")).text.startswith("Unlinked")
 
