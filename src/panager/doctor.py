@@ -216,8 +216,12 @@ def mcp_summary(statuses: list) -> tuple[bool, str]:
         text = f"{s.name}: {s.state}, {s.offered}/{s.tools} tools"
         if s.awaiting_approval:
             text += (
-                f", {len(s.awaiting_approval)} changed since approved "
+                f", {len(s.awaiting_approval)} not approved as listed "
                 f"(panager mcp approve {s.name})"
+            )
+        if getattr(s, "first_listing", ()):
+            text += (
+                f", approved by first listing — review with `panager mcp approve {s.name}`"
             )
         if s.error:
             text += f" — {s.error}"
