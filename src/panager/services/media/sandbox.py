@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,7 +108,9 @@ def child_env() -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def spawn(args: Sequence[str], limits: Limits):
+async def spawn(
+    args: Sequence[str], limits: Limits
+) -> AsyncIterator[asyncio.subprocess.Process]:
     """Start `python args` as the isolated child (pipes on stdin, stdout, stderr) in a
     private empty directory, removed when the block ends."""
     where = isolation(limits.hidden)
