@@ -38,6 +38,7 @@ async def started(make_app, tmp_path, **settings):
     for connection in app.deps.mcp.connections.values():
         connection.backoff = Backoff(first=0.05, cap=0.2)
         await wait_ready(connection)
+        await app.deps.mcp.approve(connection.name, "test")  # the operator approved them
     await app.deps.mcp.refresh()
     return app
 
