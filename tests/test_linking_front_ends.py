@@ -76,7 +76,8 @@ async def test_three_front_ends_one_person_memory_reminders_and_unlink(
         # Discord issues, Telegram claims, Discord approves.
         code = code_in(await dc_ask(discord_fake, "/link"))
         claimed = await tg_ask(telegram, TELEGRAM, f"/link {code}")
-        assert "Code accepted" in claimed
+        assert "Code accepted" in claimed and "one person" in claimed
+        assert "Confirmed" in await tg_ask(telegram, TELEGRAM, "/link confirm")
         await discord_fake.wait_for(
             lambda: any("used your link code" in m["content"]
                         for m in discord_fake.messages_to(DISCORD)), STEP
@@ -86,6 +87,7 @@ async def test_three_front_ends_one_person_memory_reminders_and_unlink(
         # terminal approves: all three are one person.
         code = code_in(await terminal(app, "/link"))
         assert "Code accepted" in await tg_ask(telegram, TELEGRAM, f"/link {code}")
+        assert "Confirmed" in await tg_ask(telegram, TELEGRAM, "/link confirm")
         assert (await terminal(app, "/link approve")).startswith("Joined")
         users = app.deps.users
         person = await users.person_id("terminal", 1)

@@ -50,10 +50,12 @@ def code_in(text: str) -> str:
 
 
 async def link(app, issuer, claimant, *, approve="approve") -> str:
-    """The whole dance: a code on `issuer`, used on `claimant`, approved on `issuer`."""
+    """The whole dance: a code on `issuer`, used and confirmed on `claimant`, approved on
+    `issuer`."""
     code = code_in(await run(app, issuer, "/link"))
     claimed = await run(app, claimant, f"/link {code}")
     assert "Code accepted" in claimed, claimed
+    assert "Confirmed" in await run(app, claimant, "/link confirm")
     return await run(app, issuer, f"/link {approve}")
 
 
@@ -269,7 +271,7 @@ async def test_a_code_used_without_the_issuing_sides_approve_joins_nothing(make_
     b = await users.ensure_identity("telegram", TELEGRAM_ID, "mallory")
     code = code_in(await run(app, ("discord", DISCORD_ID), "/link"))
     claimed = await run(app, ("telegram", TELEGRAM_ID), f"/link {code}")
-    assert "Nothing is joined until then" in claimed
+    assert "Nothing is joined until you confirm" in claimed
     # The claimant cannot approve its own claim, and the code cannot be used again.
     assert "Nothing is waiting" in await run(app, ("telegram", TELEGRAM_ID), "/link approve")
     third = await users.ensure_identity("telegram", TELEGRAM_ID + 1, "eve")
@@ -285,6 +287,7 @@ async def test_a_code_used_without_the_issuing_sides_approve_joins_nothing(make_
     # A claimant blocked before the approve is not joined either.
     code = code_in(await run(app, ("discord", DISCORD_ID), "/link"))
     assert "Code accepted" in await run(app, ("telegram", TELEGRAM_ID), f"/link {code}")
+    assert "Confirmed" in await run(app, ("telegram", TELEGRAM_ID), "/link confirm")
     await app.deps.access.block(TELEGRAM_ID, "telegram")
     refused = await run(app, ("discord", DISCORD_ID), "/link approve")
     assert "blocked account cannot be joined" in refused
@@ -319,6 +322,7 @@ async def test_a_person_not_let_in_may_use_a_code_but_not_make_one(make_app):
     assert "only use a code" in await run(app, ("telegram", TELEGRAM_ID), "/link", stranger)
     code = code_in(await run(app, ("discord", DISCORD_ID), "/link", member))
     assert "Code accepted" in await run(app, ("telegram", TELEGRAM_ID), f"/link {code}", stranger)
+    assert "Confirmed" in await run(app, ("telegram", TELEGRAM_ID), "/link confirm", stranger)
     assert (await run(app, ("discord", DISCORD_ID), "/link approve", member)).startswith("Joined")
     now_in = await app.deps.access.admit_identity("telegram", TELEGRAM_ID, "new")
     assert now_in.allowed and now_in.user.id == member.id
@@ -393,6 +397,8 @@ async def test_two_joins_at_once_end_in_one_consistent_person(make_app):
     code_c = code_in(await run(app, ("discord", OTHER_ID), "/link"))
     assert "Code accepted" in await run(app, ("discord", DISCORD_ID), f"/link {code_b}")
     assert "Code accepted" in await run(app, ("telegram", TELEGRAM_ID), f"/link {code_c}")
+    assert "Confirmed" in await run(app, ("discord", DISCORD_ID), "/link confirm")
+    assert "Confirmed" in await run(app, ("telegram", TELEGRAM_ID), "/link confirm")
     results = await asyncio.gather(
         run(app, ("telegram", TELEGRAM_ID), "/link approve", b),
         run(app, ("discord", OTHER_ID), "/link approve", c),
@@ -465,3 +471,43 @@ async def test_unlinking_the_listed_identity_takes_the_admin_rights_with_it(make
     assert rest.id == admin.id and rest.role == "user" and not await access.is_admin(rest.id)
     assert len(await app.deps.memory.list(rest.id)) == 1  # the joined data stayed
     assert "only front end" in await run(app, ("telegram", TELEGRAM_ID), "/unlink", rest)
+
+
+async def test_the_claimant_is_told_whose_account_and_keeps_their_data_until_they_confirm(
+    make_app, clock
+):
+    """Mallory hands Alice a code. Typing it tells Alice, in plain words, whose account it
+    is; Mallory's approve alone joins nothing; when the code expires unconfirmed, Alice's
+    memories are still hers. Only both sides agreeing joins."""
+    app = await make_app()
+    ALI, MAL = ("discord", DISCORD_ID), ("telegram", TELEGRAM_ID)
+    users = app.deps.users
+    alice = await users.ensure_identity("discord", DISCORD_ID, "alice")
+    mallory = await users.ensure_identity("telegram", TELEGRAM_ID, "mallory")
+    await users.ensure(mallory.id, "mallory", display_name="Mallory M.")
+    await app.deps.memory.save(alice.id, "My bank PIN is 4821")
+    code = code_in(await run(app, MAL, "/link", mallory))
+    told = await run(app, ALI, f"/link {code}", alice)
+    assert ('This makes you and the Telegram account "mallory" ("Mallory M.") one person: '
+            "whoever uses that account will read your memories, documents, mail and "
+            "calendar. Only continue if that account is yours") in told
+    waits = await run(app, MAL, "/link approve", mallory)
+    assert "has not confirmed yet" in waits
+    assert await users.person_id("discord", DISCORD_ID) == alice.id != mallory.id
+    assert [m.content for m in await app.deps.memory.list(alice.id)] == ["My bank PIN is 4821"]
+    assert await app.deps.memory.list(mallory.id) == []
+    clock.advance(minutes=11)  # the confirmations expire with the code
+    assert "Nothing is waiting" in await run(app, ALI, "/link confirm", alice)
+    assert "Nothing is waiting" in await run(app, MAL, "/link approve", mallory)
+    assert await users.identities(alice.id) == [("discord", DISCORD_ID)]
+    # a claim can be withdrawn; then the issuer has nothing to approve
+    code = code_in(await run(app, MAL, "/link", mallory))
+    await run(app, ALI, f"/link {code}", alice)
+    assert "Cancelled" in await run(app, ALI, "/link cancel", alice)
+    assert "Nothing is waiting" in await run(app, MAL, "/link approve", mallory)
+    # both sides agreeing joins, the issuer's approve after the claimant's confirm
+    code = code_in(await run(app, MAL, "/link", mallory))
+    await run(app, ALI, f"/link {code}", alice)
+    assert "Confirmed" in await run(app, ALI, "/link confirm", alice)
+    assert (await run(app, MAL, "/link approve", mallory)).startswith("Joined")
+    assert await users.person_id("discord", DISCORD_ID) == mallory.id

@@ -43,6 +43,7 @@ async def test_the_terminal_is_never_the_only_destination_of_a_person_with_a_cha
     assert "before linking" in capsys.readouterr().out
     code = code_in(await command(app, ("terminal", 1), "/link"))
     assert "Code accepted" in await command(app, ("telegram", TELEGRAM), f"/link {code}")
+    assert "Confirmed" in await command(app, ("telegram", TELEGRAM), "/link confirm")
     assert (await command(app, ("terminal", 1), "/link approve")).startswith("Joined")
     person = await app.deps.users.get(await app.deps.users.person_id("telegram", TELEGRAM))
     # No Telegram front end in this process: not delivered (handed back), nothing shown.
@@ -77,6 +78,7 @@ async def test_the_terminals_admin_rights_leave_with_the_terminal(make_app):
     await app.deps.users.ensure_identity("telegram", TELEGRAM, "me_tg")
     code = code_in(await command(app, ("terminal", 1), "/link"))
     assert "Code accepted" in await command(app, ("telegram", TELEGRAM), f"/link {code}")
+    assert "Confirmed" in await command(app, ("telegram", TELEGRAM), "/link confirm")
     assert (await command(app, ("terminal", 1), "/link approve")).startswith("Joined")
     joined = (await access.admit_identity("telegram", TELEGRAM, "me_tg")).user
     assert joined.id == 1 and joined.role == "admin" and await access.has_admin_rights(joined.id)

@@ -38,6 +38,7 @@ async def started(make_app, tmp_path, **settings):
     for connection in app.deps.mcp.connections.values():
         connection.backoff = Backoff(first=0.05, cap=0.2)
         await wait_ready(connection)
+        await app.deps.mcp.approve(connection.name, "test")  # the operator approved them
     await app.deps.mcp.refresh()
     return app
 
@@ -55,6 +56,7 @@ async def join_then_unlink(app, issuer, claimant) -> None:
     """`issuer` joins `claimant`, then `/unlink`s itself (the listed identity) away."""
     code = code_in((await command(app, issuer, "/link")).text)
     assert "Code accepted" in (await command(app, claimant, f"/link {code}")).text
+    assert "Confirmed" in (await command(app, claimant, "/link confirm")).text
     assert (await command(app, issuer, "/link approve")).text.startswith("Joined")
     assert (await command(app, issuer, "/unlink")).text.startswith("Unlinked")
 

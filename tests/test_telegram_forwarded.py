@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import HumanMessage
 
-from panager.agent.taint import person_text
+from panager.agent.taint import latest_person_text, person_text
 from panager.agent.threads import thread_values
 from panager.framing import unframe
 from panager.services.telegram_updates import read_update
@@ -116,3 +116,23 @@ def test_the_origin_is_named_as_telegram_gives_it():
     assert older["forwarded"] and older["forwarded_from"] == "Bob"
     own = forwarded()
     assert not own["forwarded"] and own["forwarded_from"] == ""
+
+
+@pytest.mark.parametrize("origin", [
+    {"forward_origin": HIDDEN},  # Bot API 7+: the sender hid their account
+    {"forward_sender_name": "Someone", "forward_date": 1},  # older Bot API, same case
+], ids=["hidden_user", "forward_sender_name"])
+async def test_a_forward_from_a_hidden_sender_taints_and_its_relay_waits(
+    make_app, fake, tmp_path, origin
+):
+    model = ScriptedChatModel(script=[call("send_user_message", LEAK), "Not sent."])
+    app, alice = await started(make_app, fake, tmp_path, model)
+    async with running_front(app, fake):
+        fake.dm(ADMIN, INJECTION, **origin)
+        await fake.wait_for(lambda: any(fake.buttons(m) for m in fake.messages_to(ADMIN)), STEP)
+    assert await relays(app) == 0
+    [forwarded] = [m for m in model.requests[0] if isinstance(m, HumanMessage)]
+    assert unframe(str(forwarded.content)) == (
+        "a forwarded Telegram message from Someone", INJECTION)
+    messages = (await thread_values(app.assistant, alice))["messages"]
+    assert EVIL not in person_text(messages) and latest_person_text(messages) == ""

@@ -186,3 +186,56 @@ def test_bad_web_settings_fail_with_one_line(tmp_path, values, says):
     home = write_config(tmp_path / "h", **values)
     with pytest.raises(ConfigError, match=says):
         load_runtime_config(Settings(_env_file=None, home=home))
+
+
+# The guard's own table: one answer per address whatever Python's `ipaddress` thinks
+# (3.11 calls fec0::/10 and 64:ff9b:1::/48 global; 3.12 changed several ranges).
+TABLE = {
+    # refused
+    "fec0::1": "site-local", "fec0:1234::abcd": "site-local", "feff::1": "site-local",
+    "64:ff9b:1::1": "local-use NAT64", "64:ff9b:1:ffff::8.8.8.8": "local-use NAT64",
+    "fd12:3456::1": "private", "fe80::1": "link-local", "ff02::1": "multicast",
+    "ff0e::1": "multicast", "100::1": "outside 2000::/3", "1::1": "outside 2000::/3",
+    "4000::1": "outside 2000::/3", "e000::1": "outside 2000::/3",
+    "2001:db8::1": "documentation", "3fff::1": "documentation", "3fff:fff::1": "documentation",
+    "2001:2::1": "IETF protocol", "2001:10::1": "IETF protocol", "2001:1ff::1": "IETF protocol",
+    "5f00::1": "outside 2000::/3", "2002:808:808::1": "6to4",
+    "64:ff9b::7f00:1": "carrying 127.0.0.1", "64:ff9b::c0a8:101": "carrying 192.168.1.1",
+    "::ffff:10.1.2.3": "carrying 10.1.2.3", "::ffff:0.0.0.0": "carrying 0.0.0.0",
+    "192.0.0.1": "IETF protocol", "192.0.2.1": "documentation", "198.18.5.5": "benchmarking",
+    "198.51.100.7": "documentation", "203.0.113.9": "documentation", "240.0.0.1": "reserved",
+    "255.255.255.255": "broadcast", "192.88.99.1": "6to4", "0.1.2.3": "this network",
+    "100.127.255.255": "carrier-grade", "172.31.255.255": "private", "127.255.0.1": "loopback",
+    # public
+    "2001:4860:4860::8888": None, "2606:4700:4700::1111": None, "2a00:1450::1": None,
+    "3ffe::1": None, "3fff:1000::1": None, "2001:200::1": None, "2001:1::1": None,
+    "2001:3::1": None, "2001:4:112::1": None, "2001:20::1": None, "64:ff9b::808:808": None,
+    "64:ff9b::1.1.1.1": None, "::ffff:1.1.1.1": None, "192.0.0.9": None, "192.0.0.10": None,
+    "8.8.4.4": None, "100.63.255.255": None, "100.128.0.0": None, "172.32.0.1": None,
+    "198.20.0.1": None, "223.255.255.255": None,
+}
+
+
+def _answers() -> dict:
+    return {a: refusal(ipaddress.ip_address(a)) for a in TABLE}
+
+
+def test_the_guard_table_judges_every_address_by_itself():
+    for address, expected in _answers().items():
+        if TABLE[address] is None:
+            assert expected is None, address
+        else:
+            assert expected is not None and TABLE[address] in expected, (address, expected)
+
+
+def test_the_guard_table_does_not_ask_python(monkeypatch):
+    """Every flag of `ipaddress` answering the opposite changes nothing: the same answers on
+    3.11 and 3.12 (whose flags differ for these ranges)."""
+    before = _answers()
+    for cls in (ipaddress.IPv4Address, ipaddress.IPv6Address):
+        for flag in ("is_global", "is_private", "is_reserved", "is_site_local", "is_link_local",
+                     "is_loopback", "is_multicast", "is_unspecified"):
+            if hasattr(cls, flag):
+                original = getattr(cls, flag)
+                monkeypatch.setattr(cls, flag, property(lambda self, o=original: not o.fget(self)))
+    assert _answers() == before

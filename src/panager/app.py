@@ -386,7 +386,7 @@ def make_media_intake(
         image_max_pixels=config.image_max_pixels,
         document_max_pages=config.document_max_pages,
         decode=Limits(memory_bytes=config.decode_memory_mb * 1024 * 1024,
-                      timeout=config.decode_timeout_seconds),
+                      timeout=config.decode_timeout_seconds, hidden=settings.home),
     )
     store = MediaStore(pool, config.media_quota_bytes)
     return MediaIntake(store, transcriber, limits, clock, documents)

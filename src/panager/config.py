@@ -386,6 +386,8 @@ class RuntimeConfig(BaseModel):
     skills: bool = True
     # Tokens a non-admin may use per local day (the token_budget effect); 0 = unlimited.
     daily_token_budget: int = Field(default=200_000, ge=0)
+    # Tokens the runs of one webhook may use per UTC day, admins' hooks too; 0 = unlimited.
+    webhook_daily_tokens: int = Field(default=50_000, ge=0)
     # Models non-admins may pick with /model; None = only the configured PANAGER_MODEL.
     allowed_models: list[str] | None = None
     # Fair scheduling (docs/scheduler.md): shortest repeat interval per kind, active

@@ -216,8 +216,12 @@ def mcp_summary(statuses: list) -> tuple[bool, str]:
         text = f"{s.name}: {s.state}, {s.offered}/{s.tools} tools"
         if s.awaiting_approval:
             text += (
-                f", {len(s.awaiting_approval)} changed since approved "
+                f", {len(s.awaiting_approval)} not approved as listed "
                 f"(panager mcp approve {s.name})"
+            )
+        if getattr(s, "first_listing", ()):
+            text += (
+                f", approved by first listing — review with `panager mcp approve {s.name}`"
             )
         if s.error:
             text += f" — {s.error}"
@@ -346,6 +350,13 @@ async def check_extractors(settings: Settings, found: dict) -> tuple[bool | None
     return True, f"{len(EXTRACTORS)} modules import; a small web page is read"
 
 
+async def check_decoder(settings: Settings, found: dict) -> tuple[bool | None, str]:
+    """How the attachment decoder's child process is isolated (services/media/sandbox.py)."""
+    from panager.services.media.sandbox import isolation
+
+    return True, (await asyncio.to_thread(isolation, settings.home)).detail
+
+
 MIN_SECRET_CHARS = 32
 MIN_SECRET_DISTINCT = 12
 
@@ -426,6 +437,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("backups", check_backups),
     ("mcp", check_mcp),
     ("extractors", check_extractors),
+    ("decoder", check_decoder),
 ]
 
 

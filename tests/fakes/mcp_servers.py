@@ -8,6 +8,7 @@ this file imports nothing from the test package. Behaviour the tests steer:
 
 - `FAKE_MCP_DESCRIPTION_FILE`: the `echo` tool's description is read from this file
   at every listing (a server changing its description under the operator);
+- `FAKE_MCP_PARAM_DESCRIPTION_FILE`: the same for the description of echo's `text`;
 - `FAKE_MCP_MARK_FILE`: `die` appends a line here before it kills the process, so a
   test knows the call reached the server;
 - `FAKE_MCP_REFUSE_LISTING_FILE`: while this file exists, `tools/list` is answered with
@@ -63,6 +64,11 @@ def _description() -> str | None:
     return Path(path).read_text() if path and Path(path).exists() else None
 
 
+def _param_description() -> str | None:
+    path = os.environ.get("FAKE_MCP_PARAM_DESCRIPTION_FILE")
+    return Path(path).read_text() if path and Path(path).exists() else None
+
+
 def _refusal() -> str | None:
     path = os.environ.get("FAKE_MCP_REFUSE_LISTING_FILE")
     return Path(path).read_text() if path and Path(path).exists() else None
@@ -79,6 +85,10 @@ class FakeServer(MCPServer):
         for tool in tools:
             if tool.name == "echo" and description is not None:
                 tool = tool.model_copy(update={"description": description})
+            if tool.name == "echo" and (param := _param_description()) is not None:
+                schema = json.loads(json.dumps(tool.input_schema))
+                schema["properties"]["text"]["description"] = param
+                tool = tool.model_copy(update={"input_schema": schema})
             if tool.name == "pick":  # a top-level anyOf of two objects
                 tool = tool.model_copy(update={"input_schema": {
                     "anyOf": [

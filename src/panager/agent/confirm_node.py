@@ -36,7 +36,7 @@ from panager.agent.confirm import (
     unanswered_calls,
 )
 from panager.agent.state import AgentState, TurnContext
-from panager.agent.taint import marked, person_text
+from panager.agent.taint import latest_person_text, marked, person_text
 from panager.agent.tools.base import (
     ALWAYS_ASKED,
     CONSEQUENTIAL,
@@ -106,7 +106,8 @@ class ConfirmNode:
         tainted = marked(reply)
         if not (tainted or ctx.unattended or _always_asked(open_calls)):
             return {}
-        view = CallView(person_text(messages), tainted, ctx.unattended)
+        view = CallView(person_text(messages), tainted, ctx.unattended,
+                        latest_text=latest_person_text(messages))
         held = held_calls([*ctx.tools, *ctx.unlisted_tools], reply, open_calls, view)
         if not (tainted or ctx.unattended):  # only the calls asked about every time
             held = [(c, t) for c, t in held if asks_always(t)]

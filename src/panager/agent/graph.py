@@ -151,7 +151,7 @@ class Graph:
         while True:
             messages = await self._model_messages(state, ctx, call, last_round)
             tainted = self.config.taint_checks and call_tainted(
-                str(messages[0].content), messages[1:]
+                str(messages[0].content), messages[1:], [] if last_round else ctx.tools
             )
             ctx.extra[RUNNING_CALL_TAINTED] = tainted  # for an answer cut off mid-stream
             try:
@@ -193,7 +193,8 @@ class Graph:
             max_tool_chars=self.config.limits.max_tool_result_chars,
             token_counter=call.count_tokens,
         )
-        if self.config.taint_checks and call_tainted(system, history):
+        tools = [] if last_round else ctx.tools
+        if self.config.taint_checks and call_tainted(system, history, tools):
             notes.append(OUTSIDE_SECTION)
         system = "\n\n".join([system, *notes])
         return [SystemMessage(system), *with_images(history, ctx.extra.get("images") or {})]

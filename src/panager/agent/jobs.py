@@ -96,7 +96,7 @@ class SystemJobs:
         if job.kind == "heartbeat":
             return AgentAnswer(await self.heartbeat(user, heartbeat_of(job), due))
         if job.kind == "webhook":
-            return await self._agent(user, webhook_instruction(job))
+            return await self._webhook(user, job)
         if job.kind == "briefing":  # on the model of the person who set it up
             return await self._agent(user, BRIEFING_INSTRUCTION, (job.params or {}).get("model"))
         if job.kind == "tidy":
@@ -105,6 +105,31 @@ class SystemJobs:
             return AgentAnswer("")  # the person is not messaged; /memory shows the result
         log.warning("unknown system job kind %s", job.kind)
         return AgentAnswer("")
+
+    async def _webhook(self, user: User, job: Schedule) -> AgentAnswer:
+        """A webhook call, within its hook's daily token budget (every person's hooks,
+        admins' too: a hook is driven from outside, so no one's calls are unlimited)."""
+        jobs, usage = self.deps.system_jobs, self.deps.usage
+        hook = str((job.params or {}).get("hook", ""))
+        cap = self.deps.config.webhook_daily_tokens
+        if jobs is None or not hook or not cap:
+            return await self._agent(user, webhook_instruction(job))
+        day = usage.today()
+        used, _ = await jobs.hook_tokens(hook, day)
+        if used >= cap:
+            if not await jobs.tell_budget_once(hook, day):
+                return AgentAnswer("")
+            name = (job.params or {}).get("name", "")
+            return AgentAnswer(
+                f"Webhook {name!r} used its {cap:,} tokens for today ({used:,}); its calls "
+                "are not run until midnight UTC."
+            )
+        before = await usage.today_total(user)
+        try:
+            return await self._agent(user, webhook_instruction(job))
+        finally:
+            spent = await usage.today_total(user) - before
+            await jobs.add_hook_tokens(hook, day, max(spent, 0))
 
     async def _agent(
         self, user: User, instruction: str, model: str | None = None

@@ -6,14 +6,18 @@ services/joining.py; this module puts them in order:
 1. `claim` — the code's other side says "this is me too". Refused when it would
    join an admin's account into someone else's (an admin joins only from a code
    the admin made, so being talked into typing a code cannot hand an admin's
-   rights away). The issuing person is told, and nothing joins yet.
-2. `approve` — the issuing person agrees. With two Google accounts the person
-   first picks one (the other is disconnected and revoked at Google). Then,
+   rights away). The claimant is told in plain words whose account that is (front
+   end, username, display name) and what joining gives it; nothing joins yet.
+2. `confirm` — the claimant agrees (`/link confirm`, or `/link cancel`), before the
+   code expires. Until then their data stays theirs whatever the issuer does.
+3. `approve` — the issuing person agrees (only after the claimant confirmed). With
+   two Google accounts the person first picks one (the other is disconnected and
+   revoked at Google). Then,
    under both people's turn locks (ascending ids, so two joins cannot deadlock),
    the conversation not kept is saved as memories marked `link`, and one
    transaction moves everything (services/joining.py) after checking that the
    identities still belong to the people the request named.
-3. `unlink` — the current identity leaves for a new, empty person.
+4. `unlink` — the current identity leaves for a new, empty person.
 
 The issuing person survives (their id, their settings); the thread that
 survives is the one written to last. Admin rights follow the person: admin if
@@ -96,19 +100,47 @@ class Linking:
                 "This account has admin rights, so it only joins from a code made by this "
                 "account: send /link here and type that code in the other front end."
             )
-        where = platform_label(request.platform)
         # The name is the claimant's own choice: shown quoted, invisible characters visible.
         who = f"The {platform_label(identity[0])} account {shown_text(user.username, 80)}"
         await self._tell(
             issuer,
-            f"{who} used your link code and asks to become one person with you. "
-            "If that was you, send /link approve; if not, send /link deny "
-            "(nothing is joined until you approve).",
+            f"{who} used your link code and asks to become one person with you. Once it "
+            "confirms, send /link approve if that was you; if not, send /link deny "
+            "(nothing is joined until both of you agree).",
         )
         return (
-            f"Code accepted. Now approve it in {where}, where you asked for it: send /link approve "
-            f"there before {request.expires_at:%H:%M} UTC. Nothing is joined until then."
+            f"Code accepted. {account_words(request, issuer)} one person: whoever uses that "
+            "account will read your memories, documents, mail and calendar. Only continue if "
+            f"that account is yours: send /link confirm here before "
+            f"{request.expires_at:%H:%M} UTC, or /link cancel. Nothing is joined until you "
+            f"confirm and it approves in {platform_label(request.platform)}."
         )
+
+    async def confirm(self, user: User, identity: Identity) -> str:
+        """The claimant agrees to become one person with the code's issuer."""
+        request = await self.links.claimed_by(*identity)
+        if request is None or (confirmed := await self.links.confirm(request)) is None:
+            return "Nothing is waiting for your confirmation (a code lasts 10 minutes)."
+        issuer = await self.deps.users.get(confirmed.issuer)
+        if issuer is not None:
+            who = f"The {platform_label(identity[0])} account {shown_text(user.username, 80)}"
+            await self._tell(
+                issuer,
+                f"{who} confirmed it wants to become one person with you. If that was you, "
+                f"send /link approve before {confirmed.expires_at:%H:%M} UTC; if not, send "
+                "/link deny.",
+            )
+        return (
+            f"Confirmed. Now approve it in {platform_label(confirmed.platform)}, where the code "
+            f"was made: send /link approve there before {confirmed.expires_at:%H:%M} UTC."
+        )
+
+    async def cancel(self, identity: Identity) -> str:
+        """The claimant withdraws their claim."""
+        request = await self.links.claimed_by(*identity)
+        if request is None or not await self.links.settle(request, "denied"):
+            return "Nothing is waiting for your confirmation."
+        return "Cancelled: nothing was joined."
 
     async def _tell(self, person: User, text: str) -> None:
         try:
@@ -131,6 +163,12 @@ class Linking:
         request = await self.links.pending(user.id)
         if request is None:
             return "Nothing is waiting for your approval. Send /link to get a code."
+        if not request.confirmed:
+            return (
+                f"The {platform_label(request.claimed_platform)} account that used your code has "
+                f"not confirmed yet: it must send /link confirm there before "
+                f"{request.expires_at:%H:%M} UTC. Then send /link approve again."
+            )
         question = await self._google_choice(request, choice)
         if question is not None:
             return question
@@ -251,6 +289,16 @@ class Linking:
             f"Unlinked. {platform_label(identity[0])} starts as a new, empty person from your "
             f"next message; your memories, schedules and conversation stay on {names}.{waits}"
         )
+
+
+def account_words(request: LinkRequest, issuer: User) -> str:
+    """'This makes you and the Telegram account "mallory" ("Mallory M.")' — the issuing
+    account in the owner's own words (quoted, invisible characters made visible)."""
+    name = f" ({shown_text(issuer.display_name, 80)})" if issuer.display_name else ""
+    return (
+        f"This makes you and the {platform_label(request.platform)} account "
+        f"{shown_text(issuer.username, 80)}{name}"
+    )
 
 
 def summary_chunks(messages: list[AnyMessage], where: str, until: str) -> list[str]:

@@ -2,7 +2,8 @@
 
 A call is tainted when anything it was sent — the system prompt (summary,
 recalled memories, loaded skills), the trimmed history, this turn's tool
-results — holds framed outside content (`panager.framing`), or when a message
+results, the definitions of the tools bound to it — holds framed outside
+content (`panager.framing`), or when a message
 in it was itself written in a tainted call (the mark rides on AIMessages and on
 notes such as relays, so a model's own words about an injected text do not
 launder it). The mark is stored on the reply (`TAINT_KEY` in
@@ -17,11 +18,13 @@ classification rule may treat as "written by the person" (`person_text`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.tools import BaseTool
 
 from panager.framing import TAINT_KEY, holds_outside
 
@@ -39,9 +42,25 @@ def is_outside(message: AnyMessage) -> bool:
     return marked(message) or holds_outside(message.content)
 
 
-def call_tainted(system_prompt: str, messages: Sequence[AnyMessage]) -> bool:
-    """Whether a model call sending `system_prompt` + `messages` is tainted."""
-    return holds_outside(system_prompt) or any(is_outside(m) for m in messages)
+def call_tainted(
+    system_prompt: str, messages: Sequence[AnyMessage], tools: Sequence[BaseTool] = ()
+) -> bool:
+    """Whether a model call sending `system_prompt` + `messages` (and the definitions of
+    `tools`: descriptions and argument schemas) is tainted."""
+    return (
+        holds_outside(system_prompt)
+        or any(is_outside(m) for m in messages)
+        or any(tool_outside(t) for t in tools)
+    )
+
+
+def tool_outside(tool: BaseTool) -> bool:
+    """Whether a tool's definition as the model gets it holds outside content (an MCP
+    server's words the operator never reviewed)."""
+    schema = tool.args_schema if isinstance(tool.args_schema, dict) else None
+    return holds_outside(tool.description or "") or (
+        schema is not None and holds_outside(json.dumps(schema, ensure_ascii=False))
+    )
 
 
 def mark(reply: AIMessage, tainted: bool) -> AIMessage:
@@ -59,6 +78,15 @@ def person_text(messages: Sequence[AnyMessage]) -> str:
         if isinstance(message, HumanMessage) and not message.name and not is_outside(message):
             parts.append(_text(message.content))
     return "\n".join(parts)
+
+
+def latest_person_text(messages: Sequence[AnyMessage]) -> str:
+    """The person's latest message, when it is their own words ("" when it holds outside
+    content, e.g. a forward, or when there is none)."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage) and not message.name:
+            return "" if is_outside(message) else _text(message.content)
+    return ""
 
 
 def _text(content: Any) -> str:

@@ -1,8 +1,10 @@
 """`panager mcp list` and `panager mcp approve NAME`: the operator's view of MCP servers.
 
 `approve` starts the server once, so what it approves is what the server lists now
-(not only what a running Panager saw last), pins every tool as listed, and prints
-what changed. Running processes pick the approval up at their next turn.
+(not only what a running Panager saw last), shows every tool's description and every
+parameter description in full (as the model will get them, capped), asks (unless
+`--yes`), pins every tool as listed, and prints what changed. Approved text then counts
+as the operator's own. Running processes pick the approval up at their next turn.
 """
 
 from __future__ import annotations
@@ -33,13 +35,16 @@ def list_servers() -> None:
 
 
 @mcp_app.command("approve")
-def approve(name: str = typer.Argument(..., help="the server's name under mcp_servers")) -> None:
-    """Approve the server's tools as it lists them now (after a description or schema change)."""
+def approve(
+    name: str = typer.Argument(..., help="the server's name under mcp_servers"),
+    yes: bool = typer.Option(False, "--yes", help="approve without asking (after reading)"),
+) -> None:
+    """Show the server's tools in full and approve them as it lists them now."""
     from panager.cli.main import run_async, settings_or_exit, setup_logging
 
     settings = settings_or_exit()
     setup_logging()
-    raise typer.Exit(run_async(lambda: approve_command(settings, name)))
+    raise typer.Exit(run_async(lambda: approve_command(settings, name, yes=yes)))
 
 
 async def _hub(settings: Settings, only: str | None = None):
@@ -88,7 +93,18 @@ async def list_command(settings: Settings) -> int:
     return 0 if all(s.state == "ready" for s in statuses) else 1
 
 
-async def approve_command(settings: Settings, name: str) -> int:
+def review_lines(name: str, tools) -> list[str]:
+    """Every tool's words as the model will get them, in full, for the operator to read."""
+    lines = [f"MCP server {name}: what the model will read as your own words:"]
+    for t in tools:
+        mark = "" if t.approved else "  [new or changed]"
+        lines.append(f"- {t.name}{mark}")
+        lines.append(f"    description: {t.description or '(none)'}")
+        lines.extend(f"    parameter {where}: {text}" for where, text in t.parameters)
+    return lines
+
+
+async def approve_command(settings: Settings, name: str, *, yes: bool = False) -> int:
     """Approve `name`'s tools as listed now; 1 when the server is unknown or not reachable."""
     servers = settings.runtime.mcp_servers
     if name not in servers:
@@ -105,6 +121,11 @@ async def approve_command(settings: Settings, name: str) -> int:
                 err=True,
             )
             return 1
+        for text in review_lines(name, hub.review(name)):
+            typer.echo(text)
+        if not yes and not _confirmed("Approve these tools as listed?"):
+            typer.echo("Nothing approved.")
+            return 1
         changed = await hub.approve(name, f"cli:{_operator()}")
     finally:
         await hub.stop()
@@ -114,6 +135,14 @@ async def approve_command(settings: Settings, name: str) -> int:
     else:
         typer.echo(f"Nothing to approve: every tool of {name} is as approved.")
     return 0
+
+
+def _confirmed(question: str) -> bool:
+    """The operator's yes (no answer, as from a closed stdin, is a no)."""
+    try:
+        return typer.confirm(question, default=False)
+    except (typer.Abort, EOFError):
+        return False
 
 
 def _operator() -> str:

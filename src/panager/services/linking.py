@@ -1,9 +1,12 @@
 """Link codes: one person across front ends, joined only with the issuing side's Approve.
 
 `/link` on one front end issues a code (10 minutes, single use); `/link CODE`
-on another *claims* it, and nothing joins until the issuing person approves
-(`/link approve` there). A leaked code therefore gives nobody an account: its
-owner sees who claimed it and can deny. Only the SHA-256 of a code is stored.
+on another *claims* it, and nothing joins until both sides agree before the code
+expires: the claimant, told in plain words whose account they are joining
+(`/link confirm`), and then the issuing person (`/link approve` there). A leaked
+code therefore gives nobody an account: its owner sees who claimed it and can
+deny; and a code someone else made gives nobody *your* account: typing it only
+shows whose it is. Only the SHA-256 of a code is stored.
 
 Guessing is bounded twice: a code has 50 random bits, and each identity may
 miss three times per ten minutes (`link_failures`, counted under a per-identity
@@ -63,6 +66,16 @@ SELECT * FROM link_codes WHERE user_id = %s AND status = 'claimed' AND expires_a
  ORDER BY claimed_at DESC LIMIT 1
 """
 SET_STATUS = "UPDATE link_codes SET status = %s WHERE code_hash = %s AND status = 'claimed'"
+CLAIMED_BY = """
+SELECT * FROM link_codes WHERE claimed_platform = %s AND claimed_platform_id = %s
+   AND status = 'claimed' AND expires_at > %s
+ ORDER BY claimed_at DESC LIMIT 1
+"""
+CONFIRM = """
+UPDATE link_codes SET claimant_confirmed = true
+ WHERE code_hash = %s AND status = 'claimed' AND expires_at > %s
+RETURNING *
+"""
 FIND_PERSON = "SELECT user_id FROM identities WHERE platform = %s AND platform_id = %s"
 ROUTE = """
 SELECT u.notify, i.platform, i.last_seen_at FROM users u
@@ -89,6 +102,7 @@ class LinkRequest:
     claimed_platform: str
     claimed_platform_id: int
     expires_at: datetime
+    confirmed: bool = False  # the claimant agreed after being told whose account it joins
 
 
 def new_code() -> str:
@@ -127,6 +141,7 @@ def _request(row: dict[str, Any]) -> LinkRequest:
         claimed_platform=row["claimed_platform"],
         claimed_platform_id=row["claimed_platform_id"],
         expires_at=row["expires_at"],
+        confirmed=bool(row.get("claimant_confirmed")),
     )
 
 
@@ -208,6 +223,16 @@ class LinkService:
     async def pending(self, person: int) -> LinkRequest | None:
         """The claim waiting for this person's Approve, if any."""
         row = await fetch_one(self.pool, PENDING_FOR, (person, self.clock.now()))
+        return _request(row) if row else None
+
+    async def claimed_by(self, platform: str, platform_id: int) -> LinkRequest | None:
+        """The live claim this identity made (confirmed or not), if any."""
+        row = await fetch_one(self.pool, CLAIMED_BY, (platform, platform_id, self.clock.now()))
+        return _request(row) if row else None
+
+    async def confirm(self, request: LinkRequest) -> LinkRequest | None:
+        """The claimant agrees; None when the claim was settled or expired meanwhile."""
+        row = await fetch_one(self.pool, CONFIRM, (request.code_hash, self.clock.now()))
         return _request(row) if row else None
 
     async def settle(self, request: LinkRequest, status: str) -> bool:

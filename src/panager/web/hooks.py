@@ -5,6 +5,11 @@ its SHA-256 in one indexed query, so a wrong token answers 404 in the same time 
 revoked one, and the access log shows `/hooks/…` without it. The body is capped
 before it is read. A worker then runs the hook's instruction for its owner with the
 payload framed as outside content (agent/jobs.py), exactly once.
+
+A hook made with a signing secret takes only calls carrying `X-Panager-Timestamp`
+(Unix seconds, within 5 minutes of now) and `X-Panager-Signature` (hex HMAC-SHA256 of
+the timestamp followed by the body); a signature already accepted is refused. A hook
+without one refuses a body identical to one it accepted in the last 10 minutes.
 """
 
 from __future__ import annotations
@@ -14,7 +19,12 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from panager.services.schedules.system import WebhookLimited
+from panager.services.schedules.system import (
+    WebhookLimited,
+    WebhookReplayed,
+    call_digest,
+    signature_problem,
+)
 
 if TYPE_CHECKING:
     from panager.app import App
@@ -37,7 +47,8 @@ class WebhookEndpoint:
         return [web.post(HOOKS_PATH + "{token}", self.call)]
 
     async def call(self, request: web.Request) -> web.Response:
-        """Store the call for a worker, then 202; 404 unknown, 413 too big, 429 too often."""
+        """Store the call for a worker, then 202; 404 unknown, 413 too big, 401 a bad or stale
+        signature, 409 a replay, 429 too often."""
         service = self.app.deps.system_jobs
         if service is None:
             return web.json_response(NOT_FOUND, status=404)
@@ -52,10 +63,21 @@ class WebhookEndpoint:
         owner = await self.app.deps.users.get(hook.user_id)
         if owner is None:
             return web.json_response(NOT_FOUND, status=404)
+        signature = request.headers.get("X-Panager-Signature")
+        if hook.signing_secret is not None:
+            why = signature_problem(hook.signing_secret, request.headers.get(
+                "X-Panager-Timestamp"), signature, body, self.app.deps.clock.now())
+            if why:
+                return web.json_response({"error": why}, status=401)
         try:
             job = await service.accept_call(
-                hook, owner.timezone, body.decode("utf-8", "replace")
+                hook, owner.timezone, body.decode("utf-8", "replace"),
+                call_digest(hook, body, signature),
             )
+        except WebhookReplayed:
+            said = ("this signature was already used" if hook.signing_secret is not None
+                    else "the same body was accepted in the last 10 minutes")
+            return web.json_response({"error": said}, status=409)
         except WebhookLimited:
             return web.json_response(
                 {"error": "too many calls; try again in a minute"},

@@ -12,7 +12,8 @@ from panager.services.schedules.system import SystemJobService
 
 HEARTBEAT_USAGE = "/heartbeat [30m 08:00-22:00 | off]"
 BRIEFING_USAGE = "/briefing [HH:MM | off]"
-WEBHOOK_USAGE = "/webhook [new NAME INSTRUCTION… | revoke NAME]"
+WEBHOOK_USAGE = "/webhook [new NAME [--signed] INSTRUCTION… | revoke NAME]"
+SIGNED_FLAG = "--signed"
 HOOKS_PATH = "/hooks/"
 _EVERY = re.compile(r"^(\d{1,4})\s*(m|min|h)$", re.IGNORECASE)
 _HOURS = re.compile(r"^(\d{1,2}:\d{2})-(\d{1,2}:\d{2})$")
@@ -115,12 +116,19 @@ async def webhook_command(ctx: CommandContext, args: str) -> CommandReply | str:
     try:
         if verb == "new":
             name, _, instruction = rest.strip().partition(" ")
-            hook, token = await service.create_webhook(ctx.user, name, instruction)
+            signed = instruction.startswith(SIGNED_FLAG + " ")
+            instruction = instruction.removeprefix(SIGNED_FLAG + " ") if signed else instruction
+            hook, token = await service.create_webhook(ctx.user, name, instruction, signed=signed)
             url = f"{ctx.deps.settings.public_url.rstrip('/')}{HOOKS_PATH}{token}"
+            signing = "" if hook.signing_secret is None else (
+                f"\nSigning secret (shown only now): {hook.signing_secret}\nEach call must send "
+                "X-Panager-Timestamp (Unix seconds) and X-Panager-Signature (hex HMAC-SHA256 "
+                "of the timestamp followed by the body, with this secret)."
+            )
             return (
                 f"Webhook {hook.name!r} created. POST to this address (shown only now; keep "
                 f"it secret — anyone with it can wake me for you):\n{url}\n"
-                f"Each call: “{hook.instruction}”, with the request body as data."
+                f"Each call: “{hook.instruction}”, with the request body as data.{signing}"
             )
         if verb == "revoke" and rest.strip():
             name = rest.strip()
@@ -134,6 +142,7 @@ async def webhook_command(ctx: CommandContext, args: str) -> CommandReply | str:
     if not hooks:
         return "You have no webhooks. Create one with /webhook new NAME INSTRUCTION…"
     lines = ["Your webhooks (addresses are shown only when created):"]
-    lines += [f"  {h.name} — “{h.instruction}”" for h in hooks]
+    lines += [f"  {h.name}{' (signed)' if h.signing_secret else ''} — “{h.instruction}”"
+              for h in hooks]
     lines.append("Revoke one with /webhook revoke NAME.")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from panager.services.linking import (
     platform_label,
 )
 
-LINK_USAGE = "/link [CODE|approve|deny]"
+LINK_USAGE = "/link [CODE|confirm|cancel|approve|deny]"
 NOT_LET_IN = (
     "Here you can only use a code: send /link in a front end where you already talk to me, "
     "then /link CODE here."
@@ -22,12 +22,17 @@ CHAT_ONLY = "Linking works from Discord, Telegram or the terminal, not from here
 
 @command("link", LINK_USAGE, "join this front end with your account on another one")
 async def link_command(ctx: CommandContext, args: str) -> CommandReply | str:
-    """Issue a code, claim one, or approve/deny the claim waiting for you."""
+    """Issue a code, claim one (then confirm or cancel it), or approve/deny the claim
+    waiting for you."""
     identity = ctx.sender
     if identity is None:
         return CommandReply(CHAT_ONLY, ok=False)
     linking = Linking(ctx.assistant)
     word, _, rest = args.strip().partition(" ")
+    if word.lower() == "confirm":
+        return await linking.confirm(ctx.user, identity)
+    if word.lower() == "cancel":
+        return await linking.cancel(identity)
     if ctx.user.status != "active" and not looks_like_code(args):
         return CommandReply(NOT_LET_IN, ok=False)
     if word.lower() == "approve":

@@ -59,6 +59,7 @@ class CallView:
     person_text: str = ""  # everything the person typed themselves in the model's input
     tainted: bool = False  # the reply holding the call was written with outside content
     unattended: bool = False  # nobody is present (scheduled run, heartbeat, webhook)
+    latest_text: str = ""  # the person's latest message alone ("" when it is outside content)
 
 
 Classifier = Callable[[Mapping[str, Any], CallView], ToolClass]

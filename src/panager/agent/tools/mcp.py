@@ -1,7 +1,11 @@
 """`mcp__<server>__<tool>`: the MCP tools this person is permitted, as langchain tools.
 
-Each is a `StructuredTool` whose schema is the server's (repaired) JSON schema and
-whose description is the server's text, capped and framed as outside content. Every
+Each is a `StructuredTool` whose schema is the server's (repaired) JSON schema, its
+parameter descriptions capped, and whose description is the server's text, capped. Only
+tools the operator approved are offered, and approved text counts as the operator's
+(plain); a tool offered on an old first-listing pin, never reviewed, has its description
+and parameter descriptions framed as outside content, so a call that is sent them is
+tainted (agent/taint.py checks tool definitions too). Every
 result is outside content, framed once here with the server and tool as its source;
 so is any text of the server's in an error (an `isError` result, a JSON-RPC error
 message, why it is down), while Panager's own words (a timeout) stay plain. Classes
@@ -36,6 +40,7 @@ from panager.errors import ToolError
 from panager.framing import frame
 from panager.mcp_config import LOCAL
 from panager.services.mcp.hub import McpError, McpHub, OfferedTool
+from panager.services.mcp.schemas import offered_schema
 from panager.services.users import User
 
 SOURCE_KEY = "panager_source"
@@ -100,11 +105,13 @@ def mcp_tool(hub: McpHub, offer: OfferedTool) -> BaseTool:
             raise ToolError(error_text(source, exc)) from None
         return frame(source, text)
 
+    words = f"MCP server {offer.server} tool description"
+    wrap = None if offer.reviewed else (lambda text: frame(words, text))
     made = StructuredTool.from_function(
         coroutine=run,
         name=offer.name,
-        description=frame(f"MCP server {offer.server} tool description", offer.description),
-        args_schema=offer.tool.schema,
+        description=offer.description if offer.reviewed else frame(words, offer.description),
+        args_schema=offered_schema(offer.tool.schema, wrap),
         metadata={SOURCE_KEY: f"MCP server {offer.server}"},
     )
     return declare(made, _classifier(offer.read_only), _describer(offer))

@@ -10,7 +10,14 @@ from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.taint import CALL_TAINTED
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, shown_text, tool
+from panager.agent.tools.base import (
+    CONSEQUENTIAL,
+    ORDINARY,
+    CallView,
+    ToolClass,
+    shown_text,
+    tool,
+)
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.services.memory.service import (
@@ -46,7 +53,9 @@ def _brief(hit: MemoryHit, score: bool = False) -> dict:
     if hit.updated_at.date() != hit.created_at.date():
         item["updated"] = f"{hit.updated_at:%Y-%m-%d}"
     if hit.previous is not None:
-        item["was"] = frame(OUTSIDE_MEMORY, hit.previous) if hit.tainted else hit.previous
+        # the replaced text keeps its own mark: framed when it was written from outside content
+        was = hit.previous
+        item["was"] = frame(OUTSIDE_MEMORY, was) if hit.previous_tainted else was
     if score:
         item["score"] = round(hit.score, 4)
     return item
@@ -99,7 +108,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             reply["note"] = f"limit is at most {MAX_SEARCH_LIMIT}; asked for {limit}."
         return reply
 
-    @tool(classify=ORDINARY)
+    @tool(classify=update_class, describe=describe_update)
     async def memory_update(memory_id: str, content: str) -> dict:
         """Replace a memory's text by its id when the fact changed."""
         with _as_tool_errors():
@@ -126,6 +135,21 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         return {"ok": True, "forgotten": _brief(gone)}
 
     return [memory_save, memory_search, memory_update, memory_forget]
+
+
+def update_class(args: Mapping[str, Any], view: CallView) -> ToolClass:
+    """Replacing a memory's text overwrites what the person told Panager: consequential in a
+    tainted call (outside text could have written the new text) and in a run with nobody
+    present (SPEC §2); ordinary when the person is there and nothing outside was read."""
+    return CONSEQUENTIAL if view.tainted or view.unattended else ORDINARY
+
+
+def describe_update(args: Mapping[str, Any]) -> str:
+    """The replacement a confirmation question shows."""
+    return (
+        f"Replace the text of the memory with id {shown_text(str(args.get('memory_id', '')))} "
+        f"with: {shown_text(str(args.get('content', '')))}"
+    )
 
 
 def describe_forget(args: Mapping[str, Any]) -> str:

@@ -140,11 +140,12 @@ def fetch_class(args: Mapping[str, Any], view: CallView) -> ToolClass:
 
 
 def search_class(args: Mapping[str, Any], view: CallView) -> ToolClass:
-    """Consequential in a tainted call unless every word of the query is the person's."""
+    """Consequential in a tainted call unless every word of the query is in the person's
+    latest message (a word typed turns ago may be what outside text steers back to)."""
     if not view.tainted:
         return ORDINARY
     words = set(_WORD.findall(str(args.get("query", "")).casefold()))
-    mine = set(_WORD.findall(view.person_text.casefold()))
+    mine = set(_WORD.findall(view.latest_text.casefold()))
     return ORDINARY if words <= mine else CONSEQUENTIAL
 
 

@@ -23,7 +23,12 @@ from panager.services.mcp.connection import Backoff, McpProblem, ServerConnectio
 from panager.services.mcp.listing import ListedTool
 from panager.services.mcp.pins import Pin, PinStore
 from panager.services.mcp.results import cap, result_text
-from panager.services.mcp.schemas import assign_names, cap_description
+from panager.services.mcp.schemas import (
+    assign_names,
+    cap_description,
+    offered_schema,
+    param_descriptions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +41,22 @@ class OfferedTool:
     name: str  # what the model calls: mcp__<server>__<tool>, sanitised and unique
     tool: ListedTool
     read_only: bool  # the operator's `read_only: true` for the server
+    reviewed: bool = True  # the operator approved this text (not only a first listing)
 
     @property
     def description(self) -> str:
         """The server's description, capped (framed by the tool factory)."""
         return cap_description(self.tool.description)
+
+
+@dataclass(frozen=True)
+class ToolText:
+    """One tool's words as an approval shows them."""
+
+    name: str
+    description: str
+    parameters: tuple[tuple[str, str], ...]  # (where, description)
+    approved: bool  # already approved as listed
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,7 @@ class ServerStatus:
     offered: int  # offered (allow-listed, schema accepted, pin approved)
     awaiting_approval: tuple[str, ...]
     left_out: tuple[str, ...]  # "tool: why" for schemas that cannot be offered
+    first_listing: tuple[str, ...]  # offered on a first-listing pin, never reviewed
     error: str | None
     users: str
     read_only: bool
@@ -96,7 +113,7 @@ class McpHub:
             )
             for name, config in servers.items()
         }  # fmt: skip
-        self._approved: dict[tuple[str, str], str] = {}
+        self._approved: dict[tuple[str, str], tuple[str, bool]] = {}
         self._names: dict[tuple[str, str], str] = {}
         self._warned: set[tuple[str, str, str]] = set()
 
@@ -134,9 +151,10 @@ class McpHub:
                 continue
             for tool in connection.tools:
                 if self._offerable(name, config, tool):
-                    offers.append(
-                        OfferedTool(name, self._names[(name, tool.name)], tool, config.read_only)
-                    )
+                    reviewed = self._approved[(name, tool.name)][1]
+                    offers.append(OfferedTool(
+                        name, self._names[(name, tool.name)], tool, config.read_only, reviewed
+                    ))
         return offers
 
     def _offerable(self, server: str, config: McpServerConfig, tool: ListedTool) -> bool:
@@ -144,16 +162,33 @@ class McpHub:
             return False
         if tool.schema is None or (server, tool.name) not in self._names:
             return False
-        if self._approved.get((server, tool.name)) == tool.hash:
+        if self._hash(server, tool.name) == tool.hash:
             return True
         key = (server, tool.name, tool.hash)
         if key not in self._warned:
             self._warned.add(key)
             log.warning(
-                "mcp server %s: tool %r changed since it was approved; hidden until "
+                "mcp server %s: tool %r is not approved as listed; hidden until "
                 "`panager mcp approve %s`", server, tool.name[:64], server,
             )  # fmt: skip
         return False
+
+    def _hash(self, server: str, tool: str) -> str | None:
+        approved = self._approved.get((server, tool))
+        return approved[0] if approved else None
+
+    def review(self, server: str) -> list[ToolText]:
+        """What approving `server` approves: each tool as the model would get it — its
+        description and every parameter description, capped as offered, in full."""
+        connection = self.connections[server]
+        config = connection.config
+        return [
+            ToolText(t.name, cap_description(t.description),
+                     tuple(param_descriptions(offered_schema(t.schema or {}))),
+                     self._hash(server, t.name) == t.hash)
+            for t in connection.tools
+            if t.schema is not None and (config.tools is None or t.name in config.tools)
+        ]
 
     async def call(self, offer: OfferedTool, arguments: dict[str, Any]) -> str:
         """Call an offered tool; the result as capped text. McpError when there is none."""
@@ -197,8 +232,12 @@ class McpHub:
         config = connection.config
         tools = connection.tools
         waiting = tuple(
-            t.name for t in tools if self._approved.get((name, t.name)) != t.hash
+            t.name for t in tools if self._hash(name, t.name) != t.hash
             and (config.tools is None or t.name in config.tools)
+        )  # fmt: skip
+        unreviewed = tuple(
+            t.name for t in tools if self._offerable(name, config, t)
+            and not self._approved[(name, t.name)][1]
         )  # fmt: skip
         return ServerStatus(
             name=name,
@@ -208,6 +247,7 @@ class McpHub:
             tools=len(tools),
             offered=sum(1 for t in tools if self._offerable(name, config, t)),
             awaiting_approval=waiting,
+            first_listing=unreviewed,
             left_out=tuple(f"{t.name}: {t.refused}" for t in tools if t.refused),
             error=connection.error,
             users=_users(config),

@@ -1,9 +1,15 @@
 """Tool pins in PostgreSQL: what the operator approved, per (server, tool).
 
-Trust on first listing: the tools a server lists the first time it is ever seen are
-pinned as they are (configuring the server was the operator's approval). After
-that, a tool that appears or changes (description or schema) stays hidden until the
-operator approves the server again; approval pins every tool as last seen.
+Nothing is offered until the operator approved it: `panager mcp approve NAME` (or an
+admin on the web page) after being shown every description and parameter description
+in full. A tool that appears or changes (description or schema) stays hidden until the
+operator approves the server again; approval pins every tool as last seen. Approved text
+counts as the operator's words.
+
+Before that rule, a server's first listing was pinned as it came (`approved_by` =
+"first listing"); those pins keep working, but their descriptions still count as the
+server's (framed, so a call that sees them is tainted) and `panager doctor` asks for a
+review until the operator approves them.
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ from panager.services.mcp.schemas import cap_description
 
 FIRST_LISTING = "first listing"
 LOCK_SERVER = "SELECT pg_advisory_xact_lock(hashtext('panager.mcp_pins'), hashtext(%s))"
-SERVER_KNOWN = "SELECT 1 FROM mcp_tool_pins WHERE server = %s LIMIT 1"
 RECORD_SEEN = """
 INSERT INTO mcp_tool_pins (server, tool, seen_hash, description, seen_at,
                            approved_hash, approved_at, approved_by)
@@ -29,10 +34,13 @@ VALUES (%(server)s, %(tool)s, %(hash)s, %(description)s, now(),
 ON CONFLICT (server, tool) DO UPDATE
    SET seen_hash = EXCLUDED.seen_hash, description = EXCLUDED.description, seen_at = now()
 """
-APPROVED = "SELECT server, tool, approved_hash FROM mcp_tool_pins WHERE approved_hash IS NOT NULL"
+APPROVED = """
+SELECT server, tool, approved_hash, approved_by FROM mcp_tool_pins WHERE approved_hash IS NOT NULL
+"""
 APPROVE_SERVER = """
 UPDATE mcp_tool_pins SET approved_hash = seen_hash, approved_at = now(), approved_by = %s
- WHERE server = %s AND approved_hash IS DISTINCT FROM seen_hash
+ WHERE server = %s AND (approved_hash IS DISTINCT FROM seen_hash
+                        OR approved_by IS NOT DISTINCT FROM 'first listing')
 RETURNING tool
 """
 LIST_PINS = """
@@ -67,10 +75,9 @@ class PinStore:
         self.pool = pool
 
     async def record(self, server: str, tools: Sequence[ListedTool]) -> None:
-        """Store what the server lists now; a never-seen server's tools are pinned as listed."""
+        """Store what the server lists now (nothing is approved by being listed)."""
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(LOCK_SERVER, (server,))
-            known = await (await conn.execute(SERVER_KNOWN, (server,))).fetchone()
             for tool in tools:
                 await conn.execute(
                     RECORD_SEEN,
@@ -79,15 +86,19 @@ class PinStore:
                         "tool": tool.name,
                         "hash": tool.hash,
                         "description": cap_description(tool.description),
-                        "approved": None if known else tool.hash,
-                        "by": None if known else FIRST_LISTING,
+                        "approved": None,
+                        "by": None,
                     },
                 )
 
-    async def approved(self) -> dict[tuple[str, str], str]:
-        """The approved hash of every pinned tool."""
+    async def approved(self) -> dict[tuple[str, str], tuple[str, bool]]:
+        """(approved hash, approved by the operator — not merely by a first listing) of
+        every pinned tool."""
         rows = await fetch_all(self.pool, APPROVED)
-        return {(r["server"], r["tool"]): r["approved_hash"] for r in rows}
+        return {
+            (r["server"], r["tool"]): (r["approved_hash"], r["approved_by"] != FIRST_LISTING)
+            for r in rows
+        }
 
     async def approve(self, server: str, by: str) -> list[str]:
         """Approve every tool of `server` as last seen; the tools whose pin changed."""

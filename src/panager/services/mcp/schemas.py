@@ -47,6 +47,48 @@ def cap_description(text: str | None, limit: int = MAX_DESCRIPTION_CHARS) -> str
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+MAX_PARAM_DESCRIPTION_CHARS = 300
+
+
+def param_descriptions(schema: Any, path: str = "") -> list[tuple[str, str]]:
+    """Every `description` inside an input schema, with where it sits ('a.b', 'items')."""
+    found: list[tuple[str, str]] = []
+    if isinstance(schema, dict):
+        if path and isinstance(schema.get("description"), str):
+            found.append((path, schema["description"]))
+        for key, value in schema.items():
+            if key == "properties" and isinstance(value, dict):
+                for name, sub in value.items():
+                    found += param_descriptions(sub, f"{path}.{name}" if path else str(name))
+            elif key != "description" and isinstance(value, dict | list):
+                found += param_descriptions(value, f"{path}[{key}]" if path else f"[{key}]")
+    elif isinstance(schema, list):
+        for item in schema:
+            found += param_descriptions(item, path)
+    return found
+
+
+def offered_schema(schema: Any, wrap: Any = None) -> Any:
+    """The schema the model gets: every nested `description` capped (and passed through
+    `wrap`, which frames an unreviewed server's words)."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: walk(v) for k, v in node.items() if k != "description"}
+            text = node.get("description")
+            if isinstance(text, str):
+                capped = cap_description(text, MAX_PARAM_DESCRIPTION_CHARS)
+                out["description"] = capped if wrap is None else wrap(capped)
+            elif "description" in node:
+                out["description"] = walk(text)
+            return out
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        return node
+
+    return walk(copy.deepcopy(schema))
+
+
 def _short(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:6]
 

@@ -36,7 +36,7 @@ CHUNK_CHARS = 900
 MAX_CHUNKS = 4_000  # per document (the page cap keeps real ones far below)
 EMBED_BATCH = 64
 _COLUMNS = ("id, content, page::text AS category, document_id::text AS source, created_at, "
-            "updated_at, true AS tainted, NULL::text AS previous")
+            "updated_at, true AS tainted, NULL::text AS previous, NULL::jsonb AS previous_mark")
 CHUNKS = StoreTables(
     "document_chunks", "document_stats", "document_terms", _COLUMNS,
     _COLUMNS.replace("id, content, page", "m.id, m.content, m.page")

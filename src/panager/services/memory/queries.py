@@ -70,14 +70,15 @@ CROWD_K = 5  # crowding: mean similarity to this many nearest fellow candidates 
 
 COLUMNS = (
     "id, content, category, source, created_at, updated_at, tainted, "
-    "history -> -1 ->> 'content' AS previous"
+    "history -> -1 ->> 'content' AS previous, history -> -1 -> 'tainted' AS previous_mark"
 )
 
 
 @dataclass(frozen=True)
 class StoreTables:
     """Where a searchable store lives: its rows, its BM25 statistics, the columns a hit reads
-    (`id, content, category, source, created_at, updated_at, previous`)."""
+    (`id, content, category, source, created_at, updated_at, tainted, previous,
+    previous_mark`)."""
 
     table: str
     stats: str
@@ -131,7 +132,7 @@ def search_sql(store: StoreTables) -> SearchSQL:
     # only ids and distances are sorted, the k rows are read whole after
     _CROWD = f"""
     SELECT n.id, n.content, n.category, n.source, n.created_at, n.updated_at, n.tainted,
-           n.previous, n.similarity, coalesce((
+           n.previous, n.previous_mark, n.similarity, coalesce((
                SELECT avg(s) FROM (
                    SELECT 1 - (n.e <=> o.e) AS s FROM near o
                    WHERE o.id <> n.id ORDER BY s DESC LIMIT {CROWD_K}) AS nearest), 0) AS crowd
@@ -275,7 +276,8 @@ REPLACE = f"""
 UPDATE memories SET content = %(content)s, embedding = %(v)s, updated_at = %(now)s,
        tainted = %(tainted)s, category = COALESCE(%(category)s, category),
        history = history || jsonb_build_array(jsonb_build_object(
-           'content', content, 'category', category, 'replaced_at', %(now)s))
+           'content', content, 'category', category, 'replaced_at', %(now)s,
+           'tainted', tainted))
 WHERE id = %(id)s AND user_id = %(user)s
 RETURNING {COLUMNS}
 """
@@ -298,7 +300,8 @@ class MemoryHit:
     """One stored memory, with its retrieval score (0 when not from a search).
 
     `similarity` is the cosine similarity to the query (None when not searched by
-    meaning); `previous` is the text the last update replaced.
+    meaning); `previous` is the text the last update replaced, `previous_tainted` its own
+    mark (written in a call that had read outside content).
     """
 
     id: str
@@ -311,6 +314,7 @@ class MemoryHit:
     similarity: float | None = None
     previous: str | None = None
     tainted: bool = False  # written in a model call that had read outside content
+    previous_tainted: bool = False
 
 
 def hit(row: dict, score: float = 0.0) -> MemoryHit:
@@ -327,7 +331,17 @@ def hit(row: dict, score: float = 0.0) -> MemoryHit:
         similarity=None if similarity is None else float(similarity),
         previous=row.get("previous"),
         tainted=bool(row.get("tainted")),
+        previous_tainted=_previous_mark(row),
     )
+
+
+def _previous_mark(row: dict) -> bool:
+    """The replaced text's own mark; an entry without one (none are written since migration
+    0030 stamped the old ones) counts as tainted when the memory is."""
+    if row.get("previous") is None:
+        return False
+    mark = row.get("previous_mark")
+    return bool(row.get("tainted")) if mark is None else bool(mark)
 
 
 def tie_key(row: dict) -> tuple:

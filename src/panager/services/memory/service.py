@@ -21,6 +21,7 @@ bench/memory_recall.py; `memory_recall_threshold` overrides the threshold.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import statistics
@@ -113,6 +114,11 @@ RECALL_LIMIT = 2  # memories injected at most per turn (memory_inject_limit's de
 
 class MemoryUnavailable(RuntimeError):
     """Memory cannot be used right now (embedder unreachable, store re-embedded)."""
+
+
+def seen_digest(text: str) -> str:
+    """What an edit form carries to say which stored text it showed in full."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -397,11 +403,29 @@ class MemoryService:
         return await self.get(user_id, ref)
 
     async def edit(
-        self, user_id: int, memory_id: str, content: str, category: str | None = None
+        self,
+        user_id: int,
+        memory_id: str,
+        content: str,
+        category: str | None = None,
+        *,
+        seen: str | None = None,
     ) -> MemoryHit | None:
         """Replace a memory's text (re-embedded, the old text kept in its history) and
-        category, as `update` does (the web page); None when it is not theirs."""
-        result = await self.update(user_id, memory_id, content, category)
+        category, as `update` does (the web page); None when it is not theirs.
+
+        An outside-content mark is cleared only when the person changed the text having seen
+        the stored text in full (`seen`: `seen_digest` of the text their form showed, equal
+        to what is stored); a category-only edit, or an edit of a text they did not see,
+        keeps it."""
+        current = await self.get(user_id, memory_id)
+        if current is None:
+            return None
+        saw_it = seen == seen_digest(current.content)
+        rewritten = saw_it and clean_content(content) != current.content
+        result = await self.update(
+            user_id, memory_id, content, category, tainted=current.tainted and not rewritten
+        )
         return result.memory if result is not None else None
 
     async def forget(self, user_id: int, memory_id: str) -> MemoryHit | None:

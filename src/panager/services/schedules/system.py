@@ -84,8 +84,8 @@ SELECT * FROM schedules WHERE user_id = %(user_id)s AND kind = %(kind)s
    AND status IN ('active', 'paused', 'failed', 'missed')
 """
 INSERT_HOOK = """
-INSERT INTO webhooks (id, user_id, name, instruction, token_hash, created_at)
-VALUES (%(id)s, %(user_id)s, %(name)s, %(instruction)s, %(token_hash)s, %(now)s)
+INSERT INTO webhooks (id, user_id, name, instruction, token_hash, created_at, signing_secret)
+VALUES (%(id)s, %(user_id)s, %(name)s, %(instruction)s, %(token_hash)s, %(now)s, %(secret)s)
 ON CONFLICT DO NOTHING
 RETURNING *
 """
@@ -105,6 +105,26 @@ SELECT w.*, u.status AS user_status FROM webhooks w JOIN users u ON u.id = w.use
 # Counted and inserted after a per-hook transaction lock taken by its own statement (so
 # the count's snapshot sees every call accepted before): concurrent calls cannot both pass.
 LOCK_HOOK = "SELECT pg_advisory_xact_lock(hashtextextended('webhook:' || %s, 0))"
+FORGET_CALLS = "DELETE FROM webhook_seen WHERE hook_id = %s AND seen_at <= %s"
+SEE_CALL = """
+INSERT INTO webhook_seen (hook_id, digest, seen_at) VALUES (%s, %s, %s)
+ON CONFLICT DO NOTHING RETURNING hook_id
+"""
+HOOK_TOKENS = """
+SELECT CASE WHEN tokens_day = %(day)s THEN tokens_used ELSE 0 END AS used,
+       budget_told IS NOT DISTINCT FROM %(day)s AS told
+  FROM webhooks WHERE id = %(hook)s
+"""
+ADD_HOOK_TOKENS = """
+UPDATE webhooks SET tokens_used = CASE WHEN tokens_day = %(day)s THEN tokens_used ELSE 0 END
+                                  + %(tokens)s,
+       tokens_day = %(day)s
+ WHERE id = %(hook)s
+"""
+TELL_BUDGET = """
+UPDATE webhooks SET budget_told = %(day)s
+ WHERE id = %(hook)s AND budget_told IS DISTINCT FROM %(day)s RETURNING id
+"""
 ACCEPT_CALL = f"""
 WITH recent AS (
     SELECT count(*) AS n FROM schedules
@@ -172,10 +192,52 @@ class Webhook:
     name: str
     instruction: str
     created_at: datetime
+    signing_secret: str | None = None  # calls must carry its HMAC signature
 
 
 class WebhookLimited(Exception):
     """Too many calls to one hook this minute."""
+
+
+class WebhookReplayed(Exception):
+    """The same signature (or, for an unsigned hook, the same body) came in the last ten
+    minutes."""
+
+
+SIGNATURE_WINDOW = timedelta(minutes=5)  # a signed call's timestamp: at most this far off
+REPLAY_WINDOW = timedelta(minutes=10)  # how long an accepted signature or body is remembered
+
+
+def call_signature(secret: str, timestamp: str, body: bytes) -> str:
+    """X-Panager-Signature: hex HMAC-SHA256 of the timestamp followed by the body."""
+    return hmac.new(secret.encode(), timestamp.encode() + body, hashlib.sha256).hexdigest()
+
+
+def signature_problem(
+    secret: str, timestamp: str | None, signature: str | None, body: bytes, now: datetime
+) -> str | None:
+    """Why a signed hook's call is refused, or None when its signature is good and fresh."""
+    if not timestamp or not signature:
+        return "this webhook needs X-Panager-Timestamp and X-Panager-Signature"
+    try:
+        sent = datetime.fromtimestamp(int(timestamp.strip()), tz=now.tzinfo)
+    except (ValueError, OverflowError, OSError):
+        return "X-Panager-Timestamp must be Unix seconds"
+    if abs(now - sent) > SIGNATURE_WINDOW:
+        return "X-Panager-Timestamp is more than 5 minutes off"
+    given = signature.strip().lower().removeprefix("sha256=")
+    if not hmac.compare_digest(given, call_signature(secret, timestamp.strip(), body)):
+        return "X-Panager-Signature does not match"
+    return None
+
+
+def call_digest(hook: Webhook, body: bytes, signature: str | None) -> bytes:
+    """What replay protection remembers of an accepted call: its signature (signed hooks),
+    else its body."""
+    if hook.signing_secret is not None:
+        given = (signature or "").strip().lower().removeprefix("sha256=")
+        return hashlib.sha256(b"signature:" + given.encode()).digest()
+    return hashlib.sha256(b"body:" + body).digest()
 
 
 def token_hash(token: str) -> bytes:
@@ -184,7 +246,8 @@ def token_hash(token: str) -> bytes:
 
 
 def _hook(row: dict) -> Webhook:
-    return Webhook(row["id"], row["user_id"], row["name"], row["instruction"], row["created_at"])
+    return Webhook(row["id"], row["user_id"], row["name"], row["instruction"], row["created_at"],
+                   row.get("signing_secret"))
 
 
 def clean_hook_name(name: str) -> str:
@@ -300,8 +363,11 @@ class SystemJobService:
 
     # -- webhooks ------------------------------------------------------------------------------
 
-    async def create_webhook(self, user: User, name: str, instruction: str) -> tuple[Webhook, str]:
-        """A new hook and its token (shown once; only its hash is stored)."""
+    async def create_webhook(
+        self, user: User, name: str, instruction: str, *, signed: bool = False
+    ) -> tuple[Webhook, str]:
+        """A new hook and its token (shown once; only its hash is stored). `signed`: calls
+        must carry an HMAC signature with the hook's `signing_secret`."""
         name = clean_hook_name(name)
         instruction = " ".join((instruction or "").split())
         if not instruction:
@@ -318,6 +384,7 @@ class SystemJobService:
         params = {
             "id": new_schedule_id(), "user_id": user.id, "name": name,
             "instruction": instruction, "token_hash": token_hash(token), "now": self.clock.now(),
+            "secret": secrets.token_urlsafe(32) if signed else None,
         }
         row = await fetch_one(self.pool, INSERT_HOOK, params)
         if row is None:
@@ -343,9 +410,12 @@ class SystemJobService:
             return None
         return _hook(row) if row["user_status"] == "active" else None
 
-    async def accept_call(self, hook: Webhook, zone: str, payload: str) -> Schedule:
+    async def accept_call(
+        self, hook: Webhook, zone: str, payload: str, digest: bytes | None = None
+    ) -> Schedule:
         """Store one call as a job due now (before the caller hears 202); WebhookLimited
-        past `WEBHOOK_RATE` calls a minute."""
+        past `WEBHOOK_RATE` calls a minute; WebhookReplayed when `digest` (`call_digest`)
+        was accepted in the last ten minutes."""
         now = self.clock.now()
         local = now.astimezone(ZoneInfo(zone)).replace(tzinfo=None)
         params = {
@@ -358,10 +428,28 @@ class SystemJobService:
         }
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(LOCK_HOOK, (hook.id,))
+            if digest is not None:
+                await conn.execute(FORGET_CALLS, (hook.id, now - REPLAY_WINDOW))
+                seen = await conn.execute(SEE_CALL, (hook.id, digest, now))
+                if await seen.fetchone() is None:
+                    raise WebhookReplayed(hook.name)
             row = await (await conn.execute(ACCEPT_CALL, params)).fetchone()
-        if row is None:
-            raise WebhookLimited(hook.name)
+            if row is None:
+                raise WebhookLimited(hook.name)  # rolls the remembered digest back too
         return schedule_from_row(row)
+
+    async def hook_tokens(self, hook_id: str, day: Any) -> tuple[int, bool]:
+        """(tokens the hook's runs used on `day`, whether its owner was told it ran out)."""
+        row = await fetch_one(self.pool, HOOK_TOKENS, {"hook": hook_id, "day": day})
+        return (int(row["used"]), bool(row["told"])) if row else (0, True)
+
+    async def add_hook_tokens(self, hook_id: str, day: Any, tokens: int) -> None:
+        """Count one run's tokens toward the hook's day."""
+        await execute(self.pool, ADD_HOOK_TOKENS, {"hook": hook_id, "day": day, "tokens": tokens})
+
+    async def tell_budget_once(self, hook_id: str, day: Any) -> bool:
+        """True the first time on `day` (the owner is told the hook ran out once a day)."""
+        return await fetch_one(self.pool, TELL_BUDGET, {"hook": hook_id, "day": day}) is not None
 
 
 def heartbeat_of(job: Schedule) -> Heartbeat:

@@ -10,9 +10,12 @@ fetch connects to passes through this module, on every redirect hop:
    way browsers read it (`2130706433`, `0177.1`, `127.1`, `0x7f.1` are all
    127.0.0.1), so every spelling of an address is judged as that address.
 2. **Resolution through an injectable resolver**, and refusal unless *every*
-   A/AAAA answer is globally routable (`ipaddress.is_global`, not multicast;
-   `0.0.0.0` refused). IPv4 carried inside IPv6 — IPv4-mapped, IPv4-compatible,
-   6to4, NAT64 (64:ff9b::/96) and Teredo — is judged as that IPv4 address.
+   A/AAAA answer is globally routable, by this module's own table (the same
+   answers on every Python version): IPv4 minus IANA's special ranges; IPv6 only
+   inside 2000::/3, minus the special ranges listed there (fec0::/10,
+   64:ff9b:1::/48, ULA, link-local, multicast all refused). IPv4 carried inside
+   IPv6 — IPv4-mapped, IPv4-compatible, 6to4, NAT64 (64:ff9b::/96) and Teredo —
+   is judged as that IPv4 address (64:ff9b::/96 passes when that address does).
 3. **Pinning**: the connection goes to an address that was checked, never to
    a second lookup of the name (`PinnedBackend`, httpcore's network-backend
    seam). The URL keeps the name, so TLS verifies the certificate for the name
@@ -201,34 +204,94 @@ def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     return found
 
 
+# The guard's own table, so the answers do not depend on the Python version (3.11's
+# `ipaddress` calls fec0::/10 and 64:ff9b:1::/48 global; 3.12 changed several ranges).
+# IANA's special-purpose registries; first match wins, so narrower exceptions come first.
+_V4_SPECIAL: tuple[tuple[str, str | None], ...] = (
+    ("0.0.0.0/32", "the unspecified address (this machine)"),
+    ("0.0.0.0/8", "a reserved 'this network' address"),
+    ("127.0.0.0/8", "a loopback address (this machine)"),
+    ("169.254.0.0/16", "a link-local address (such as cloud metadata at 169.254.169.254)"),
+    ("10.0.0.0/8", "a private network address"),
+    ("172.16.0.0/12", "a private network address"),
+    ("192.168.0.0/16", "a private network address"),
+    ("100.64.0.0/10", "not a globally routable address (carrier-grade NAT)"),
+    ("192.0.0.9/32", None),  # port control anycast: global
+    ("192.0.0.10/32", None),  # TURN anycast: global
+    ("192.0.0.0/24", "not a globally routable address (IETF protocol assignments)"),
+    ("192.0.2.0/24", "not a globally routable address (documentation)"),
+    ("198.51.100.0/24", "not a globally routable address (documentation)"),
+    ("203.0.113.0/24", "not a globally routable address (documentation)"),
+    ("192.88.99.0/24", "not a globally routable address (retired 6to4 relay)"),
+    ("198.18.0.0/15", "not a globally routable address (benchmarking)"),
+    ("224.0.0.0/4", "a multicast address"),
+    ("240.0.0.0/4", "not a globally routable address (reserved)"),
+)
+# IPv6: only global unicast (2000::/3) can be public, minus these ranges inside it.
+IPV6_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+_V6_SPECIAL: tuple[tuple[str, str | None], ...] = (
+    ("2001:1::1/128", None),  # port control anycast
+    ("2001:1::2/128", None),  # TURN anycast
+    ("2001:3::/32", None),  # AMT
+    ("2001:4:112::/48", None),  # AS112-v6
+    ("2001:20::/28", None),  # ORCHIDv2
+    ("2001:30::/28", None),  # drone remote ID
+    ("2001::/23", "not a globally routable address (IETF protocol assignments)"),
+    ("2001:db8::/32", "not a globally routable address (documentation)"),
+    ("2002::/16", "not a globally routable address (6to4)"),
+    ("3fff::/20", "not a globally routable address (documentation)"),
+)
+_V6_OUTSIDE: tuple[tuple[str, str], ...] = (  # named reasons for common ranges outside 2000::/3
+    ("::/128", "the unspecified address (this machine)"),
+    ("::1/128", "a loopback address (this machine)"),
+    ("64:ff9b:1::/48", "a local-use NAT64 address"),
+    ("fc00::/7", "a private network address (unique local)"),
+    ("fe80::/10", "a link-local address"),
+    ("fec0::/10", "a private network address (deprecated site-local)"),
+    ("ff00::/8", "a multicast address"),
+)
+
+
+def _table(rows: Sequence[tuple[str, str | None]]) -> tuple[tuple[Network, str | None], ...]:
+    return tuple((ipaddress.ip_network(net), why) for net, why in rows)
+
+
+V4_TABLE = _table(_V4_SPECIAL)
+V6_TABLE = _table(_V6_SPECIAL)
+V6_OUTSIDE = _table(_V6_OUTSIDE)
+
+
 def refusal(ip: Address) -> str | None:
     """Why `ip` is not a public destination, or None when it is globally routable."""
     if isinstance(ip, ipaddress.IPv6Address):
         for inner in embedded_ipv4(ip):
-            why = _kind(inner)
+            why = _kind4(inner)
             if why:
                 return f"an IPv6 address carrying {inner}, {why}"
         if ip.ipv4_mapped is not None or ip in NAT64:
-            return None  # judged by the IPv4 address inside
-        if ip in NAT64_LOCAL:
-            return "a local-use NAT64 address"
-    return _kind(ip)
+            return None  # judged by the IPv4 address inside (DNS64 needs NAT64)
+        return _kind6(ip)
+    return _kind4(ip)
 
 
-def _kind(ip: Address) -> str | None:
-    if ip.is_unspecified:
-        return "the unspecified address (this machine)"
-    if ip.is_loopback:
-        return "a loopback address (this machine)"
-    if ip.is_link_local:
-        return "a link-local address (such as cloud metadata at 169.254.169.254)"
-    if ip.is_multicast:
-        return "a multicast address"
-    if ip.is_private:
-        return "a private network address"
-    if not ip.is_global:
-        return "not a globally routable address"
-    return None
+def _first(ip: Address, table: tuple[tuple[Network, str | None], ...]) -> tuple[bool, str | None]:
+    for network, why in table:
+        if ip in network:
+            return True, why
+    return False, None
+
+
+def _kind4(ip: ipaddress.IPv4Address) -> str | None:
+    if ip == ipaddress.IPv4Address("255.255.255.255"):
+        return "the broadcast address"
+    return _first(ip, V4_TABLE)[1]
+
+
+def _kind6(ip: ipaddress.IPv6Address) -> str | None:
+    if ip not in IPV6_GLOBAL_UNICAST:
+        found, why = _first(ip, V6_OUTSIDE)
+        return why if found else "not a globally routable address (outside 2000::/3)"
+    return _first(ip, V6_TABLE)[1]
 
 
 # -- the allow list --------------------------------------------------------------------------

@@ -161,8 +161,10 @@ class AdminPages:
         """MCP servers: state, tools offered, tools waiting for approval (no env or headers)."""
         hub = self.app.deps.mcp
         statuses = await hub.status() if hub is not None else []
+        reviews = {s.name: hub.review(s.name) for s in statuses
+                   if hub is not None and (s.awaiting_approval or s.first_listing)}
         return render("admin_mcp.html", **page(
-            session, "admin-mcp", "MCP servers", request, statuses=statuses))
+            session, "admin-mcp", "MCP servers", request, statuses=statuses, reviews=reviews))
 
     async def approve_mcp(self, request: web.Request, session: WebSession) -> web.Response:
         """Approve a server's tools as it lists them now."""

@@ -6,7 +6,7 @@ import json
 
 from aiohttp import web
 
-from panager.services.memory.service import MemoryHit, MemoryUnavailable
+from panager.services.memory.service import MemoryHit, MemoryUnavailable, seen_digest
 from panager.services.memory.text import MemoryInputError
 from panager.services.profile import MAX_PROFILE_CHARS, SECTIONS, ProfileInputError
 from panager.services.web_sessions import WebSession
@@ -102,7 +102,8 @@ class MemoriesPage:
         if memory is None:
             return not_found(session, "memory")
         return render("memory_form.html", **page(session, "memories", "Edit memory", request,
-                                                 memory=memory, values=memory.__dict__))
+                                                 memory=memory, values=memory.__dict__,
+                                                 seen=seen_digest(memory.content)))
 
     async def save(self, request: web.Request, session: WebSession) -> web.Response:
         """Store the new text (it is embedded again)."""
@@ -112,10 +113,11 @@ class MemoriesPage:
         form = await form_of(request)
         try:
             changed = await self.service.edit(session.user.id, memory.id,
-                                              form.get("content", ""), form.get("category"))
+                                              form.get("content", ""), form.get("category"),
+                                              seen=form.get("seen"))
         except (MemoryInputError, MemoryUnavailable) as exc:
             context = page(session, "memories", "Edit memory", request, memory=memory,
-                           values=form)
+                           values=form, seen=form.get("seen"))
             context["error"] = str(exc)
             return render("memory_form.html", status=400, **context)
         if changed is None:
