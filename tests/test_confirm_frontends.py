@@ -75,7 +75,8 @@ async def test_the_terminal_asks_y_n_and_ask_declines_unless_yes(
     openai.script(forget, "I left it.")
     code, out, err = await run_cli(["chat"], env, "what did mallory say?\nn\nexit\n")
     assert code == 0, err
-    assert f'Forget (delete) the memory with id "{bank.id}"' in out and "Approve? [y/N]" in out
+    assert "Forget (delete) the memory saved" in out and "My bank is Hana Bank." in out
+    assert f'(memory id `"{bank.id}"`)' in out and "Approve? [y/N]" in out
     assert "I left it." in out and await app.deps.memory.get(user.id, bank.id) is not None
     assert "declined" in str(openai.requests[-1]["messages"][-1]["content"])
     # panager ask: nobody can say yes — declined, and it says how to approve

@@ -202,7 +202,7 @@ async def test_bad_ids_and_gmail_errors_are_short_results(fake, make_app):
 
     result = await h.app.assistant.run_turn(user, "read my mail")
     while result.question is not None:  # email_send of an unknown draft is still asked
-        assert "could not be shown" in result.question.calls[0].description
+        assert "could not read" in result.question.calls[0].description
         result = await h.app.assistant.answer(
             user, result.question.key, {result.question.calls[0].id: "approve"})
 
@@ -242,7 +242,7 @@ async def test_email_send_is_asked_and_sends_once_on_approve(fake, make_app):
     assert "sending mail is always asked" in result.text
     [asked] = q.calls
     assert asked.tool == "email_send"
-    assert f'To: "{BOB}"' in asked.description and 'Subject: "Friday"' in asked.description
+    assert f'To: `"{BOB}"`' in asked.description and 'Subject: `"Friday"`' in asked.description
     assert asked.description.endswith("Body:\n```\nSee you at noon.\n```")  # as Gmail holds it
     assert fake.sent_messages(ALICE) == []
     done = await h.app.assistant.answer(user, q.key, {asked.id: "approve"})

@@ -32,7 +32,7 @@ from panager.agent.confirm import (
     unanswered_calls,
 )
 from panager.agent.taint import CALL_TAINTED, TAINT_KEY
-from panager.agent.tools import all_tools
+from panager.agent.tools import callable_tools
 from panager.agent.tools.base import CURRENT_CALL, clean_args
 from panager.errors import AuthRequired, ToolError
 
@@ -163,7 +163,7 @@ async def approve(
     if proposal is None:  # decided or expired in between
         again = await _settled(assistant, user, ident)
         return again if isinstance(again, TurnResult) else TurnResult(TAKEN, ok=False)
-    tool = {t.name: t for t in await all_tools(deps, user)}.get(proposal.tool)
+    tool = {t.name: t for t in await callable_tools(deps, user)}.get(proposal.tool)
     outcome: Any
     try:
         if tool is None:
