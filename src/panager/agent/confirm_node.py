@@ -48,7 +48,6 @@ from panager.agent.taint import CALL_TAINTED, marked, person_text
 from panager.agent.tools.base import (
     ALWAYS_ASKED,
     CONSEQUENTIAL,
-    LOOKUP_BUDGET,
     CallView,
     asks_always,
     classify_call,
@@ -128,7 +127,7 @@ def shown_key(call_id: str) -> str:
 class DescribeNode:
     """Resolves the words of each call that will be asked about, before `confirm`."""
 
-    def __init__(self, budget: float = LOOKUP_BUDGET) -> None:
+    def __init__(self, budget: float | None = None) -> None:
         self.budget = budget
 
     async def __call__(self, state: AgentState, runtime: Runtime[TurnContext]) -> dict:
@@ -162,7 +161,7 @@ class ConfirmNode:
     Everything before `interrupt()` is pure: the words come from the state."""
 
     def __init__(self, clock: Clock, proposals: ProposalStore | None = None,
-                 budget: float = LOOKUP_BUDGET) -> None:
+                 budget: float | None = None) -> None:
         self.clock = clock
         self.proposals = proposals
         self.budget = budget

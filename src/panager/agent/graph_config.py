@@ -15,7 +15,6 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from panager.agent.confirm_node import ProposalStore
 from panager.agent.effects import Effect, ModelCall
 from panager.agent.state import Recall, TurnContext
-from panager.agent.tools.base import LOOKUP_BUDGET
 from panager.clock import Clock, SystemClock
 from panager.errors import AuthRequired
 from panager.llm import TextSink
@@ -77,5 +76,5 @@ class GraphConfig:
     context_window: int | None = None  # tokens; None when unknown (compaction decides)
     # Taint tracking and the confirm node (SPEC §2); off only to measure what they cost.
     taint_checks: bool = True
-    lookup_budget: float = LOOKUP_BUDGET  # seconds a question's read of its object may take
+    lookup_budget: float | None = None  # seconds a question's read may take (None: 5)
     proposals: ProposalStore | None = None  # where unattended runs hold consequential calls

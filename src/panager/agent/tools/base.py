@@ -151,13 +151,13 @@ def looks_up(made: ToolT, lookup: Lookup) -> ToolT:
 
 
 async def question_words(
-    made: BaseTool, name: str, args: Mapping[str, Any], key: str, budget: float = LOOKUP_BUDGET
+    made: BaseTool, name: str, args: Mapping[str, Any], key: str, budget: float | None = None
 ) -> str:
     """The words a question shows for a call, resolved now (I/O: run it before the confirm
     node, never inside it): the tool's `prepare` when it has one (it may record what it
     showed under `key`), else its `Lookup`, else `describe_call`. A read that fails or
-    takes longer than `budget` seconds never blocks and never shows less: the raw call
-    is shown with why the object could not be read."""
+    takes longer than `budget` seconds (default `LOOKUP_BUDGET`) never blocks and never
+    shows less: the raw call is shown with why the object could not be read."""
     meta = made.metadata or {}
     prepare = meta.get(ALWAYS_ASK_KEY)
     lookup = meta.get(LOOKUP_KEY)
@@ -174,7 +174,7 @@ async def question_words(
     else:
         return describe_call(made, name, args)
     try:
-        return str(await asyncio.wait_for(read(), budget))
+        return str(await asyncio.wait_for(read(), LOOKUP_BUDGET if budget is None else budget))
     except TimeoutError:
         why = f"{source} did not answer"
     except Exception as exc:
