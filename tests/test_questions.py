@@ -243,3 +243,33 @@ def test_question_values_are_json_in_inline_code_whole():
     long = "z" * 20_000
     assert json.dumps(long) in tool_base.shown_text(long)  # never cut
     assert re.fullmatch(r"`\"<U\+200B> <U\+FEFF>\"`", tool_base.shown_text("\u200b \ufeff"))
+
+
+async def test_a_held_deletion_whose_event_changed_is_shown_again_before_it_runs(
+    make_app, fake, tmp_path, clock
+):
+    """Held at a briefing, approved later: the event is read again at the Approve; renamed
+    since, it is not deleted — the new state is shown and asked about, and that Approve
+    deletes it."""
+    start = clock.now() + timedelta(days=1)
+    event = fake.add_event(ALICE, summary="Dentist", start=start.isoformat(),
+                           end=(start + timedelta(hours=1)).isoformat())
+    model = ScriptedChatModel(script=[
+        call("calendar_delete_event", {"event_id": event["id"]}), "Held the deletion.",
+    ])
+    h, alice = await linked(make_app, fake, tmp_path, model)
+    held = await h.app.assistant.run_turn(alice, "tidy my calendar", unattended=True)
+    [offer] = held.offers
+    assert '`"Dentist"`' in offer.description
+    await h.tools(alice)["calendar_update_event"].ainvoke(
+        {"event_id": event["id"], "title": "Dentist — bring the insurance card"})
+    changed = await h.app.assistant.approve_proposal(alice, offer.id, offer.on)
+    assert "changed since it was held" in changed.text and "did not run" in changed.text
+    assert '`"Dentist — bring the insurance card"`' in changed.text
+    assert not any(r["method"] == "DELETE" for r in fake.requests)
+    stale = await h.app.assistant.approve_proposal(alice, offer.id, offer.on)  # old button
+    assert not any(r["method"] == "DELETE" for r in fake.requests) and stale.offers
+    [again] = stale.offers
+    done = await h.app.assistant.approve_proposal(alice, again.id, again.on)
+    assert done.ok and done.text.startswith("Done: Delete this calendar event")
+    assert [r["method"] for r in fake.requests if r["method"] == "DELETE"] == ["DELETE"]

@@ -206,9 +206,13 @@ class ConfirmNode:
             text = UNATTENDED
             if store is not None:
                 ident = new_proposal_id()
-                words = await question_words(
-                    tool, call["name"], call["args"], ident, self.budget
-                )
+                marked_as = CALL_TAINTED.set(tainted)  # the words say what approval runs
+                try:
+                    words = await question_words(
+                        tool, call["name"], call["args"], ident, self.budget
+                    )
+                finally:
+                    CALL_TAINTED.reset(marked_as)
                 try:
                     await store.create(
                         ctx.user.id, ident, call["name"], dict(call["args"]), words,

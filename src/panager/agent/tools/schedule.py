@@ -25,6 +25,7 @@ from panager.agent.tools.base import (
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.services.schedules.recurrence import ScheduleInputError
+from panager.services.schedules.recurrence import describe_schedule as schedule_words
 from panager.services.schedules.service import Schedule
 from panager.services.users import User
 
@@ -124,7 +125,9 @@ def described_by_lookups(
             "reminder")
         repeat = f", repeating {shown_text(found.rrule)}" if found.rrule else ""
         mark = "\n(written while reading outside content)" if found.tainted else ""
-        return (f"Cancel the {kind} {found.status}, next {found.describe(deps.clock.now())}"
+        nxt = "no further runs" if found.next_run_at is None else schedule_words(
+            found.next_run_at, found.zone, deps.clock.now(), found.rrule, relative=False)
+        return (f"Cancel the {kind} ({found.status}), next {nxt}"
                 f"{repeat} (schedule id {shown_text(ident)}){mark}\nthe whole text:\n"
                 f"{shown_block(found.message)}")
 

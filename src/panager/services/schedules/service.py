@@ -278,7 +278,7 @@ class ScheduleService:
                 break
             times.append(nxt)
             current = nxt
-        return [describe_schedule(plan.first_utc, zone, now, plan.rule),
+        return [describe_schedule(plan.first_utc, zone, now, plan.rule, relative=False),
                 *(t.astimezone(zone).strftime("%a %d %b %Y %H:%M") for t in times)]
 
     async def get(self, user_id: int, schedule_id: str) -> Schedule | None:
