@@ -19,8 +19,8 @@ from langchain_core.messages import HumanMessage
 
 from panager.agent.taint import CALL_TAINTED
 from panager.agent.threads import update_thread
-from panager.agent.tools import build_tools
 from panager.agent.tools import base as tool_base
+from panager.agent.tools import build_tools
 from panager.agent.tools.base import CONSEQUENTIAL, CallView, classify_call, question_words
 from panager.agent.tools.mcp import _describer
 from panager.agent.tools.web import describe_fetch, describe_search
