@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import uuid
+from pathlib import Path
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -75,6 +77,9 @@ async def test_the_terminal_asks_y_n_and_ask_declines_unless_yes(
     openai.script(forget, "I left it.")
     code, out, err = await run_cli(["chat"], env, "what did mallory say?\nn\nexit\n")
     assert code == 0, err
+    if os.environ.get("PANAGER_WRITE_CAPTURES") == "1":  # docs/captures/terminal-question.txt
+        (Path(__file__).resolve().parents[1] / "docs" / "captures"
+         / "terminal-question.txt").write_text(out)
     assert "Forget (delete) the memory saved" in out and "My bank is Hana Bank." in out
     assert f'(memory id `"{bank.id}"`)' in out and "Approve? [y/N]" in out
     assert "I left it." in out and await app.deps.memory.get(user.id, bank.id) is not None
