@@ -337,7 +337,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         """Delete a Google Task by its task_id."""
         return await run(TASKS_SCOPE, api.delete_task, task_id=task_id.strip())
 
-    made = [
+    made: list[BaseTool] = [
         task_list,
         task_create,
         task_update,

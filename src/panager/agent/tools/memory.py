@@ -157,7 +157,8 @@ def described_by_lookups(
         ]
 
     async def describe_forget_now(args: Mapping[str, Any]) -> str:
-        return "\n".join(["Forget (delete) " + (lines := await current(args))[0], *lines[1:]])
+        lines = await current(args)
+        return "\n".join(["Forget (delete) " + lines[0], *lines[1:]])
 
     async def describe_update_now(args: Mapping[str, Any]) -> str:
         lines = await current(args)
