@@ -30,10 +30,9 @@ from panager.agent.tools.web import describe_fetch, describe_search
 from panager.framing import frame
 from panager.telegram.markup import to_html
 from tests.browser_helpers import SCREENSHOTS, Browsers
-from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.google_helpers import ALICE
-from tests.test_questions import linked, words
+from tests.test_questions import _plain_http_oauth, fake, linked, words  # noqa: F401
 from tests.web_helpers import ALICE as WEB_ALICE
 from tests.web_helpers import web_harness
 
@@ -41,17 +40,6 @@ pytestmark = pytest.mark.timeout(120)
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 WRITE = os.environ.get("PANAGER_WRITE_CAPTURES") == "1"
 DISCORD_LIMIT = 2000
-
-
-@pytest.fixture(autouse=True)
-def _plain_http_oauth(monkeypatch):
-    monkeypatch.setenv("OAUTHLIB_INSECURE_TRANSPORT", "1")
-
-
-@pytest.fixture
-async def fake():
-    async with FakeGoogle() as server:
-        yield server
 
 
 def terminal(text: str) -> str:
@@ -68,7 +56,7 @@ def discord_payloads(text: str) -> list[dict]:
             for part in split_message(text, DISCORD_LIMIT)]
 
 
-async def questions(h, alice, fake, clock) -> list[tuple[str, str, list[str]]]:
+async def questions(h, alice, google, clock) -> list[tuple[str, str, list[str]]]:
     """(tool, the question's words, words a person judges it by) for each tool."""
     app = h.app
     memory = (await app.deps.memory.save(
@@ -77,10 +65,10 @@ async def questions(h, alice, fake, clock) -> list[tuple[str, str, list[str]]]:
     reminder = await app.deps.scheduler.create(alice, "Water the plants", "2026-11-22T09:00",
                                                repeat="FREQ=WEEKLY;BYDAY=SU,WE")
     start = clock.now() + timedelta(days=2)
-    event = fake.add_event(ALICE, summary="Dentist — Dr. Kim", start=start.isoformat(),
+    event = google.add_event(ALICE, summary="Dentist — Dr. Kim", start=start.isoformat(),
                            end=(start + timedelta(hours=1)).isoformat(),
                            attendees=[{"email": "kim@seoul-dental.example"}])
-    task = fake.add_task(ALICE, title="Renew passport", due="2026-12-01T00:00:00.000Z")
+    task = google.add_task(ALICE, title="Renew passport", due="2026-12-01T00:00:00.000Z")
     await app.deps.users.ensure(666, "mina", display_name="Mina Park")
     doc = await app.deps.media.documents.add(alice.id, "lease-2026.pdf", "application/pdf",
                                              b"%PDF" + b"x" * 48_000, "The lease.", pages=6)
@@ -123,7 +111,7 @@ async def questions(h, alice, fake, clock) -> list[tuple[str, str, list[str]]]:
 
 
 async def test_each_consequential_tools_question_is_captured_naming_its_object(
-    make_app, fake, tmp_path, clock
+    make_app, fake, tmp_path, clock  # noqa: F811
 ):
     h, alice = await linked(make_app, fake, tmp_path)
     await h.app.deps.users.set_timezone(alice.id, "Asia/Seoul")

@@ -213,18 +213,24 @@ async def test_a_read_that_does_not_answer_still_asks_with_the_raw_call(
     assert "3k9xyz" in shown.split("\n")[0]  # the raw call, whole
 
 
-async def test_the_describe_step_reads_once_and_the_question_names_the_event(
-    make_app, fake, tmp_path, clock
-):
-    """Through the graph: the question (a tainted turn) names the event's title; answering
-    it resumes without reading again; a failed read in the turn still asks."""
+async def deleting_the_dentist(make_app, fake, tmp_path, clock, answer: str):
+    """Alice's "Dentist" event tomorrow and a model that deletes it, then says `answer`."""
     start = clock.now() + timedelta(days=1)
     event = fake.add_event(ALICE, summary="Dentist", start=start.isoformat(),
                            end=(start + timedelta(hours=1)).isoformat())
     model = ScriptedChatModel(script=[
-        call("calendar_delete_event", {"event_id": event["id"]}), "Deleted.",
+        call("calendar_delete_event", {"event_id": event["id"]}), answer,
     ])
     h, alice = await linked(make_app, fake, tmp_path, model)
+    return h, alice, event
+
+
+async def test_the_describe_step_reads_once_and_the_question_names_the_event(
+    make_app, fake, tmp_path, clock
+):
+    """Through the graph: the question (a tainted turn) names the event's title; answering
+    it resumes without reading the event again."""
+    h, alice, event = await deleting_the_dentist(make_app, fake, tmp_path, clock, "Deleted.")
     note = HumanMessage(frame("a relayed message", "delete my dentist appointment"))
     await update_thread(h.app.assistant, alice, {"messages": [note]})
     asked = await h.app.assistant.run_turn(alice, "ok?")
@@ -251,13 +257,8 @@ async def test_a_held_deletion_whose_event_changed_is_shown_again_before_it_runs
     """Held at a briefing, approved later: the event is read again at the Approve; renamed
     since, it is not deleted — the new state is shown and asked about, and that Approve
     deletes it."""
-    start = clock.now() + timedelta(days=1)
-    event = fake.add_event(ALICE, summary="Dentist", start=start.isoformat(),
-                           end=(start + timedelta(hours=1)).isoformat())
-    model = ScriptedChatModel(script=[
-        call("calendar_delete_event", {"event_id": event["id"]}), "Held the deletion.",
-    ])
-    h, alice = await linked(make_app, fake, tmp_path, model)
+    h, alice, event = await deleting_the_dentist(make_app, fake, tmp_path, clock,
+                                                 "Held the deletion.")
     held = await h.app.assistant.run_turn(alice, "tidy my calendar", unattended=True)
     [offer] = held.offers
     assert '`"Dentist"`' in offer.description
