@@ -228,8 +228,9 @@ async def deleting_the_dentist(make_app, fake, tmp_path, clock, answer: str):
 async def test_the_describe_step_reads_once_and_the_question_names_the_event(
     make_app, fake, tmp_path, clock
 ):
-    """Through the graph: the question (a tainted turn) names the event's title; answering
-    it resumes without reading the event again."""
+    """Through the graph: the question (a tainted turn) names the event's title, read once
+    before it; the Approve reads it once more (checked again at use) and the confirm node,
+    run again on resume, reads nothing."""
     h, alice, event = await deleting_the_dentist(make_app, fake, tmp_path, clock, "Deleted.")
     note = HumanMessage(frame("a relayed message", "delete my dentist appointment"))
     await update_thread(h.app.assistant, alice, {"messages": [note]})
@@ -240,7 +241,7 @@ async def test_the_describe_step_reads_once_and_the_question_names_the_event(
     done = await h.app.assistant.answer(alice, asked.question.key, {pending.id: "approve"})
     assert done.ok and done.text == "Deleted."
     again = [r for r in fake.requests if r["method"] == "GET" and event["id"] in r["path"]]
-    assert len(reads) == len(again) == 1  # the confirm node, run again on resume, read nothing
+    assert len(reads) == 1 and len(again) == 2
     assert any(r["method"] == "DELETE" for r in fake.requests)
 
 
@@ -273,4 +274,29 @@ async def test_a_held_deletion_whose_event_changed_is_shown_again_before_it_runs
     [again] = stale.offers
     done = await h.app.assistant.approve_proposal(alice, again.id, again.on)
     assert done.ok and done.text.startswith("Done: Delete this calendar event")
+    assert [r["method"] for r in fake.requests if r["method"] == "DELETE"] == ["DELETE"]
+
+
+async def test_an_event_changed_while_the_question_waited_is_asked_about_again(
+    make_app, fake, tmp_path, clock
+):
+    """A live question: the event renamed before the Approve is read again then; nothing
+    is deleted, the same turn asks again with the new title, and that Approve deletes it."""
+    h, alice, event = await deleting_the_dentist(make_app, fake, tmp_path, clock, "Deleted.")
+    note = HumanMessage(frame("a relayed message", "delete my dentist appointment"))
+    await update_thread(h.app.assistant, alice, {"messages": [note]})
+    asked = await h.app.assistant.run_turn(alice, "ok?")
+    [pending] = asked.question.calls
+    await h.tools(alice)["calendar_update_event"].ainvoke(
+        {"event_id": event["id"], "title": "Dentist (moved by the clinic)"})
+    again = await h.app.assistant.answer(alice, asked.question.key, {pending.id: "approve"})
+    assert again.question is not None and again.question.key != asked.question.key
+    [changed] = again.question.calls
+    assert changed.id == pending.id and "changed since you were asked" in changed.description
+    assert '`"Dentist (moved by the clinic)"`' in changed.description
+    assert not any(r["method"] == "DELETE" for r in fake.requests)
+    stale = await h.app.assistant.answer(alice, asked.question.key, {pending.id: "approve"})
+    assert not stale.ok and not any(r["method"] == "DELETE" for r in fake.requests)
+    done = await h.app.assistant.answer(alice, again.question.key, {pending.id: "approve"})
+    assert done.ok and done.text == "Deleted."
     assert [r["method"] for r in fake.requests if r["method"] == "DELETE"] == ["DELETE"]

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, AnyMessage
 
 from panager.agent.confirm import (
+    APPROVE,
+    CHANGED_NOTE,
     PendingCall,
     Question,
     declined_message,
@@ -32,7 +34,7 @@ from panager.agent.confirm import (
     question_text,
     unanswered_calls,
 )
-from panager.agent.taint import CALL_TAINTED, TAINT_KEY
+from panager.agent.taint import CALL_TAINTED, TAINT_KEY, marked
 from panager.agent.tools import callable_tools
 from panager.agent.tools.base import (
     CURRENT_CALL,
@@ -44,10 +46,11 @@ from panager.agent.tools.base import (
 from panager.errors import AuthRequired, ToolError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from datetime import datetime
 
     from panager.agent.runner import Assistant, TurnResult
+    from panager.agent.state import TurnContext
     from panager.services.proposals import Offer, Proposal
     from panager.services.users import User
 
@@ -223,6 +226,36 @@ async def described_now(assistant: Assistant, user: User, proposal: Proposal) ->
         return await question_words(tool, proposal.tool, proposal.args, proposal.id)
     finally:
         CALL_TAINTED.reset(tainted)
+
+
+async def changed_since_asked(
+    assistant: Assistant, user: User, ctx: TurnContext, question: Question,
+    decisions: Mapping[str, str],
+) -> dict[str, str]:
+    """The approved calls of `question` whose object changed since it was asked: their
+    words now ({call id: words}); empty when none did (or none can be read again)."""
+    snapshot = await assistant.graph.aget_state(assistant.config_for(user))
+    reply, open_calls = unanswered_calls((snapshot.values or {}).get("messages", []))
+    if reply is None:
+        return {}
+    args = {str(c["id"]): c for c in open_calls}
+    by_name = {t.name: t for t in (*ctx.unlisted_tools, *ctx.tools)}
+    changed: dict[str, str] = {}
+    tainted = CALL_TAINTED.set(marked(reply))
+    try:
+        for asked in question.calls:
+            tool, called = by_name.get(asked.tool), args.get(asked.id)
+            if decisions.get(asked.id) != APPROVE or tool is None or called is None:
+                continue
+            if not isinstance((tool.metadata or {}).get(LOOKUP_KEY), Lookup):
+                continue
+            words = await question_words(tool, asked.tool, called["args"], asked.id)
+            shown = asked.description.removeprefix(CHANGED_NOTE)
+            if words != shown:
+                changed[asked.id] = words
+    finally:
+        CALL_TAINTED.reset(tainted)
+    return changed
 
 
 async def approve_shown(assistant: Assistant, user: User, proposal_id: str) -> TurnResult:

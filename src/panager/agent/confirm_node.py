@@ -19,6 +19,7 @@ would be swallowed by the per-call error handling and re-run sibling calls).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,8 @@ from langgraph.types import interrupt
 
 from panager.agent.confirm import (
     APPROVE,
+    CHANGED,
+    CHANGED_NOTE,
     DENY,
     PROPOSED,
     QUESTION_TTL,
@@ -187,6 +190,9 @@ class ConfirmNode:
             expires_at=self.clock.now() + QUESTION_TTL,
         )
         answer = interrupt(question.payload())  # the first run stops here; a resume returns
+        while isinstance(answer, dict) and isinstance(answer.get(CHANGED), dict):
+            question = asked_again(question, answer[CHANGED], self.clock.now(), reply.id)
+            answer = interrupt(question.payload())  # the words come from the resume: pure
         decisions: Mapping[str, Any] = answer if isinstance(answer, dict) else {}
         declined: list[AnyMessage] = [
             declined_message(c, str(decisions.get(str(c["id"]), DENY)))
@@ -232,6 +238,20 @@ class ConfirmNode:
                 )
             )
         return results
+
+
+def asked_again(
+    question: Question, changed: Mapping[str, Any], now: Any, reply_id: str | None
+) -> Question:
+    """The question again, the calls whose object changed shown with their new words."""
+    calls = tuple(
+        PendingCall(c.id, c.tool, CHANGED_NOTE + str(changed[c.id]))
+        if c.id in changed else c
+        for c in question.calls
+    )
+    seed = question.key + json.dumps(dict(changed), sort_keys=True, ensure_ascii=False)
+    key = question_key(reply_id, (), seed)  # the first key names the calls already
+    return Question(key, calls, now + QUESTION_TTL)
 
 
 def route_after_confirm(state: AgentState) -> str:
