@@ -22,16 +22,17 @@ from langchain_core.messages import HumanMessage
 from rich.console import Console
 from rich.markdown import Markdown
 
-from panager.adapters.chunking import split_message
 from panager.agent.confirm import PendingCall, Question, question_text
 from panager.agent.threads import update_thread
 from panager.agent.tools.mcp import _describer
 from panager.agent.tools.web import describe_fetch, describe_search
 from panager.framing import frame
-from panager.telegram.markup import to_html
 from tests.browser_helpers import SCREENSHOTS, Browsers
+from tests.discord_helpers import running_bot
+from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.google_helpers import ALICE
+from tests.telegram_helpers import running_front, telegram_settings
 from tests.test_questions import _plain_http_oauth, fake, linked, words  # noqa: F401
 from tests.web_helpers import ALICE as WEB_ALICE
 from tests.web_helpers import web_harness
@@ -39,7 +40,7 @@ from tests.web_helpers import web_harness
 pytestmark = pytest.mark.timeout(120)
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 WRITE = os.environ.get("PANAGER_WRITE_CAPTURES") == "1"
-DISCORD_LIMIT = 2000
+TELEGRAM_ALICE = 5_000_111
 
 
 def terminal(text: str) -> str:
@@ -48,12 +49,6 @@ def terminal(text: str) -> str:
     Console(file=out, width=100, color_system=None, force_terminal=False).print(
         Markdown(text, hyperlinks=False))
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
-
-
-def discord_payloads(text: str) -> list[dict]:
-    """The messages the Discord bot posts for a question (discord/replies.send_reply)."""
-    return [{"content": part, "flags": 4, "allowed_mentions": {"parse": []}}
-            for part in split_message(text, DISCORD_LIMIT)]
 
 
 async def questions(h, alice, google, clock) -> list[tuple[str, str, list[str]]]:
@@ -111,30 +106,57 @@ async def questions(h, alice, google, clock) -> list[tuple[str, str, list[str]]]
 
 
 async def test_each_consequential_tools_question_is_captured_naming_its_object(
-    make_app, fake, tmp_path, clock  # noqa: F811
+    make_app, fake, tmp_path, clock, telegram  # noqa: F811
 ):
-    h, alice = await linked(make_app, fake, tmp_path)
-    await h.app.deps.users.set_timezone(alice.id, "Asia/Seoul")
-    alice = await h.app.deps.users.get(alice.id)
+    """Each question goes out through the real discord.py and aiogram clients to the fake
+    Discord and Telegram servers, which record what they were sent."""
+    discord_fake = FakeDiscord()
+    await discord_fake.__aenter__()
+    try:
+        with discord_fake.patch_discord():
+            sections = await captured(make_app, fake, tmp_path, clock, discord_fake, telegram)
+    finally:
+        await discord_fake.__aexit__(None, None, None)
+    if WRITE:
+        write_questions(sections)
+
+
+def write_questions(sections: list[str]) -> None:
+    head = (DOCS / "questions.md").read_text().split("<!-- captures -->")[0]
+    (DOCS / "questions.md").write_text(head + "<!-- captures -->\n\n" + "\n".join(sections))
+
+
+async def captured(make_app, google, tmp_path, clock, discord_fake, telegram) -> list[str]:
+    h, alice = await linked(make_app, google, tmp_path, **telegram_settings(telegram))
+    users = h.app.deps.users
+    await users.set_timezone(alice.id, "Asia/Seoul")
+    await h.sql("INSERT INTO identities (platform, platform_id, user_id) VALUES "
+                "('telegram', %s, %s) RETURNING user_id", TELEGRAM_ALICE, alice.id)  # both
+    alice = await users.get(alice.id)
     expires = datetime(2026, 11, 21, 12, 10, tzinfo=UTC)
     sections = []
-    for tool, text, judged in await questions(h, alice, fake, clock):
-        asked = question_text(Question("q", (PendingCall("c", tool, text),), expires))
-        for word in judged:
-            assert word in asked, (tool, word)
-        assert "could not read" not in asked, asked
-        shown = terminal(asked)
-        html = to_html(asked)
-        payloads = discord_payloads(asked)
-        assert all(len(p["content"]) <= DISCORD_LIMIT for p in payloads)
-        sections.append(
-            f"## `{tool}`\n\nTerminal:\n\n```text\n{shown.rstrip()}\n```\n\n"
-            f"Telegram (`sendMessage`, `parse_mode` HTML):\n\n```html\n{html}\n```\n\n"
-            f"Discord (`POST /channels/…/messages`):\n\n```json\n"
-            f"{json.dumps(payloads, ensure_ascii=False, indent=1)}\n```\n")
-    if WRITE:
-        head = (DOCS / "questions.md").read_text().split("<!-- captures -->")[0]
-        (DOCS / "questions.md").write_text(head + "<!-- captures -->\n\n" + "\n".join(sections))
+    async with running_bot(h.app, discord_fake) as bot, running_front(h.app, telegram) as front:
+        for tool, text, judged in await questions(h, alice, google, clock):
+            asked = question_text(Question("q", (PendingCall("c", tool, text),), expires))
+            for word in judged:
+                assert word in asked, (tool, word)
+            assert "could not read" not in asked, asked
+            posted, sent = len(discord_fake.sent), len(telegram.sent)
+            assert await bot.messenger.send(alice, asked)
+            assert await front.messenger.send(alice, asked)
+            payloads = [{k: m[k] for k in ("content", "flags", "allowed_mentions", "embeds")}
+                        for m in discord_fake.sent[posted:]]
+            assert all(p["flags"] & 4 and p["allowed_mentions"] == {"parse": []}
+                       for p in payloads)
+            html = [{k: m[k] for k in ("raw", "parse_mode", "link_preview_options")}
+                    for m in telegram.sent[sent:]]
+            sections.append(
+                f"## `{tool}`\n\nTerminal:\n\n```text\n{terminal(asked)}\n```\n\n"
+                f"Telegram (`sendMessage`, as the fake Telegram received it):\n\n```json\n"
+                f"{json.dumps(html, ensure_ascii=False, indent=1)}\n```\n\n"
+                f"Discord (`POST /channels/…/messages`, as the fake Discord received it):"
+                f"\n\n```json\n{json.dumps(payloads, ensure_ascii=False, indent=1)}\n```\n")
+    return sections
 
 
 async def test_the_web_page_question_in_chromium(make_app, tmp_path):

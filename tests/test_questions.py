@@ -45,9 +45,9 @@ async def fake():
         yield server
 
 
-async def linked(make_app, fake, tmp_path, model=None):
+async def linked(make_app, fake, tmp_path, model=None, **overrides):
     home = write_config(tmp_path / "h", allow_user_messages=True)
-    h = await start_harness(make_app, fake, model, home=home)
+    h = await start_harness(make_app, fake, model, home=home, **overrides)
     alice = await h.app.deps.users.ensure(111, "alice")
     assert (await h.link(alice))[0] == 200
     return h, alice
@@ -111,7 +111,7 @@ async def test_schedule_create_shows_kind_first_time_next_three_and_the_mark(
     shown = await words(h, alice, "schedule_create", args)
     no_id_alone(shown, "", "scheduled task", "Asia/Seoul", "repeats daily",
                 "Mon 23 Nov 2026 09:00; Tue 24 Nov 2026 09:00; Wed 25 Nov 2026 09:00",
-                "(written while reading outside content)",
+                "written while reading outside content",
                 "```\nCheck the deploy log and mail it to ops.\n```")
 
 
@@ -123,9 +123,9 @@ async def test_schedule_cancel_shows_kind_next_time_repetition_whole_text_and_ma
     made = await h.app.deps.scheduler.create(alice, text, "2026-11-22T08:00",
                                              repeat="FREQ=WEEKLY;BYDAY=SU", tainted=True)
     shown = await words(h, alice, "schedule_cancel", {"schedule_id": made.id})
-    no_id_alone(shown, made.id, "Cancel the reminder", "Sun 22 Nov 2026 08:00",
+    no_id_alone(shown, made.id, "Cancel this reminder", "Sun 22 Nov 2026 08:00",
                 "FREQ=WEEKLY;BYDAY=SU", f"```\n{text}\n```",
-                "(written while reading outside content)")
+                "written while reading outside content")
 
 
 async def test_task_update_and_delete_show_title_due_list_and_account(make_app, fake, tmp_path):

@@ -374,15 +374,15 @@ def described_by_lookups(
             for a in event.get("attendees") or [] if not a.get("self")
         ]
         lines = [
-            f"  title: {shown_text(str(event.get('summary') or ''))}",
-            f"  when: {api.event_times(event, zone)}",
-            f"  calendar: {shown_text(cal)} of Google account {await account()}",
-            "  attendees Google may e-mail: " + (", ".join(mailed) if mailed else "none"),
+            f"  - title: {shown_text(str(event.get('summary') or ''))}",
+            f"  - when: {api.event_times(event, zone)}",
+            f"  - calendar: {shown_text(cal)} of Google account {await account()}",
+            "  - attendees Google may e-mail: " + (", ".join(mailed) if mailed else "none"),
         ]
         for key, label in (("location", "location"), ("description", "description")):
             if event.get(key):
-                lines.append(f"  {label}: {shown_text(str(event[key]))}")
-        lines.append(f"  (event id {shown_text(event_id)})")
+                lines.append(f"  - {label}: {shown_text(str(event[key]))}")
+        lines.append(f"  - (event id {shown_text(event_id)})")
         return lines
 
     async def describe_event_change(args: Mapping[str, Any]) -> str:
@@ -391,8 +391,8 @@ def described_by_lookups(
             str(args.get("calendar_id") or "primary"), ident)]
         new = {k: v for k, v in args.items()
                if k not in ("event_id", "calendar_id") and v is not None}
-        lines.append("to these new values:" if new else "with no new values")
-        lines += [f"  {k} → {shown_text(str(v))}" for k, v in new.items()]
+        lines.append("  - to these new values:" if new else "  - with no new values")
+        lines += [f"    - {k} → {shown_text(str(v))}" for k, v in new.items()]
         return "\n".join(lines)
 
     async def describe_event_delete(args: Mapping[str, Any]) -> str:
@@ -408,19 +408,20 @@ def described_by_lookups(
     async def task_lines(task_id: str) -> list[str]:
         task = await run(TASKS_SCOPE, api.read_task, task_id=task_id)
         return [
-            f"  title: {shown_text(str(task.get('title') or ''))}",
-            f"  due: {(task.get('due') or '')[:10] or 'none'}",
-            f"  list: {shown_text('My Tasks (default list)')} of Google account {await account()}",
-            f"  notes: {shown_text(str(task.get('notes') or ''))}",
-            f"  status: {task.get('status') or '?'}",
-            f"  (task id {shown_text(task_id)})",
+            f"  - title: {shown_text(str(task.get('title') or ''))}",
+            f"  - due: {(task.get('due') or '')[:10] or 'none'}",
+            f"  - list: {shown_text('My Tasks (default list)')} of Google account "
+            f"{await account()}",
+            f"  - notes: {shown_text(str(task.get('notes') or ''))}",
+            f"  - status: {task.get('status') or '?'}",
+            f"  - (task id {shown_text(task_id)})",
         ]
 
     async def describe_task_change(args: Mapping[str, Any]) -> str:
         lines = ["Change this task:", *await task_lines(str(args.get("task_id", "")).strip())]
         new = {k: v for k, v in args.items() if k != "task_id" and v is not None}
-        lines.append("to these new values:" if new else "with no new values")
-        lines += [f"  {k} → {shown_text(str(v))}" for k, v in new.items()]
+        lines.append("  - to these new values:" if new else "  - with no new values")
+        lines += [f"    - {k} → {shown_text(str(v))}" for k, v in new.items()]
         return "\n".join(lines)
 
     async def describe_task_delete(args: Mapping[str, Any]) -> str:

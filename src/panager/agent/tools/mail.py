@@ -76,11 +76,11 @@ def draft_question(view: Mapping[str, Any]) -> str:
     lines = [f"Send this e-mail (Gmail draft {shown_text(str(view['draft_id']))}) from "
              f"{shown_text(str(view.get('sender') or 'your Gmail account'))}:"]
     for label, key in (("To", "to"), ("Cc", "cc"), ("Bcc", "bcc"), ("Subject", "subject")):
-        lines.append(f"{label}: {shown_text(str(view.get(key) or ''))}")
+        lines.append(f"- {label}: {shown_text(str(view.get(key) or ''))}")
     if view.get("attachments"):
         names = ", ".join(shown_text(str(n)) for n in view["attachments"])
-        lines.append(f"Attachments: {names}")
-    lines.append(f"Body:\n{shown_block(str(view.get('body') or ''))}")
+        lines.append(f"- Attachments: {names}")
+    lines.append(f"- Body:\n{shown_block(str(view.get('body') or ''))}")
     return "\n".join(lines)
 
 

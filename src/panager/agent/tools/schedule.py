@@ -111,10 +111,11 @@ def described_by_lookups(
             raise ToolError(str(exc)) from None
         agent = args.get("kind") == "agent"
         kind = "a scheduled task (the assistant acts on its own then)" if agent else "a reminder"
-        lines = [f"Create {kind}, first {first}", "next times: " + "; ".join(times)]
+        lines = [f"Create {kind}:", f"- first {first}", "- next times: " + "; ".join(times)]
         if CALL_TAINTED.get():
-            lines.append("(written while reading outside content)")
-        return "\n".join([*lines, "the whole text:", shown_block(str(args.get("message", "")))])
+            lines.append("- written while reading outside content")
+        text = shown_block(str(args.get("message", "")))
+        return "\n".join([*lines, "- the whole text:", text])
 
     async def cancel_now(args: Mapping[str, Any]) -> str:
         ident = str(args.get("schedule_id", ""))
@@ -123,13 +124,15 @@ def described_by_lookups(
             raise ToolError("there is no such schedule of yours")
         kind = "scheduled task (the assistant acts on its own)" if found.kind == "agent" else (
             "reminder")
-        repeat = f", repeating {shown_text(found.rrule)}" if found.rrule else ""
-        mark = "\n(written while reading outside content)" if found.tainted else ""
         nxt = "no further runs" if found.next_run_at is None else schedule_words(
             found.next_run_at, found.zone, deps.clock.now(), found.rrule, relative=False)
-        return (f"Cancel the {kind} ({found.status}), next {nxt}"
-                f"{repeat} (schedule id {shown_text(ident)}){mark}\nthe whole text:\n"
-                f"{shown_block(found.message)}")
+        lines = [f"Cancel this {kind} ({found.status}; schedule id {shown_text(ident)}):",
+                 f"- next: {nxt}"]
+        if found.rrule:
+            lines.append(f"- repeating: {shown_text(found.rrule)}")
+        if found.tainted:
+            lines.append("- written while reading outside content")
+        return "\n".join([*lines, "- the whole text:", shown_block(found.message)])
 
     looks_up(schedule_create, Lookup(
         create_now, lambda a: f"the time {shown_text(str(a.get('at', '')))}", "the database"))
