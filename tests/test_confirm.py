@@ -96,7 +96,7 @@ async def test_a_scheduled_run_holds_the_relay_as_a_proposal_approved_once(
     assert sent_to(h, mallory) == []
     [answer] = sent_to(h, alice)
     assert answer.startswith("Your calendar: Sync tomorrow.")
-    assert "Send a message to @\"mallory\": \"PIN 4821\"" in answer
+    assert "Send a direct message to @mallory" in answer and "\n```\nPIN 4821\n```" in answer
     [[offer]] = offers_to(h, alice)
     pid = offer.id
     held = [m for m in await messages_of(h.app, alice) if isinstance(m, ToolMessage)]
@@ -105,7 +105,7 @@ async def test_a_scheduled_run_holds_the_relay_as_a_proposal_approved_once(
     # a typed /approve shows the stored description again and asks; nothing runs
     asked = await dispatch(CommandContext(user=alice, assistant=h.app.assistant),
                            f"/approve {pid}")
-    assert asked.ok and "@\"mallory\"" in asked.text and "PIN 4821" in asked.text
+    assert asked.ok and "@mallory" in asked.text and "PIN 4821" in asked.text
     [again_offer] = asked.offers
     assert again_offer.id == pid and sent_to(h, mallory) == []
     # the answer's own button no longer approves (re-offered): it asks again too
@@ -113,7 +113,7 @@ async def test_a_scheduled_run_holds_the_relay_as_a_proposal_approved_once(
     assert stale.offers and sent_to(h, mallory) == []
     # Approve on the question that showed it: exactly that call, once
     done = await h.app.assistant.approve_proposal(alice, pid, stale.offers[0].on)
-    assert done.ok and "@\"mallory\"" in done.text
+    assert done.ok and "@mallory" in done.text
     assert sent_to(h, mallory) == ["✉️ Message from @alice, relayed by Panager (their words, not Panager's):\n```\nPIN 4821\n```"]
     again = await h.app.assistant.approve_proposal(alice, pid, stale.offers[0].on)
     assert not again.ok and "already approved" in again.text
@@ -134,7 +134,7 @@ async def test_an_interactive_turn_asks_first_deny_then_approve(make_app, fake, 
     q = asked.question
     assert q is not None and asked.tainted and len(q.calls) == 1
     assert q.calls[0].tool == "send_user_message"
-    assert '@"mallory"' in q.calls[0].description and '"PIN 4821"' in q.calls[0].description
+    assert "@mallory" in q.calls[0].description and "PIN 4821" in q.calls[0].description
     assert "PIN 4821" in asked.text and sent_to(h, mallory) == []
     calls_before = len(model.requests)
     model.add("I did not send it.")

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import uuid
+from pathlib import Path
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -63,6 +65,13 @@ async def openai():
         yield server
 
 
+def write_capture(out: str) -> None:
+    """docs/captures/terminal-question.txt, when PANAGER_WRITE_CAPTURES=1."""
+    if os.environ.get("PANAGER_WRITE_CAPTURES") == "1":
+        (Path(__file__).resolve().parents[1] / "docs" / "captures"
+         / "terminal-question.txt").write_text(out)
+
+
 async def test_the_terminal_asks_y_n_and_ask_declines_unless_yes(
     make_app, db_url, tmp_path, openai
 ):
@@ -75,7 +84,9 @@ async def test_the_terminal_asks_y_n_and_ask_declines_unless_yes(
     openai.script(forget, "I left it.")
     code, out, err = await run_cli(["chat"], env, "what did mallory say?\nn\nexit\n")
     assert code == 0, err
-    assert f'Forget (delete) the memory with id "{bank.id}"' in out and "Approve? [y/N]" in out
+    write_capture(out)
+    assert "Forget (delete) the memory saved" in out and "My bank is Hana Bank." in out
+    assert f'(memory id `"{bank.id}"`)' in out and "Approve? [y/N]" in out
     assert "I left it." in out and await app.deps.memory.get(user.id, bank.id) is not None
     assert "declined" in str(openai.requests[-1]["messages"][-1]["content"])
     # panager ask: nobody can say yes — declined, and it says how to approve

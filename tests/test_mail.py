@@ -202,7 +202,7 @@ async def test_bad_ids_and_gmail_errors_are_short_results(fake, make_app):
 
     result = await h.app.assistant.run_turn(user, "read my mail")
     while result.question is not None:  # email_send of an unknown draft is still asked
-        assert "could not be shown" in result.question.calls[0].description
+        assert "could not read" in result.question.calls[0].description
         result = await h.app.assistant.answer(
             user, result.question.key, {result.question.calls[0].id: "approve"})
 
@@ -242,7 +242,7 @@ async def test_email_send_is_asked_and_sends_once_on_approve(fake, make_app):
     assert "sending mail is always asked" in result.text
     [asked] = q.calls
     assert asked.tool == "email_send"
-    assert f'To: "{BOB}"' in asked.description and 'Subject: "Friday"' in asked.description
+    assert f'To: `"{BOB}"`' in asked.description and 'Subject: `"Friday"`' in asked.description
     assert asked.description.endswith("Body:\n```\nSee you at noon.\n```")  # as Gmail holds it
     assert fake.sent_messages(ALICE) == []
     done = await h.app.assistant.answer(user, q.key, {asked.id: "approve"})
@@ -252,6 +252,29 @@ async def test_email_send_is_asked_and_sends_once_on_approve(fake, make_app):
     [sent] = fake.sent_messages(ALICE)
     assert sent["To"] == BOB and sent.get_content().strip() == "See you at noon."
     assert len(fake.sent_messages(ALICE)) == 1
+
+
+async def test_a_second_approved_send_with_the_same_provider_call_id_is_sent(fake, make_app):
+    """Local model servers number calls `call_0`, `call_1`… in every reply: the record of
+    what a question showed is per question, so the next turn's `call_0` is asked and sent
+    (it failed "not asked": the first turn's record held the key)."""
+
+    def send_as_call_0(messages):
+        return call("email_send", {"draft_id": last_result(messages)["draft_id"]}, id="call_0")
+
+    script = []
+    for subject in ("Friday", "Saturday"):
+        script += [call("email_draft", {"to": BOB, "subject": subject, "body": "Noon."},
+                        id="call_0"), send_as_call_0, f"Sent {subject}."]
+    model = ScriptedChatModel(script=script)
+    h, user = await linked_with_mail(make_app, fake, model)
+    for subject in ("Friday", "Saturday"):
+        result = await h.app.assistant.run_turn(user, f"mail Bob about {subject}")
+        [asked] = result.question.calls
+        assert asked.id == "call_0" and f'Subject: `"{subject}"`' in asked.description
+        done = await h.app.assistant.answer(user, result.question.key, {"call_0": "approve"})
+        assert done.ok and done.text == f"Sent {subject}.", last_tool(model, "email_send")
+    assert [m["Subject"] for m in fake.sent_messages(ALICE)] == ["Friday", "Saturday"]
 
 
 async def test_a_draft_changed_after_the_question_is_not_sent(fake, make_app):

@@ -16,15 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from panager.agent.taint import marked
-from panager.agent.threads import thread_values
+from panager.agent.threads import thread_values, update_thread
 from panager.agent.tools import all_tools
 from panager.agent.tools.base import CallView, classify_call
 from panager.errors import ToolError
-from panager.framing import holds_outside
+from panager.framing import frame, holds_outside
 from panager.services.mcp.connection import Backoff
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 from tests.runtime_helpers import write_config
@@ -466,3 +466,35 @@ async def test_first_listing_pins_keep_working_framed_and_doctor_asks_for_a_revi
     tools = await all_tools(app.deps, admin)
     assert not call_tainted("You are Panager.", [], tools)
     assert "first listing" not in mcp_summary(await hub.status())[1]
+
+
+async def test_an_approved_call_of_a_tool_loaded_by_tool_search_runs_after_the_resume(
+    make_app, tmp_path
+):
+    """The question's Approve resumes with freshly built tools, where the search has loaded
+    nothing yet: the approved call still runs (it was "Unknown tool"); so does one held
+    for later and approved as a proposal."""
+    model = ScriptedChatModel(script=[
+        calls(call("tool_search", {"query": "echo the text"})),
+        calls(call("mcp__t__echo", {"text": "approved later"})),
+        "done",
+    ])
+    app, model = await mcp_app(make_app, tmp_path, {"t": stdio_server()}, model,
+                               config={"mcp_tool_search_above": 3})
+    admin = await app.deps.users.ensure(ADMIN, "admin")
+    outside = HumanMessage(frame("a relayed message", "echo it"), name="relay")
+    await update_thread(app.assistant, admin, {"messages": [outside]})
+    asked = await app.assistant.run_turn(admin, "echo something")
+    [pending] = asked.question.calls
+    assert pending.tool == "mcp__t__echo" and "approved later" in pending.description
+    done = await app.assistant.answer(admin, asked.question.key, {pending.id: "approve"})
+    assert done.ok, done.text
+    echo = (await results_of(app, admin))[-1]
+    assert echo.status != "error" and "echo: approved later" in echo.content
+    # held in a run with nobody present, approved from its offer
+    model.script.extend([calls(call("tool_search", {"query": "echo the text"})),
+                         calls(call("mcp__t__echo", {"text": "held"})), "held it"])
+    result = await app.assistant.run_turn(admin, "echo again", unattended=True)
+    [offer] = result.offers
+    approved = await app.assistant.approve_proposal(admin, offer.id, offer.on)
+    assert approved.ok and approved.text.startswith("Done:"), approved.text

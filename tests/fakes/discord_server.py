@@ -750,6 +750,7 @@ class FakeDiscord:
             "enforce_nonce": bool(body.get("enforce_nonce")),
             "embeds": body.get("embeds") or [],
             "flags": body.get("flags") or 0,
+            "allowed_mentions": body.get("allowed_mentions"),
             "files": body.get("_files", []),
             "time": time.monotonic(),
             **extra,

@@ -1275,6 +1275,7 @@ class FakeGoogle(_OAuthMixin, _CalendarMixin, _TasksMixin, _GmailMixin):
         self.calendar_time_zone, self.host, self.port = calendar_time_zone, host, port
         self.default_account = accounts[0] if accounts else "alice@example.com"
         self.requests: list[dict] = []
+        self.stalled: asyncio.Event | None = None  # set: API calls wait until it is set
         self.token_requests: list[dict] = []
         self.calendars: dict[str, dict[str, dict]] = {}
         self.tasks: dict[str, dict[str, dict[str, dict]]] = {}
@@ -1450,6 +1451,8 @@ class FakeGoogle(_OAuthMixin, _CalendarMixin, _TasksMixin, _GmailMixin):
     async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         """Authenticate and log API calls; render errors the way Google does."""
         record = self._record(request) if request.path.startswith(_API_PREFIXES) else None
+        if record is not None and self.stalled is not None:
+            await self.stalled.wait()  # an API that does not answer (until released)
         try:
             if record is None:
                 return await handler(request)

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, AnyMessage
 
 from panager.agent.confirm import (
+    APPROVE,
+    CHANGED_NOTE,
     PendingCall,
     Question,
     declined_message,
@@ -31,16 +34,23 @@ from panager.agent.confirm import (
     question_text,
     unanswered_calls,
 )
-from panager.agent.taint import CALL_TAINTED, TAINT_KEY
-from panager.agent.tools import all_tools
-from panager.agent.tools.base import CURRENT_CALL, clean_args
+from panager.agent.taint import CALL_TAINTED, TAINT_KEY, marked
+from panager.agent.tools import callable_tools
+from panager.agent.tools.base import (
+    CURRENT_CALL,
+    LOOKUP_KEY,
+    Lookup,
+    clean_args,
+    question_words,
+)
 from panager.errors import AuthRequired, ToolError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from datetime import datetime
 
     from panager.agent.runner import Assistant, TurnResult
+    from panager.agent.state import TurnContext
     from panager.services.proposals import Offer, Proposal
     from panager.services.users import User
 
@@ -59,6 +69,10 @@ DECIDED = {
 ASK_AGAIN = (
     "This is the action that waits for your approval (held {age} ago, expires in "
     "{left}):\n\n{description}\n\nApprove or deny it."
+)
+CHANGED = (
+    "What this action would act on changed since it was held {age} ago, so it did not run. "
+    "This is what it would do now (expires in {left}):\n\n{description}\n\nApprove or deny it."
 )
 NOTHING_WAITS = "Nothing is waiting for your approval."
 DENIED = "Denied; it will not run: {description}"
@@ -128,7 +142,9 @@ async def _settled(assistant: Assistant, user: User, ident: str) -> TurnResult |
     return proposal
 
 
-async def ask_again(assistant: Assistant, user: User, proposal: Proposal) -> TurnResult:
+async def ask_again(
+    assistant: Assistant, user: User, proposal: Proposal, template: str = ASK_AGAIN
+) -> TurnResult:
     """Show the stored description and ask again: offered on this new question only."""
     from panager.agent.runner import TurnResult
 
@@ -139,7 +155,7 @@ async def ask_again(assistant: Assistant, user: User, proposal: Proposal) -> Tur
     if not offers:
         return TurnResult(DECIDED["expired"], ok=False)
     age, left = _timing(proposal, now)
-    text = ASK_AGAIN.format(age=age, left=left, description=proposal.description)
+    text = template.format(age=age, left=left, description=proposal.description)
     return TurnResult(text, offers=offers)
 
 
@@ -159,11 +175,15 @@ async def approve(
     if on is None or found.offered_on != on:
         return await ask_again(assistant, user, found)
     assert deps.proposals is not None
+    now_words = await described_now(assistant, user, found)
+    if now_words is not None and now_words != found.description:  # checked again at use
+        await deps.proposals.redescribe(user.id, ident, now_words)
+        return await ask_again(assistant, user, replace(found, description=now_words), CHANGED)
     proposal = await deps.proposals.take(user.id, ident, deps.clock.now(), on)
     if proposal is None:  # decided or expired in between
         again = await _settled(assistant, user, ident)
         return again if isinstance(again, TurnResult) else TurnResult(TAKEN, ok=False)
-    tool = {t.name: t for t in await all_tools(deps, user)}.get(proposal.tool)
+    tool = {t.name: t for t in await callable_tools(deps, user)}.get(proposal.tool)
     outcome: Any
     try:
         if tool is None:
@@ -192,6 +212,50 @@ async def approve(
     log.info("user %s approved proposal %s (%s): %s", user.id, ident, proposal.tool,
              str(outcome)[:RESULT_CHARS])
     return TurnResult(f"Done: {proposal.description}")
+
+
+async def described_now(assistant: Assistant, user: User, proposal: Proposal) -> str | None:
+    """The held call's words from its object as it is now (None: its words cannot change —
+    a call described from its arguments alone, or a send whose draft digest is checked
+    when it runs)."""
+    tool = {t.name: t for t in await callable_tools(assistant.deps, user)}.get(proposal.tool)
+    if tool is None or not isinstance((tool.metadata or {}).get(LOOKUP_KEY), Lookup):
+        return None
+    tainted = CALL_TAINTED.set(proposal.tainted)
+    try:
+        return await question_words(tool, proposal.tool, proposal.args, proposal.id)
+    finally:
+        CALL_TAINTED.reset(tainted)
+
+
+async def changed_since_asked(
+    assistant: Assistant, user: User, ctx: TurnContext, question: Question,
+    decisions: Mapping[str, str],
+) -> dict[str, str]:
+    """The approved calls of `question` whose object changed since it was asked: their
+    words now ({call id: words}); empty when none did (or none can be read again)."""
+    snapshot = await assistant.graph.aget_state(assistant.config_for(user))
+    reply, open_calls = unanswered_calls((snapshot.values or {}).get("messages", []))
+    if reply is None:
+        return {}
+    args = {str(c["id"]): c for c in open_calls}
+    by_name = {t.name: t for t in (*ctx.unlisted_tools, *ctx.tools)}
+    changed: dict[str, str] = {}
+    tainted = CALL_TAINTED.set(marked(reply))
+    try:
+        for asked in question.calls:
+            tool, called = by_name.get(asked.tool), args.get(asked.id)
+            if decisions.get(asked.id) != APPROVE or tool is None or called is None:
+                continue
+            if not isinstance((tool.metadata or {}).get(LOOKUP_KEY), Lookup):
+                continue
+            words = await question_words(tool, asked.tool, called["args"], asked.id)
+            shown = asked.description.removeprefix(CHANGED_NOTE)
+            if words != shown:
+                changed[asked.id] = words
+    finally:
+        CALL_TAINTED.reset(tainted)
+    return changed
 
 
 async def approve_shown(assistant: Assistant, user: User, proposal_id: str) -> TurnResult:

@@ -40,6 +40,10 @@ APPROVE: Decision = "approve"
 DENY: Decision = "deny"
 EXPIRED = "expired"  # resume value of a call whose question was answered too late
 NEW_MESSAGE = "new_message"  # the person wrote instead of answering
+# Resume value {CHANGED: {call id: words}}: what approved calls act on changed since the
+# question was asked; the confirm node asks again with these words (agent/approvals.py).
+CHANGED = "panager_changed"
+CHANGED_NOTE = "(changed since you were asked; this is what it would do now) "
 
 DECLINED = {
     DENY: "The person declined this call when asked; it did not run. Do not try it again "
@@ -107,9 +111,10 @@ class Question:
             return None
 
 
-def question_key(reply_id: str | None, calls: Iterable[ToolCall]) -> str:
-    """A short id for the question about this reply (the same on every re-run of the node)."""
-    seed = "|".join([reply_id or "", *(str(c.get("id")) for c in calls)])
+def question_key(reply_id: str | None, calls: Iterable[ToolCall], again: str = "") -> str:
+    """A short id for the question about this reply (the same on every re-run of the node);
+    `again`: the changed words of a question asked again (another key)."""
+    seed = "|".join([reply_id or "", *(str(c.get("id")) for c in calls), again])
     return "q" + hashlib.sha256(seed.encode()).hexdigest()[:15]
 
 

@@ -30,6 +30,7 @@ from panager.agent.attachments import with_images
 from panager.agent.confirm_node import (
     UNPARSED_CALLS,
     ConfirmNode,
+    DescribeNode,
     needs_confirm,
     route_after_confirm,
 )
@@ -338,10 +339,10 @@ def route_after_agent(state: AgentState) -> str:
 
 
 def route_checked(state: AgentState) -> str:
-    """As `route_after_agent`, through the confirm node when the reply is tainted or
-    nobody is present."""
+    """As `route_after_agent`, through the describe and confirm nodes when the reply is
+    tainted or nobody is present."""
     route = route_after_agent(state)
-    return "confirm" if route == "tools" and needs_confirm(state) else route
+    return "describe" if route == "tools" and needs_confirm(state) else route
 
 
 def route_after_tools(state: AgentState) -> str:
@@ -352,15 +353,19 @@ def route_after_tools(state: AgentState) -> str:
 def build_graph(
     config: GraphConfig,
 ) -> CompiledStateGraph[AgentState, TurnContext, AgentState, AgentState]:
-    """Compile the agent graph: START → agent → (confirm? → tools → agent)* → END."""
+    """Compile the agent graph: START → agent → (describe → confirm? → tools → agent)* → END."""
     nodes = Graph(config)
     builder = StateGraph(AgentState, context_schema=TurnContext)
     builder.add_node("agent", nodes.agent)
     builder.add_node("tools", ToolsNode(config))
     builder.add_edge(START, "agent")
     if config.taint_checks:
-        builder.add_node("confirm", ConfirmNode(config.clock, config.proposals))
-        builder.add_conditional_edges("agent", route_checked, ["confirm", "tools", END])
+        builder.add_node("describe", DescribeNode(config.lookup_budget))
+        builder.add_node(
+            "confirm", ConfirmNode(config.clock, config.proposals, config.lookup_budget)
+        )
+        builder.add_conditional_edges("agent", route_checked, ["describe", "tools", END])
+        builder.add_edge("describe", "confirm")
         builder.add_conditional_edges("confirm", route_after_confirm, ["tools", "agent"])
     else:
         builder.add_conditional_edges("agent", route_after_agent, ["tools", END])

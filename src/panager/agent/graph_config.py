@@ -76,4 +76,5 @@ class GraphConfig:
     context_window: int | None = None  # tokens; None when unknown (compaction decides)
     # Taint tracking and the confirm node (SPEC §2); off only to measure what they cost.
     taint_checks: bool = True
+    lookup_budget: float | None = None  # seconds a question's read may take (None: 5)
     proposals: ProposalStore | None = None  # where unattended runs hold consequential calls

@@ -140,6 +140,13 @@ class UserMessageRelay:
             raise ToolError(UNAVAILABLE.format(name=wanted or name))
         return recipient
 
+    async def who(self, sender: Any, recipient_name: str) -> tuple[Any, list[str]]:
+        """The recipient a message to `recipient_name` would reach and the front ends it is
+        delivered on (refused exactly as a send would be, so it tells no more)."""
+        recipient = await self._recipient(sender, recipient_name)
+        platforms = sorted({p for p, _ in await self.users.identities(recipient.id)})
+        return recipient, platforms
+
     async def send(self, sender: Any, recipient_name: str, text: str) -> dict:
         """DM `text` to the recipient and add it to their thread; returns a result for the model."""
         text = (text or "").strip()

@@ -32,6 +32,7 @@ from langgraph.types import Command, Durability
 from panager.agent import approvals
 from panager.agent.attachments import notes_for
 from panager.agent.confirm import (
+    CHANGED,
     EXPIRED,
     NEW_MESSAGE,
     PendingCall,
@@ -277,6 +278,9 @@ class Assistant:
             if isinstance(value, str):
                 return TurnResult(value, ok=False, question=question)
             ctx = await turn_context(self.deps, user, model, emitter or self.emitter, False, None)
+            changed = await approvals.changed_since_asked(self, user, ctx, question, value)
+            if changed:  # read again at the Approve: the confirm node asks again
+                return await self._invoke(ctx, Command(resume={CHANGED: changed}), None)
             return await self._invoke(ctx, Command(resume=value), None)
 
     async def approve_proposal(

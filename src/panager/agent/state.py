@@ -29,6 +29,9 @@ class AgentState(TypedDict):
     model_calls: NotRequired[int]  # model calls in the current turn (reset by each input)
     summary_tainted: NotRequired[bool]  # the summary was written from outside content
     unattended: NotRequired[bool]  # nobody is present in this run (set by each input)
+    # The describe node's words for the last reply's asked calls: {"reply": id, "words":
+    # {call id: words}, "keys": {call id: the key what was shown is recorded under}}.
+    described: NotRequired[dict[str, Any]]
 
 
 # True while a turn started by the scheduler runs (tools read it: a scheduled agent run

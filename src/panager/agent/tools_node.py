@@ -19,7 +19,7 @@ from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
 from panager.agent.confirm import unanswered_calls
-from panager.agent.confirm_node import UNPARSED_CALLS
+from panager.agent.confirm_node import UNPARSED_CALLS, described_for
 from panager.agent.events import emit_event
 from panager.agent.graph_config import GraphConfig
 from panager.agent.history import truncate_text
@@ -77,9 +77,11 @@ class ToolsNode:
         by_name = {t.name: t for t in (*ctx.unlisted_tools, *ctx.tools)}
         unparsed = reply.additional_kwargs.get(UNPARSED_CALLS) or {}
         tainted = CALL_TAINTED.set(marked(reply))  # copied into every gathered call
+        keys: dict[str, str] = described_for(state, reply).get("keys") or {}
         try:
             outcomes = await asyncio.gather(
-                *(self._run_call(ctx, by_name, c, c["id"] in unparsed) for c in open_calls)
+                *(self._run_call(ctx, by_name, c, c["id"] in unparsed, keys.get(str(c["id"])))
+                  for c in open_calls)
             )
         finally:
             CALL_TAINTED.reset(tainted)
@@ -96,7 +98,12 @@ class ToolsNode:
         return {"messages": messages}
 
     async def _run_call(
-        self, ctx: TurnContext, by_name: dict[str, BaseTool], call: ToolCall, unparsed: bool = False
+        self,
+        ctx: TurnContext,
+        by_name: dict[str, BaseTool],
+        call: ToolCall,
+        unparsed: bool = False,
+        key: str | None = None,
     ) -> tuple[ToolMessage, AuthRequired | None]:
         await emit_event(ctx, "tool_start", name=call["name"], args=call.get("args"), id=call["id"])
         auth = None
@@ -104,7 +111,7 @@ class ToolsNode:
         if unparsed:
             message = _error_message(call, UNPARSED_ARGS)
         else:
-            message = await self._execute(by_name, call)
+            message = await self._execute(by_name, call, key)
         if isinstance(message, AuthRequired):
             auth, message = (
                 message,
@@ -124,7 +131,7 @@ class ToolsNode:
         return message, auth
 
     async def _execute(
-        self, by_name: dict[str, BaseTool], call: ToolCall
+        self, by_name: dict[str, BaseTool], call: ToolCall, key: str | None = None
     ) -> ToolMessage | AuthRequired:
         tool = by_name.get(call["name"])
         if tool is None:
@@ -132,7 +139,7 @@ class ToolsNode:
             return _error_message(call, f"Unknown tool {call['name']!r}. Valid tools: {valid}.")
         if not isinstance(call.get("args"), dict):
             return _error_message(call, "Arguments must be a JSON object.")
-        running = CURRENT_CALL.set(str(call["id"]))
+        running = CURRENT_CALL.set(key or str(call["id"]))
         try:
             value = await tool.ainvoke(clean_args(call["args"]))
         except AuthRequired as exc:

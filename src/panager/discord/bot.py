@@ -122,6 +122,9 @@ class PanagerBot(discord.Client):
     ) -> None:
         patch_discord_py()
         client_options.setdefault("intents", default_intents())
+        # Nothing Panager posts pings anyone: a mention inside a relayed text or a question's
+        # values (`@everyone`, `<@id>`) stays text (sent with allowed_mentions parse: []).
+        client_options.setdefault("allowed_mentions", discord.AllowedMentions.none())
         super().__init__(**client_options)
         self.app = app
         self.access = app.deps.access

@@ -62,6 +62,10 @@ UPDATE proposals SET offered_on = %(on)s
 RETURNING id, description
 """
 GET = f"SELECT {_COLUMNS} FROM proposals WHERE id = %s AND user_id = %s"
+REDESCRIBE = """
+UPDATE proposals SET description = %s, offered_on = NULL
+ WHERE id = %s AND user_id = %s AND status = 'pending'
+"""
 FAILED = "UPDATE proposals SET status = 'failed' WHERE id = %s AND user_id = %s"
 PENDING = f"""
 SELECT {_COLUMNS} FROM proposals
@@ -224,6 +228,12 @@ class ProposalService:
         """The user's proposal, whatever its status."""
         row = await fetch_one(self.pool, GET, (proposal_id, user_id))
         return _proposal(row) if row else None
+
+    async def redescribe(self, user_id: int, proposal_id: str, description: str) -> None:
+        """The object changed since the call was held: store the words it is shown with
+        now; no earlier offer approves it any more (it is offered again with them)."""
+        async with self.pool.connection() as conn:
+            await conn.execute(REDESCRIBE, (description, proposal_id, user_id))
 
     async def failed(self, user_id: int, proposal_id: str) -> None:
         """The approved call raised: say so in its status."""

@@ -78,7 +78,28 @@ async def tools_for_turn(
     unlisted.extend(no_scope)
     offered, unlisted = compact_core(offered, unlisted, window)
     _attach_turn_tools(offered)
-    return offered, unlisted
+    return offered, [*unlisted, *deferred_behind(offered, unlisted)]
+
+
+def deferred_behind(*lists: list[BaseTool]) -> list[BaseTool]:
+    """The tools a `tool_search` among `lists` can load and none of them holds: callable
+    by name (unlisted), so a call the search loaded still runs when the turn is resumed
+    with freshly built tools (an approved question), or approved later as a proposal."""
+    present = {t.name for tools in lists for t in tools}
+    found: list[BaseTool] = []
+    for tools in lists:
+        for made in tools:
+            for deferred in (made.metadata or {}).get(DEFERRED_KEY) or []:
+                if deferred.name not in present:
+                    present.add(deferred.name)
+                    found.append(deferred)
+    return found
+
+
+async def callable_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
+    """Every tool a call of `user`'s may name: `all_tools` and those behind a search."""
+    tools = await all_tools(deps, user)
+    return [*tools, *deferred_behind(tools)]
 
 
 async def tools_by_source(deps: AgentDeps, user: User) -> list[tuple[str, list[str]]]:

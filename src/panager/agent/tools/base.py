@@ -24,6 +24,7 @@ proposal id); while the call runs, `CURRENT_CALL` holds that same key.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -34,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
 from langchain_core.tools import BaseTool, StructuredTool
+
+from panager.errors import ToolError
 
 log = logging.getLogger(__name__)
 _SCHEMAS: dict[Any, Any] = {}
@@ -46,6 +49,8 @@ CONSEQUENTIAL: ToolClass = "consequential"
 CLASSIFY_KEY = "panager_classify"
 DESCRIBE_KEY = "panager_describe"
 ALWAYS_ASK_KEY = "panager_always_ask"
+LOOKUP_KEY = "panager_lookup"
+LOOKUP_BUDGET = 5.0  # seconds one lookup may take before the question goes without it
 # The tool call id (or proposal id) of the call running now; set around each tool run.
 CURRENT_CALL: ContextVar[str | None] = ContextVar("panager_current_call", default=None)
 # Names of tools asked about on every call (the graph routes their calls to the question).
@@ -127,17 +132,56 @@ def asks_always(made: BaseTool) -> bool:
     return bool((made.metadata or {}).get(ALWAYS_ASK_KEY))
 
 
-async def question_words(made: BaseTool, name: str, args: Mapping[str, Any], key: str) -> str:
-    """The words a question shows for a call: the tool's `prepare` when it has one (it may
-    record what it showed under `key`), else `describe_call`."""
-    prepare = (made.metadata or {}).get(ALWAYS_ASK_KEY)
+@dataclass(frozen=True)
+class Lookup:
+    """How a question names what a call acts on in the object's own words (I/O).
+
+    `read(args)` gives the whole description from the object as it is now (raising
+    `ToolError` with the reason when it cannot); `thing(args)` names the object for a
+    failed read ("event `"3k9…"`"); `source` is who answers ("Google")."""
+
+    read: Callable[[Mapping[str, Any]], Awaitable[str]]
+    thing: Callable[[Mapping[str, Any]], str]
+    source: str
+
+
+def looks_up(made: ToolT, lookup: Lookup) -> ToolT:
+    """Give a tool the lookup its questions are described with (before `confirm`)."""
+    made.metadata = {**(made.metadata or {}), LOOKUP_KEY: lookup}
+    return made
+
+
+async def question_words(
+    made: BaseTool, name: str, args: Mapping[str, Any], key: str, budget: float | None = None
+) -> str:
+    """The words a question shows for a call, resolved now (I/O: run it before the confirm
+    node, never inside it): the tool's `prepare` when it has one (it may record what it
+    showed under `key`), else its `Lookup`, else `describe_call`. A read that fails or
+    takes longer than `budget` seconds (default `LOOKUP_BUDGET`) never blocks and never
+    shows less: the raw call is shown with why the object could not be read."""
+    meta = made.metadata or {}
+    prepare = meta.get(ALWAYS_ASK_KEY)
+    lookup = meta.get(LOOKUP_KEY)
     if callable(prepare):
+        read: Callable[[], Awaitable[str]] = lambda: prepare(args, key)  # noqa: E731
+        thing, source = f"what {name} would act on", "the provider"
+    elif isinstance(lookup, Lookup):
+        read = lambda: lookup.read(args)  # noqa: E731
         try:
-            return str(await prepare(args, key))
-        except Exception as exc:
-            log.info("could not prepare the question for %s (%s)", name, type(exc).__name__)
-            return f"{describe_call(made, name, args)} (could not be shown: {exc})"
-    return describe_call(made, name, args)
+            thing = lookup.thing(args)
+        except Exception:
+            thing = "the object"
+        source = lookup.source
+    else:
+        return describe_call(made, name, args)
+    try:
+        return str(await asyncio.wait_for(read(), LOOKUP_BUDGET if budget is None else budget))
+    except TimeoutError:
+        why = f"{source} did not answer"
+    except Exception as exc:
+        log.info("could not describe %s (%s)", name, type(exc).__name__)
+        why = str(exc) if isinstance(exc, ToolError) else f"{source} failed ({type(exc).__name__})"
+    return f"{describe_call(made, name, args)}\n(could not read {thing}: {why})"
 
 
 def declared(made: BaseTool) -> bool:
@@ -187,30 +231,43 @@ def clean_args(value: Any) -> Any:
     return value
 
 
-# Characters that change how text looks without being seen: bidi controls, zero-width.
-_INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\u00ad]")
+# Characters that change how text looks without being seen, or that a terminal acts on:
+# C0/C1 controls (not tab/newline), bidi controls and marks, zero-width, line/paragraph
+# separators, interlinear annotation, tag characters, soft hyphen.
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u2069\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
 _MENTION = re.compile(r"@(everyone|here)\b|<[@#][!&]?\d+>", re.IGNORECASE)
 
 
-def shown_block(text: str, limit: int = 60_000) -> str:
-    """A long multi-line text as a question shows it: in a code block (no markup, link or
-    mention renders there, so nothing in it passes for Panager's own words), backtick runs
-    broken so it cannot close the block, invisible characters made visible, every line
-    kept; past `limit` characters it is cut with the count said."""
-    visible = _INVISIBLE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
-    visible = visible.replace("`", "`\u200b")
+def visible(text: str) -> str:
+    """`text` with every invisible or control character written out (`<U+202E>`)."""
+    return _INVISIBLE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+
+
+def shown_block(text: str) -> str:
+    """A long multi-line text as a question shows it, whole: in a code block (no markup,
+    link or mention renders there — Discord, Telegram's `<pre>` — so nothing in it passes
+    for Panager's own words), backtick runs broken so it cannot close the block,
+    invisible characters made visible, every line kept. A front end too narrow for it
+    sends it in parts (adapters/chunking.py keeps each part's block closed)."""
+    shown = visible(text).replace("`", "`\u200b")
+    shown = _MENTION.sub(lambda m: m.group().replace("@", "@\u200b"), shown)
+    return f"```\n{shown}\n```"
+
+
+def shown_text(text: str, limit: int | None = None) -> str:
+    """A value as a question shows it, whole and literal: a JSON string (its bounds and
+    any whitespace visible, control characters escaped) inside inline code, so no front
+    end renders Markdown, a link, a spoiler or a mention from it; backticks written
+    `\\u0060` so the code span cannot be closed; invisible characters made visible
+    (`<U+202E>`); mentions defused. Questions show values whole; `limit` (other notices)
+    cuts with the number of characters left out said."""
+    shown = visible(text)
     more = ""
-    if len(visible) > limit:
-        visible, more = visible[:limit], f"\n… ({len(visible) - limit} more characters)"
-    return f"```\n{visible}\n```{more}"
-
-
-def shown_text(text: str, limit: int = 4_000) -> str:
-    """Text as a confirmation question shows it: quoted, invisible characters made visible
-    (`<U+202E>`), mentions defused, nothing cut silently."""
-    visible = _INVISIBLE.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
-    visible = _MENTION.sub(lambda m: m.group().replace("@", "@\u200b"), visible)
-    quoted = json.dumps(visible, ensure_ascii=False)
-    if len(quoted) > limit:
-        return f"{quoted[:limit]}… ({len(quoted) - limit} more characters)"
-    return quoted
+    if limit is not None and len(shown) > limit:
+        shown, more = shown[:limit], f" (… {len(shown) - limit} more characters)"
+    shown = _MENTION.sub(lambda m: m.group().replace("@", "@\u200b"), shown)
+    quoted = json.dumps(shown, ensure_ascii=False).replace("`", "\\u0060")
+    return f"`{quoted}`{more}"

@@ -6,12 +6,13 @@ What a document says is outside content: every passage and name comes back frame
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, tool
+from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, Lookup, looks_up, shown_text, tool
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.services.media.documents import DocumentInfo
@@ -68,4 +69,18 @@ def document_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         return {"ok": True, "forgotten": frame("the user's documents", _brief(gone))}
 
+    async def describe_forget(args: Mapping[str, Any]) -> str:
+        ident = str(args.get("document_id", ""))
+        found = await documents.get(user.id, ident)
+        if found is None:
+            raise ToolError("there is no such document of yours")
+        doc = found[0]
+        pages = f", {doc.pages} pages" if doc.pages else ""
+        return (f"Delete for good the document {shown_text(doc.name)} ({doc.size:,} bytes"
+                f"{pages}, sent {doc.created_at:%Y-%m-%d %H:%M} UTC; document id "
+                f"{shown_text(ident)})")
+
+    looks_up(document_forget, Lookup(
+        describe_forget, lambda a: f"document {shown_text(str(a.get('document_id', '')))}",
+        "the database"))
     return [document_search, document_list, document_forget]

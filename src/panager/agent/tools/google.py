@@ -18,7 +18,7 @@ one anyway (unlisted), which ends in the same link, reason or result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -32,7 +32,9 @@ from panager.agent.tools.base import (
     ORDINARY,
     CallView,
     Describer,
+    Lookup,
     ToolClass,
+    looks_up,
     shown_text,
     tool,
 )
@@ -335,7 +337,7 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         """Delete a Google Task by its task_id."""
         return await run(TASKS_SCOPE, api.delete_task, task_id=task_id.strip())
 
-    return [
+    made: list[BaseTool] = [
         task_list,
         task_create,
         task_update,
@@ -345,6 +347,98 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         calendar_update_event,
         calendar_delete_event,
     ]
+    described_by_lookups(deps, user, run, {t.name: t for t in made})
+    return made
+
+
+def described_by_lookups(
+    deps: AgentDeps, user: User, run: Callable[..., Awaitable[Any]], tools: Mapping[str, BaseTool]
+) -> None:
+    """Questions about Google's consequential calls name the event or task as Google holds
+    it now (title, times in the person's zone, calendar, account, attendees)."""
+    zone = user.zone
+    calendar_update_event, calendar_delete_event = (
+        tools["calendar_update_event"], tools["calendar_delete_event"])
+    calendar_create_event, task_update, task_delete = (
+        tools["calendar_create_event"], tools["task_update"], tools["task_delete"])
+
+    async def account() -> str:
+        found = await deps.google.account(user.id) if deps.google is not None else None
+        return shown_text(found.email) if found is not None and found.email else "(unknown)"
+
+    async def event_lines(calendar_id: str, event_id: str) -> list[str]:
+        cal = _calendar_id(calendar_id)
+        event = await run(CALENDAR_SCOPE, api.read_event, calendar_id=cal, event_id=event_id)
+        mailed = [
+            shown_text(str(a.get("email") or a.get("displayName") or ""))
+            for a in event.get("attendees") or [] if not a.get("self")
+        ]
+        lines = [
+            f"  - title: {shown_text(str(event.get('summary') or ''))}",
+            f"  - when: {api.event_times(event, zone)}",
+            f"  - calendar: {shown_text(cal)} of Google account {await account()}",
+            "  - attendees Google may e-mail: " + (", ".join(mailed) if mailed else "none"),
+        ]
+        for key, label in (("location", "location"), ("description", "description")):
+            if event.get(key):
+                lines.append(f"  - {label}: {shown_text(str(event[key]))}")
+        lines.append(f"  - (event id {shown_text(event_id)})")
+        return lines
+
+    async def describe_event_change(args: Mapping[str, Any]) -> str:
+        ident = str(args.get("event_id", "")).strip()
+        lines = ["Change this calendar event:", *await event_lines(
+            str(args.get("calendar_id") or "primary"), ident)]
+        new = {k: v for k, v in args.items()
+               if k not in ("event_id", "calendar_id") and v is not None}
+        lines.append("  - to these new values:" if new else "  - with no new values")
+        lines += [f"    - {k} → {shown_text(str(v))}" for k, v in new.items()]
+        return "\n".join(lines)
+
+    async def describe_event_delete(args: Mapping[str, Any]) -> str:
+        ident = str(args.get("event_id", "")).strip()
+        lines = await event_lines(str(args.get("calendar_id") or "primary"), ident)
+        return "\n".join(["Delete this calendar event:", *lines])
+
+    async def describe_event_create(args: Mapping[str, Any]) -> str:
+        cal = _calendar_id(args.get("calendar_id"))
+        return (f"{describe_create_event(args)}\n  (calendar {shown_text(cal)} of Google "
+                f"account {await account()}; its other members see it)")
+
+    async def task_lines(task_id: str) -> list[str]:
+        task = await run(TASKS_SCOPE, api.read_task, task_id=task_id)
+        return [
+            f"  - title: {shown_text(str(task.get('title') or ''))}",
+            f"  - due: {(task.get('due') or '')[:10] or 'none'}",
+            f"  - list: {shown_text('My Tasks (default list)')} of Google account "
+            f"{await account()}",
+            f"  - notes: {shown_text(str(task.get('notes') or ''))}",
+            f"  - status: {task.get('status') or '?'}",
+            f"  - (task id {shown_text(task_id)})",
+        ]
+
+    async def describe_task_change(args: Mapping[str, Any]) -> str:
+        lines = ["Change this task:", *await task_lines(str(args.get("task_id", "")).strip())]
+        new = {k: v for k, v in args.items() if k != "task_id" and v is not None}
+        lines.append("  - to these new values:" if new else "  - with no new values")
+        lines += [f"    - {k} → {shown_text(str(v))}" for k, v in new.items()]
+        return "\n".join(lines)
+
+    async def describe_task_delete(args: Mapping[str, Any]) -> str:
+        return "\n".join(["Delete this task:",
+                          *await task_lines(str(args.get("task_id", "")).strip())])
+
+    def thing(kind: str, key: str) -> Callable[[Mapping[str, Any]], str]:
+        return lambda args: f"{kind} {shown_text(str(args.get(key, '')))}"
+
+    looks_up(calendar_update_event, Lookup(describe_event_change, thing("event", "event_id"),
+                                           "Google"))
+    looks_up(calendar_delete_event, Lookup(describe_event_delete, thing("event", "event_id"),
+                                           "Google"))
+    looks_up(calendar_create_event, Lookup(describe_event_create, thing("calendar",
+                                           "calendar_id"), "Google"))
+    looks_up(task_update, Lookup(describe_task_change, thing("task", "task_id"), "Google"))
+    looks_up(task_delete, Lookup(describe_task_delete, thing("task", "task_id"), "Google"))
 
 
 def google_connect_tool(deps: AgentDeps, user: User) -> BaseTool:

@@ -52,7 +52,6 @@ MAX_LIMIT = 50
 MAX_QUERY = 500
 MAX_SUBJECT = 500
 MAX_BODY = 50_000
-SHOWN_BODY = 60_000  # the question shows the whole body (up to this many characters)
 NOT_ASKED = (
     "Not sent: email_send runs only after the person approved the draft as it was shown to "
     "them, and no such question was asked for this call."
@@ -74,13 +73,14 @@ def _text(value: str, what: str, limit: int) -> str:
 
 def draft_question(view: Mapping[str, Any]) -> str:
     """The words of the send question: the draft exactly as Gmail holds it now."""
-    lines = [f"Send this e-mail (Gmail draft {view['draft_id']}):"]
+    lines = [f"Send this e-mail (Gmail draft {shown_text(str(view['draft_id']))}) from "
+             f"{shown_text(str(view.get('sender') or 'your Gmail account'))}:"]
     for label, key in (("To", "to"), ("Cc", "cc"), ("Bcc", "bcc"), ("Subject", "subject")):
-        lines.append(f"{label}: {shown_text(str(view.get(key) or ''))}")
+        lines.append(f"- {label}: {shown_text(str(view.get(key) or ''))}")
     if view.get("attachments"):
-        names = ", ".join(shown_text(str(n), 200) for n in view["attachments"])
-        lines.append(f"Attachments: {names}")
-    lines.append(f"Body:\n{shown_block(str(view.get('body') or ''), SHOWN_BODY)}")
+        names = ", ".join(shown_text(str(n)) for n in view["attachments"])
+        lines.append(f"- Attachments: {names}")
+    lines.append(f"- Body:\n{shown_block(str(view.get('body') or ''))}")
     return "\n".join(lines)
 
 
@@ -142,7 +142,9 @@ def mail_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         ident = _ident(str(args.get("draft_id", "")), "draft_id")
         view = await run(GMAIL_COMPOSE_SCOPE, gmail.draft_view, draft_id=ident)
         await shown().remember(user.id, key, ident, view["digest"])
-        return draft_question(view)
+        assert deps.google is not None
+        account = await deps.google.account(user.id)
+        return draft_question({**view, "sender": account.email if account else None})
 
     always_ask(email_send, prepare_send)
     return [email_search, email_read, email_draft, email_send]

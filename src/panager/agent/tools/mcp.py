@@ -21,6 +21,7 @@ turn, so a call to it is an unknown-tool error.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -33,6 +34,7 @@ from panager.agent.tools.base import (
     CallView,
     ToolClass,
     declare,
+    shown_block,
     shown_text,
 )
 from panager.agent.tools.search import search_tool
@@ -79,9 +81,14 @@ def _classifier(read_only: bool) -> Callable[[Mapping[str, Any], CallView], Tool
 
 def _describer(offer: OfferedTool) -> Callable[[Mapping[str, Any]], str]:
     def describe(args: Mapping[str, Any]) -> str:
-        shown = ", ".join(f"{k}={shown_text(str(v), 300)}" for k, v in args.items())
-        tool = shown_text(offer.tool.name, 80)
-        return f"Call {tool} on MCP server {offer.server} with {shown or 'no arguments'}"
+        marked = "marked read_only" if offer.read_only else "not marked read_only"
+        lines = [f"Call the tool {shown_text(offer.tool.name)} on MCP server "
+                 f"{shown_text(offer.server)} ({marked}: it may change things there) with "
+                 + ("these arguments, each whole:" if args else "no arguments")]
+        for key, value in args.items():
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            lines.append(f"{shown_text(str(key))} =\n{shown_block(text)}")
+        return "\n".join(lines)
 
     return describe
 

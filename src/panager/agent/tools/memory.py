@@ -14,7 +14,10 @@ from panager.agent.tools.base import (
     CONSEQUENTIAL,
     ORDINARY,
     CallView,
+    Lookup,
     ToolClass,
+    looks_up,
+    shown_block,
     shown_text,
     tool,
 )
@@ -134,6 +137,7 @@ def memory_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         return {"ok": True, "forgotten": _brief(gone)}
 
+    described_by_lookups(service, user, memory_forget, memory_update)
     return [memory_save, memory_search, memory_update, memory_forget]
 
 
@@ -148,8 +152,43 @@ def describe_update(args: Mapping[str, Any]) -> str:
     """The replacement a confirmation question shows."""
     return (
         f"Replace the text of the memory with id {shown_text(str(args.get('memory_id', '')))} "
-        f"with: {shown_text(str(args.get('content', '')))}"
+        f"with:\n{shown_block(str(args.get('content', '')))}"
     )
+
+
+def described_by_lookups(
+    service: Any, user: User, memory_forget: BaseTool, memory_update: BaseTool
+) -> None:
+    """Questions name the memory by its whole current text, dates and outside-content mark."""
+
+    async def current(args: Mapping[str, Any]) -> list[str]:
+        ident = str(args.get("memory_id", ""))
+        with _as_tool_errors():
+            hit = await service.get(user.id, ident)
+        if hit is None:
+            raise ToolError("there is no such memory of yours")
+        mark = " — saved while reading outside content" if hit.tainted else ""
+        return [
+            f"the memory saved {hit.created_at:%Y-%m-%d}, last changed "
+            f"{hit.updated_at:%Y-%m-%d} (category {shown_text(hit.category)}{mark}):",
+            shown_block(hit.content),
+            f"(memory id {shown_text(ident)})",
+        ]
+
+    async def describe_forget_now(args: Mapping[str, Any]) -> str:
+        lines = await current(args)
+        return "\n".join(["Forget (delete) " + lines[0], *lines[1:]])
+
+    async def describe_update_now(args: Mapping[str, Any]) -> str:
+        lines = await current(args)
+        return "\n".join(["Change " + lines[0], *lines[1:], "to:",
+                          shown_block(str(args.get("content", "")))])
+
+    def thing(args: Mapping[str, Any]) -> str:
+        return f"memory {shown_text(str(args.get('memory_id', '')))}"
+
+    looks_up(memory_forget, Lookup(describe_forget_now, thing, "the database"))
+    looks_up(memory_update, Lookup(describe_update_now, thing, "the database"))
 
 
 def describe_forget(args: Mapping[str, Any]) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.relay import UserMessageRelay
-from panager.agent.tools.base import CONSEQUENTIAL, shown_text, tool
+from panager.agent.tools.base import CONSEQUENTIAL, Lookup, looks_up, shown_block, shown_text, tool
 
 if TYPE_CHECKING:
     from panager.agent.deps import AgentDeps
@@ -36,10 +36,27 @@ def messaging_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         """
         return await relay.send(user, recipient, text)
 
+    async def describe_now(args: Mapping[str, Any]) -> str:
+        recipient, platforms = await relay.who(user, str(args.get("recipient", "")))
+        where = ", ".join(FRONT_ENDS.get(p, p) for p in platforms) or "their open web page"
+        name = shown_text(recipient.display_name) if recipient.display_name else "(none)"
+        return "\n".join([
+            f"Send a direct message to @{recipient.username} (display name {name}; "
+            f"delivered on {where}), naming you as the sender. The whole text:",
+            shown_block(str(args.get("text", ""))),
+        ])
+
+    looks_up(send_user_message, Lookup(
+        describe_now, lambda a: f"recipient {shown_text(str(a.get('recipient', '')))}",
+        "the database"))
     return [send_user_message]
+
+
+FRONT_ENDS = {"discord": "Discord", "telegram": "Telegram", "terminal": "the terminal"}
 
 
 def describe_relay(args: Mapping[str, Any]) -> str:
     """The relay a confirmation question shows: recipient and the full text, made visible."""
     recipient = str(args.get("recipient", "")).strip().lstrip("@")
-    return f"Send a message to @{shown_text(recipient)}: {shown_text(str(args.get('text', '')))}"
+    return (f"Send a message to @{shown_text(recipient)}, the whole text:\n"
+            f"{shown_block(str(args.get('text', '')))}")

@@ -13,7 +13,10 @@ from panager.agent.tools.base import (
     CONSEQUENTIAL,
     ORDINARY,
     CallView,
+    Lookup,
     ToolClass,
+    looks_up,
+    shown_block,
     shown_text,
     tool,
 )
@@ -57,6 +60,18 @@ def profile_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             "profile_chars": profile.size, "cap": MAX_PROFILE_CHARS,
         }
 
+    async def describe_now(args: Mapping[str, Any]) -> str:
+        section = str(args.get("section", ""))
+        now = (await profiles.get(user.id)).sections.get(section, "")
+        return "\n".join([
+            f"Replace your profile's {shown_text(section)} section (shown in every message); "
+            "now it reads:", shown_block(now) if now else "(empty)", "and would read:",
+            shown_block(str(args.get("text", ""))),
+        ])
+
+    looks_up(profile_update, Lookup(
+        describe_now, lambda a: f"profile section {shown_text(str(a.get('section', '')))}",
+        "the database"))
     tools.append(profile_update)
     return tools
 
@@ -69,8 +84,8 @@ def profile_class(args: Mapping[str, Any], view: CallView) -> ToolClass:
 def describe_profile(args: Mapping[str, Any]) -> str:
     """The change a confirmation question shows."""
     section = str(args.get("section", ""))
-    text = shown_text(str(args.get("text", "")))
-    return f"Replace your profile's {section!r} section with: {text}"
+    text = shown_block(str(args.get("text", "")))
+    return f"Replace your profile's {shown_text(section)} section with:\n{text}"
 
 
 def validate_zone_name(name: str) -> str:

@@ -16,13 +16,17 @@ from panager.agent.tools.base import (
     CONSEQUENTIAL,
     ORDINARY,
     CallView,
+    Lookup,
     ToolClass,
+    looks_up,
+    shown_block,
     shown_text,
     tool,
 )
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.services.schedules.recurrence import ScheduleInputError
+from panager.services.schedules.recurrence import describe_schedule as schedule_words
 from panager.services.schedules.service import Schedule
 from panager.services.users import User
 
@@ -89,7 +93,54 @@ def schedule_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
             )
         return {"ok": True, "id": cancelled.id, "cancelled": schedule_text(cancelled)}
 
+    described_by_lookups(deps, user, schedule_create, schedule_cancel)
     return [schedule_create, schedule_list, schedule_cancel]
+
+
+def described_by_lookups(
+    deps: AgentDeps, user: User, schedule_create: BaseTool, schedule_cancel: BaseTool
+) -> None:
+    """Questions name a new schedule's times in the person's zone and a cancelled one's
+    kind, next time, repetition and whole text."""
+    service = deps.scheduler
+    assert service is not None
+
+    async def create_now(args: Mapping[str, Any]) -> str:
+        current = await deps.users.get(user.id) or user
+        try:
+            first, *times = service.preview(current, str(args.get("at", "")), args.get("repeat"))
+        except ScheduleInputError as exc:
+            raise ToolError(str(exc)) from None
+        agent = args.get("kind") == "agent"
+        kind = "a scheduled task (the assistant acts on its own then)" if agent else "a reminder"
+        lines = [f"Create {kind}:", f"- first {first}", "- next times: " + "; ".join(times)]
+        if CALL_TAINTED.get():
+            lines.append("- written while reading outside content")
+        text = shown_block(str(args.get("message", "")))
+        return "\n".join([*lines, "- the whole text:", text])
+
+    async def cancel_now(args: Mapping[str, Any]) -> str:
+        ident = str(args.get("schedule_id", ""))
+        found = await service.get(user.id, ident)
+        if found is None:
+            raise ToolError("there is no such schedule of yours")
+        kind = "scheduled task (the assistant acts on its own)" if found.kind == "agent" else (
+            "reminder")
+        nxt = "no further runs" if found.next_run_at is None else schedule_words(
+            found.next_run_at, found.zone, deps.clock.now(), found.rrule, relative=False)
+        lines = [f"Cancel this {kind} ({found.status}; schedule id {shown_text(ident)}):",
+                 f"- next: {nxt}"]
+        if found.rrule:
+            lines.append(f"- repeating: {shown_text(found.rrule)}")
+        if found.tainted:
+            lines.append("- written while reading outside content")
+        return "\n".join([*lines, "- the whole text:", shown_block(found.message)])
+
+    looks_up(schedule_create, Lookup(
+        create_now, lambda a: f"the time {shown_text(str(a.get('at', '')))}", "the database"))
+    looks_up(schedule_cancel, Lookup(
+        cancel_now, lambda a: f"schedule {shown_text(str(a.get('schedule_id', '')))}",
+        "the database"))
 
 
 def schedule_summary(schedule: Schedule, now: datetime) -> dict:
@@ -139,8 +190,9 @@ def describe_schedule(args: Mapping[str, Any]) -> str:
     """The schedule a confirmation question shows."""
     agent = args.get("kind") == "agent"
     kind = "a scheduled task (the assistant acts on its own then)" if agent else "a reminder"
-    repeat = f", repeating {args.get('repeat')}" if args.get("repeat") else ""
-    return f"Create {kind} at {args.get('at')}{repeat}: {shown_text(str(args.get('message', '')))}"
+    repeat = f", repeating {shown_text(str(args.get('repeat')))}" if args.get("repeat") else ""
+    return (f"Create {kind} at {shown_text(str(args.get('at', '')))}{repeat}:\n"
+            f"{shown_block(str(args.get('message', '')))}")
 
 
 def describe_cancel(args: Mapping[str, Any]) -> str:

@@ -427,3 +427,45 @@ def delete_task(clients: GoogleClients, task_id: str) -> dict:
             raise _unknown_task(task_id) from None
         raise
     return {"ok": True, "deleted": task_id}
+
+
+# -- what a question shows ------------------------------------------------------------------
+
+
+def read_event(clients: GoogleClients, calendar_id: str, event_id: str) -> dict:
+    """One event as Google holds it now, whole (for the question about changing it)."""
+    try:
+        event = clients.calendar.events().get(calendarId=calendar_id, eventId=event_id).execute(
+            num_retries=RETRIES
+        )
+    except HttpError as exc:
+        if _status(exc) in (404, 410):
+            raise _unknown_event(event_id, calendar_id) from None
+        raise
+    if event.get("status") == "cancelled":
+        raise _unknown_event(event_id, calendar_id)
+    return dict(event)
+
+
+def read_task(clients: GoogleClients, task_id: str) -> dict:
+    """One task of the default list as Google holds it now, whole."""
+    try:
+        task = clients.tasks.tasks().get(tasklist=DEFAULT_LIST, task=task_id).execute(
+            num_retries=RETRIES
+        )
+    except HttpError as exc:
+        if _status(exc) in (400, 404):
+            raise _unknown_task(task_id) from None
+        raise
+    if task.get("deleted"):
+        raise _unknown_task(task_id)
+    return dict(task)
+
+
+def event_times(event: dict, zone: ZoneInfo) -> str:
+    """An event's start–end in `zone` as a person reads them."""
+    start = _read_time(event.get("start", {}), zone) or "?"
+    end = _read_time(event.get("end", {}), zone, end=True) or "?"
+    if "date" in event.get("start", {}):
+        return f"{start} – {end} (all day, {zone.key})"
+    return f"{start} – {end} ({zone.key})"

@@ -24,6 +24,7 @@ from panager.services.schedules.claims import ScheduleClaims
 from panager.services.schedules.recurrence import (
     ScheduleInputError,
     SchedulePlan,
+    describe_schedule,
     next_occurrence,
     parse_zone,
     plan_schedule,
@@ -267,6 +268,23 @@ class ScheduleService:
                 f"{self.max_message_chars:,}."
             )
         return text
+
+    def preview(self, user: User, at: str, repeat: str | None) -> list[str]:
+        """How a new schedule would run, for a question: its first time in words (with the
+        repetition) and its next three times, in the person's zone. Raises
+        ScheduleInputError as `create` would."""
+        zone = _user_zone(user.timezone, at)
+        now = self.clock.now()
+        plan = plan_schedule(at, repeat, zone, now)
+        times, current = [plan.first_utc], plan.first_utc
+        while plan.rule is not None and len(times) < 3:
+            nxt = next_occurrence(plan.rule, zone, plan.anchor_local, current)
+            if nxt is None:
+                break
+            times.append(nxt)
+            current = nxt
+        return [describe_schedule(plan.first_utc, zone, now, plan.rule, relative=False),
+                *(t.astimezone(zone).strftime("%a %d %b %Y %H:%M") for t in times)]
 
     async def get(self, user_id: int, schedule_id: str) -> Schedule | None:
         """The user's schedule with this id, or None (also for other users' ids)."""

@@ -21,10 +21,15 @@ _SIMPLE_TEXT = {
 _UNIT_NAMES = {"YEARLY": "year", "DAILY": "day", "HOURLY": "hour", "MINUTELY": "minute"}
 
 
-def describe_schedule(when_utc: datetime, zone: ZoneInfo, now: datetime, rule: str | None) -> str:
-    """Confirmation like 'Tue 25 Nov 2026 09:00 Asia/Seoul, in 3 days; repeats every Monday'."""
+def describe_schedule(
+    when_utc: datetime, zone: ZoneInfo, now: datetime, rule: str | None, relative: bool = True
+) -> str:
+    """Confirmation like 'Tue 25 Nov 2026 09:00 Asia/Seoul, in 3 days; repeats every Monday'
+    (without 'in 3 days' when not `relative`: a question's words stay the same over time)."""
     when = _utc(when_utc)
-    text = f"{_render(when, zone)} {zone.key}, {_relative(when, zone, _utc(now))}"
+    text = f"{_render(when, zone)} {zone.key}"
+    if relative:
+        text += f", {_relative(when, zone, _utc(now))}"
     spec = _spec(rule)
     if spec is None:
         return text
