@@ -488,7 +488,8 @@ async def test_the_claimant_is_told_whose_account_and_keeps_their_data_until_the
     await app.deps.memory.save(alice.id, "My bank PIN is 4821")
     code = code_in(await run(app, MAL, "/link", mallory))
     told = await run(app, ALI, f"/link {code}", alice)
-    assert ('This makes you and the Telegram account "mallory" ("Mallory M.") one person: '
+    # names shown literally (inline code), as every value in a question
+    assert ('This makes you and the Telegram account `"mallory"` (`"Mallory M."`) one person: '
             "whoever uses that account will read your memories, documents, mail and "
             "calendar. Only continue if that account is yours") in told
     waits = await run(app, MAL, "/link approve", mallory)
