@@ -113,7 +113,7 @@ async def store(service: MemoryService, clock: FakeClock, user: int, conv: Conve
     """Save every turn through MemoryService.save; turn id → memory id, counts, and each
     stored save's related memories (the service's bar is 0 here: all of the nearest)."""
     ids: dict[str, str] = {}
-    merged, saves = 0, []
+    merged, saves, sequence = 0, [], []
     when = conv.dates[0]
     for turn in conv.turns:  # one second apart within a session, never going back
         when = max(conv.dates[turn.session], when + timedelta(seconds=1))
@@ -122,11 +122,12 @@ async def store(service: MemoryService, clock: FakeClock, user: int, conv: Conve
         ids[turn.id] = result.memory.id
         merged += result.merged
         if not result.merged:
+            sequence.append((result.memory.id, turn.session))
             saves.append({"memory": _tokens(_brief(result.memory)),
                           "related": [(h.similarity, _tokens(_related(h))) for h in result.related]})
     stored = {normalise(h.content) for h in await service.list(user, 100_000)}
     distinct = {normalise(t.stored) for t in conv.turns}
-    return {"ids": ids, "merged": merged, "lost": len(distinct - stored),
+    return {"ids": ids, "merged": merged, "lost": len(distinct - stored), "sequence": sequence,
             "turns": len(conv.turns), "saves": saves}
 
 

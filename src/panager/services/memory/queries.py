@@ -311,6 +311,7 @@ class MemoryHit:
     similarity: float | None = None
     previous: str | None = None
     tainted: bool = False  # written in a model call that had read outside content
+    neighbour_of: str | None = None  # listed as saved right before/after this hit (neighbours.py)
 
 
 def hit(row: dict, score: float = 0.0) -> MemoryHit:

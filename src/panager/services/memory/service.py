@@ -44,6 +44,7 @@ from panager.services.memory.binding import (
     ensure_bound,
     read_meta,
 )
+from panager.services.memory.neighbours import with_neighbours
 from panager.services.memory.queries import (
     BY_PREFIX,
     CLEAR,
@@ -60,6 +61,7 @@ from panager.services.memory.queries import (
     MemoryHit,
     hit,
 )
+from panager.services.memory.rerank import EndpointReranker, reranker_from_settings
 from panager.services.memory.retrieval import (
     CANDIDATES,
     EF_SEARCH,
@@ -139,6 +141,7 @@ class MemoryService:
         ef_search: int = EF_SEARCH,
         strategy: Strategy = "auto",
         iterative_scan: IterativeScan = "auto",
+        reranker: EndpointReranker | None = None,
     ) -> None:
         self.pool = pool
         self.embedder = embedder
@@ -151,7 +154,8 @@ class MemoryService:
         self.recall_threshold = recall_threshold
         self.recall_margin = RECALL_MARGINS.get(embedder.name, 0.0)
         self.retrieval = Retrieval(
-            pool, ef_search=ef_search, strategy=strategy, iterative_scan=iterative_scan
+            pool, ef_search=ef_search, strategy=strategy, iterative_scan=iterative_scan,
+            reranker=reranker,
         )
         self._bound = False  # the store is known to hold this embedder's vectors
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -164,6 +168,7 @@ class MemoryService:
             kwargs.setdefault("dedupe_threshold", config.memory_dedupe_threshold)
         if config.memory_recall_threshold is not None:
             kwargs.setdefault("recall_threshold", config.memory_recall_threshold)
+        kwargs.setdefault("reranker", reranker_from_settings(settings))
         service = cls(pool, await choose_embedder(pool, settings), **kwargs)
         await service.check_bound()
         return service
@@ -326,8 +331,11 @@ class MemoryService:
         *,
         mode: SearchMode = "hybrid",
         vector: np.ndarray | None = None,
+        neighbours: bool = False,
     ) -> list[MemoryHit]:
-        """The user's memories most relevant to `query`, best first."""
+        """The user's memories most relevant to `query`, best first; with `neighbours`, each
+        hit followed by the memories saved right before and after it in the same
+        conversation (neighbours.py), all within `limit`."""
         query = (query or "").strip()
         if not query:
             raise MemoryInputError("query is empty; say what to look for.")
@@ -337,13 +345,17 @@ class MemoryService:
         if mode != "text" and vector is None:
             vector = await self.embed_query(query)
         try:
-            return await self.retrieval.search(user_id, query, limit, mode, vector)
+            hits = await self.retrieval.search(user_id, query, limit, mode, vector)
         except psycopg.errors.DataException as exc:
             log.warning("memory search failed: %s", exc)
             raise MemoryUnavailable(
                 "the stored memories use another embedding model (re-embedded since this "
                 "process started); restart Panager."
             ) from exc
+        if neighbours and hits:
+            async with self.pool.connection() as conn:
+                hits = await with_neighbours(conn, user_id, hits, limit)
+        return hits
 
     async def _has_any(self, user_id: int) -> bool:
         async with self.pool.connection() as conn:
