@@ -58,6 +58,7 @@ from bench.common import bench_database, machine_line, percentile
 from bench.embed_cache import CachedEmbedder
 from bench.memory_dialogues import Conversation, corrections, dataset
 from bench.recall_cv import report
+from bench.recall_stages import stage_tables
 from bench.results import add_record_option, record_if_asked
 from panager.clock import FakeClock
 from panager.config import Settings
@@ -192,7 +193,8 @@ async def collect(service: MemoryService, clock: FakeClock, user: int, data: str
     ids = saved.pop("ids")
     questions = []
     for q, bm25 in zip(conv.questions, bm25_rankings(conv, ids, 20), strict=True):
-        questions.append({"kind": kind_of(q), "want": sorted({ids[t] for t in q.evidence}),
+        questions.append({"kind": kind_of(q), "query": q.text,
+                          "want": sorted({ids[t] for t in q.evidence}),
                           "bm25": bm25, **await legs(service, user, q.text)})
     unrelated = [await legs(service, user, text) for text in UNRELATED]
     fixes = await corrected(service, user, conv, ids) if data == "generated" else []
@@ -293,6 +295,21 @@ async def latency_only(model: str, questions: int) -> dict:
             await pool.close()
 
 
+def _fill_queries(records: list[dict]) -> None:
+    """Question texts for a --legs file written before they were kept (the data sets'
+    conversations and questions come in the same order every time)."""
+    if all("query" in q for rec in records for q in rec["questions"]):
+        return
+    by_name = {}
+    for data, count in (("chitchat", 6), ("generated", 6)):
+        for user, (d, conv) in enumerate(conversations(data, count), start=1):
+            by_name[_name(d, user, conv)] = conv
+    for rec in records:
+        conv = by_name[rec["name"]]
+        for q, source in zip(rec["questions"], conv.questions, strict=True):
+            q.setdefault("query", source.text)
+
+
 def _write(path: Path, value: dict) -> None:
     path.write_bytes(pickle.dumps(value))
 
@@ -352,7 +369,12 @@ async def main() -> None:
         if args.legs:
             args.legs.write_bytes(pickle.dumps(result))
     print_header(result, time.perf_counter() - started)
-    values = report(result["records"])
+    _fill_queries(result["records"])
+    chosen: list = []
+    values = report(result["records"], chosen)
+    stages = await stage_tables(result["records"], chosen)
+    values.update({f"{m}_r10": stages["pooled"][m][1] for m in ("rerank", "neighbours")})
+    values["rerank_p95_ms"] = stages["rerank_p95"]
     record_if_asked(args, "memory_recall", values, full=FULL)
 
 

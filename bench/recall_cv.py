@@ -349,11 +349,13 @@ def _tokens(saves: list[dict], bar: float) -> float:
     return total / len(saves)
 
 
-def report(records: list[dict]) -> dict[str, float]:
+def report(records: list[dict], chosen_out: list | None = None) -> dict[str, float]:
     """All three choices, printed as markdown; returns the pooled held-out hybrid recall@5 and
-    @10 (the dashboard's figures)."""
+    @10 (the dashboard's figures). `chosen_out` receives each fold's fusion."""
     scores = per_question(records)
     chosen, shipped, held = fusion_table(records, scores)
+    if chosen_out is not None:
+        chosen_out.extend(chosen)
     injection_table(records, chosen, shipped)
     related_table(records)
     return {f"hybrid_r{k}": held[i] for i, k in enumerate(KS) if k in (5, 10)}

@@ -75,6 +75,13 @@ class EndpointReranker:
         self.shape: Shape = "common"
         self._down_until = -math.inf
         self.failures = 0
+        self._client: httpx.AsyncClient | None = None
+
+    async def aclose(self) -> None:
+        """Close the kept-alive connections (App.stop)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
 
     @property
     def name(self) -> str:
@@ -97,20 +104,21 @@ class EndpointReranker:
             return None
         texts = [d[:MAX_DOCUMENT_CHARS] for d in documents]
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        try:
-            async with httpx.AsyncClient(
+        if self._client is None:  # one client (and its kept-alive connections) per endpoint
+            self._client = httpx.AsyncClient(
                 timeout=self.timeout, trust_env=False, transport=self._transport
-            ) as client:
+            )
+        client = self._client
+        try:
+            response = await client.post(self.url, json=self._body(query, texts), headers=headers)
+            if response.status_code == 422 and self.shape == "common":
+                self.shape = "tei"
                 response = await client.post(self.url, json=self._body(query, texts),
                                              headers=headers)
-                if response.status_code == 422 and self.shape == "common":
-                    self.shape = "tei"
-                    response = await client.post(self.url, json=self._body(query, texts),
-                                                 headers=headers)
-                    if response.status_code >= 400:
-                        self.shape = "common"
-                response.raise_for_status()
-                return _read(response.json(), len(texts))
+                if response.status_code >= 400:
+                    self.shape = "common"
+            response.raise_for_status()
+            return _read(response.json(), len(texts))
         except (httpx.HTTPError, ValueError, RerankError) as exc:
             self.failures += 1
             self._down_until = self._monotonic() + RETRY_AFTER
