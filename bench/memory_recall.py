@@ -58,12 +58,13 @@ from bench.common import bench_database, machine_line, percentile
 from bench.embed_cache import CachedEmbedder
 from bench.memory_dialogues import Conversation, corrections, dataset
 from bench.recall_cv import report
-from bench.recall_stages import stage_tables
+from bench.recall_stages import injection_neighbours, stage_tables
 from bench.results import add_record_option, record_if_asked
 from panager.clock import FakeClock
 from panager.config import Settings
 from panager.db.pool import open_pool
 from panager.services.memory.binding import build_embedder
+from panager.services.memory.rerank import EndpointReranker
 from panager.services.memory.service import MAX_RELATED, MemoryService
 from panager.services.memory.text import clean_content, normalise
 
@@ -235,7 +236,30 @@ async def latency(service: MemoryService, pool, questions: list[str]) -> dict:
                 await service.search(LATENCY_USER, text, 10, mode=mode, vector=vec)
                 times.append((time.perf_counter() - started) * 1000)
         out[mode] = times
+    out["hybrid + rerank"] = await _reranked_latency(service, questions, vectors)
     return out
+
+
+async def _reranked_latency(service: MemoryService, questions: list[str], vectors: list) -> list:
+    """Hybrid search with the rerank stage against the local fake endpoint (its round trip
+    for RERANK_DEPTH candidates is what a real endpoint's model time adds to)."""
+    from tests.fakes.rerank_server import FakeRerank
+
+    async with FakeRerank() as fake:
+        reranker = EndpointReranker(fake.base + "/v1", "fake-rule")
+        service.retrieval.reranker = reranker
+        try:
+            times: list[float] = []
+            for _ in range(2):
+                times = []
+                for text, vec in zip(questions, vectors, strict=True):
+                    started = time.perf_counter()
+                    await service.search(LATENCY_USER, text, 10, vector=vec)
+                    times.append((time.perf_counter() - started) * 1000)
+        finally:
+            service.retrieval.reranker = None
+            await reranker.aclose()
+    return times
 
 
 def conversations(data: str, count: int) -> list[tuple[str, Conversation]]:
@@ -331,7 +355,8 @@ def print_header(result: dict, seconds: float) -> None:
     t = result["timing"]
     print(f"Latency at {LATENCY_SIZE:,} memories of one user ({len(t['embed'])} questions, top 10, "
           "vectors embedded beforehand): " + "; ".join(
-              f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms" for m in MODES))
+              f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms"
+              for m in (*MODES, "hybrid + rerank") if m in t))
     print(f"Query embedding: p50 {percentile(t['embed'], 50):.1f} ms, "
           f"p95 {percentile(t['embed'], 95):.1f} ms\n")
 
@@ -359,7 +384,8 @@ async def main() -> None:
     if args.latency_only:
         t = await latency_only(args.embedder, args.questions)
         print(f"{machine_line()}, load average {os.getloadavg()[0]:.1f}: " + "; ".join(
-            f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms" for m in MODES))
+            f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms"
+            for m in (*MODES, "hybrid + rerank")))
         return
     if args.from_legs:
         result = pickle.loads(args.from_legs.read_bytes())
@@ -373,6 +399,7 @@ async def main() -> None:
     chosen: list = []
     values = report(result["records"], chosen)
     stages = await stage_tables(result["records"], chosen)
+    injection_neighbours(result["records"], chosen)
     values.update({f"{m}_r10": stages["pooled"][m][1] for m in ("rerank", "neighbours")})
     values["rerank_p95_ms"] = stages["rerank_p95"]
     record_if_asked(args, "memory_recall", values, full=FULL)

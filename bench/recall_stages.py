@@ -20,9 +20,21 @@ import time
 from collections import defaultdict
 
 from bench.common import percentile
-from bench.recall_cv import KS, PLAIN_RRF, _fmt, _mean, _recalls
+from bench.recall_cv import (
+    BARS,
+    KS,
+    LIMITS,
+    MARGINS,
+    MIN_PRECISION,
+    MIN_QUIET,
+    PLAIN_RRF,
+    _fmt,
+    _mean,
+    _recalls,
+)
 from panager.services.memory.fusion import Fusion, fuse, ranking
 from panager.services.memory.rerank import RERANK_DEPTH, EndpointReranker, rerank_order
+from panager.services.memory.service import MARGIN_MIN_CANDIDATES as MARGIN_MIN
 
 METHODS = ("hybrid", "vector", "text", "rrf", "rerank", "neighbours")
 LABELS = {"hybrid": "hybrid", "vector": "dense leg", "text": "lexical leg", "rrf": "plain RRF",
@@ -149,3 +161,101 @@ def _holds(cells: dict) -> bool:
     hybrid = _mean(cells["hybrid"])
     return all(hybrid[i] >= _mean(cells[m])[i] - 0.005
                for m in ("vector", "text", "rrf") for i in range(len(KS)))
+
+
+# ------------------------------------------------------------------ injection, neighbours
+
+TARGET_PRECISION, TARGET_RECALL = 0.45, 0.35
+SIDES = (0, 1)  # neighbours injected per hit: none, or both sides (before and after)
+
+
+def _inject_items(rec: dict, fusion: Fusion, near: dict, key: str) -> list[dict]:
+    """Per message: the top 5's (similarity, [ids injected with it]), the median similarity
+    of the candidates, the answering ids."""
+    out = []
+    for q in rec[key]:
+        hits = fuse(q["vector"], q["text"], 30, fusion)
+        sims = [h.similarity or 0.0 for h in hits]
+        median = statistics.median(sims) if len(sims) >= MARGIN_MIN else None
+        top = [(h.similarity or 0.0, h.id, [n for n in near.get(h.id, (None, None)) if n])
+               for h in hits[:5]]
+        out.append({"top": top, "median": median, "want": set(q.get("want", ()))})
+    return out
+
+
+def _inject_counts(items: list[dict], quiet: list[dict], gate: tuple) -> dict:
+    bar, margin, limit, sides = gate
+    c = {"inj": 0, "good": 0, "want": 0, "quiet": 0, "unrel": len(quiet)}
+    for it in items:
+        floor = bar if it["median"] is None else max(bar, it["median"] + margin)
+        kept = [(key, near) for sim, key, near in it["top"][:limit] if sim >= floor]
+        ids: list[str] = []
+        for key, near in kept:
+            ids += [k for k in (key, *(near if sides else ())) if k not in ids]
+        c["inj"] += len(ids)
+        c["good"] += len(it["want"] & set(ids))
+        c["want"] += len(it["want"])
+    for it in quiet:
+        floor = bar if it["median"] is None else max(bar, it["median"] + margin)
+        c["quiet"] += not any(sim >= floor for sim, _, _ in it["top"][:limit])
+    return c
+
+
+def _inject_ratios(c: dict) -> dict:
+    return {"precision": c["good"] / c["inj"] if c["inj"] else 0.0,
+            "recall": c["good"] / c["want"] if c["want"] else 0.0,
+            "quiet": c["quiet"] / c["unrel"] if c["unrel"] else 1.0}
+
+
+GATES = [(b, m, n, s) for b in BARS for m in MARGINS for n in LIMITS for s in SIDES]
+
+
+def _choose(items: list[dict], quiet: list[dict], min_precision: float, gates: list) -> tuple:
+    curve = {g: _inject_ratios(_inject_counts(items, quiet, g)) for g in gates}
+    ok = [g for g, r in curve.items() if r["precision"] >= min_precision and r["quiet"] >= MIN_QUIET]
+    if ok:
+        return max(ok, key=lambda g: (curve[g]["recall"], curve[g]["precision"], -g[2], -g[3]))
+    return max(curve, key=lambda g: (curve[g]["quiet"] >= MIN_QUIET, curve[g]["precision"]))
+
+
+def injection_neighbours(records: list[dict], chosen: list[Fusion]) -> dict:
+    """Held-out injection with and without the injected hits' neighbours: for each fold the
+    gate (bar, margin, at most, neighbours) is chosen on the other folds by the rule at the
+    target precision; pooled over the held-out folds."""
+    items, quiet = [], []
+    for i, rec in enumerate(records):
+        near = neighbour_map(rec)
+        items.append(_inject_items(rec, chosen[i], near, "questions"))
+        quiet.append(_inject_items(rec, chosen[i], near, "unrelated"))
+    print("#### Injection with neighbours, held out\n")
+    print(f"Gates: bar × margin × at most × neighbours (none / both sides of each injected hit); "
+          f"per fold the rule on the other folds at precision ≥ P: the highest recall with "
+          f"≥ {MIN_QUIET:.0%} of unrelated messages quiet. Pooled held-out folds:\n")
+    print("| rule precision P | neighbours allowed | precision | recall | unrelated quiet | "
+          "gates chosen (bar, margin, at most, neighbours) |")
+    print("|---|---|---|---|---|---|")
+    out = {}
+    for p in (MIN_PRECISION, TARGET_PRECISION):
+        for allow in (False, True):
+            total: dict = {}
+            picks = []
+            for i in range(len(records)):
+                train = [j for j in range(len(records)) if j != i]
+                tr_items = [x for j in train for x in items[j]]
+                tr_quiet = [x for j in train for x in quiet[j]]
+                gate = _choose_allowed(tr_items, tr_quiet, p, allow)
+                picks.append(gate)
+                c = _inject_counts(items[i], quiet[i], gate)
+                total = {k: total.get(k, 0) + v for k, v in c.items()}
+            r = _inject_ratios(total)
+            out[(p, allow)] = r
+            names = sorted({f"{g[0]:.3f}, {g[1]:.2f}, {g[2]}, {'yes' if g[3] else 'no'}"
+                            for g in picks})
+            print(f"| {p:.2f} | {'yes' if allow else 'no'} | {r['precision']:.3f} | "
+                  f"{r['recall']:.3f} | {r['quiet']:.3f} | {'; '.join(names)} |")
+    print()
+    return out
+
+
+def _choose_allowed(items: list[dict], quiet: list[dict], p: float, allow: bool) -> tuple:
+    return _choose(items, quiet, p, [g for g in GATES if allow or not g[3]])
