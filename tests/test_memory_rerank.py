@@ -16,6 +16,9 @@ from panager.db.pool import open_pool
 from panager.services.memory.rerank import (
     RETRY_AFTER,
     EndpointReranker,
+    RerankError,
+    _read,
+    rerank_order,
     reranker_from_settings,
 )
 from panager.services.memory.service import MemoryService
@@ -222,3 +225,39 @@ async def test_neighbours_stay_within_the_person_and_the_conversation(pool, cloc
     # counted within the limit, and a search without them is unchanged
     assert len(await service.search(1, "violin", 1, neighbours=True)) == 1
     assert all(h.neighbour_of is None for h in await service.search(1, "violin", 5))
+
+
+@pytest.mark.parametrize("answer", [
+    {"results": [{"index": 0, "relevance_score": 1.0}, {"index": 0, "relevance_score": 0.5}]},
+    {"results": [{"index": 0, "relevance_score": 1.0}]},  # the second document not scored
+    {"results": [{"index": 0, "relevance_score": 1.0}, {"index": 1, "relevance_score": "x"}]},
+    {"results": [{"index": 0, "relevance_score": 1.0}, {"index": True, "relevance_score": 2}]},
+    {"results": [{"index": 0, "relevance_score": 1.0}, {"index": 1, "relevance_score": 1e999}]},
+    {"data": []},
+])
+def test_answers_that_do_not_score_every_document_once_are_refused(answer):
+    with pytest.raises(RerankError):
+        _read(answer, 2)
+
+
+def test_both_answer_shapes_are_read_in_document_order():
+    common = {"results": [{"index": 1, "relevance_score": 0.9}, {"index": 0, "relevance_score": 0.1}]}
+    assert _read(common, 2) == [0.1, 0.9]
+    assert _read([{"index": 1, "score": 3}, {"index": 0, "score": -2.5}], 2) == [-2.5, 3.0]
+    assert rerank_order([0.1, 0.9, 0.9]) == [1, 2, 0]  # ties keep the fused order
+
+
+async def test_the_configured_endpoint_reranks_the_service(pool, make_settings, fake):
+    settings = make_settings(embedding_model="local", rerank_base_url=fake.base + "/v1",
+                             rerank_model="m", rerank_api_key="rk-secret")
+    service = await MemoryService.create(pool, settings)
+    reranker = service.retrieval.reranker
+    assert reranker is not None and reranker.url == fake.base + "/v1/rerank"
+    await service.save(1, "Mina plays the violin")
+    await service.save(1, "the garden needs water")
+    got = await service.search(1, "who plays violin", 2)
+    assert [h.content for h in got] == ["Mina plays the violin", "the garden needs water"]
+    assert [h.score for h in got] == [2.0, 0.0]  # the fake's scores: it was asked
+    await reranker.aclose()
+    plain = await MemoryService.create(pool, make_settings(embedding_model="local"))
+    assert plain.retrieval.reranker is None

@@ -148,9 +148,10 @@ def _read(payload: Any, count: int) -> list[float]:
         score = item.get("relevance_score", item.get("score"))
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
             raise RerankError(f"result index {index!r} out of range")
-        number = isinstance(score, int | float) and not isinstance(score, bool)
-        if not number or not math.isfinite(score):
+        if not isinstance(score, int | float) or isinstance(score, bool):
             raise RerankError(f"result score {score!r} is not a number")
+        if not math.isfinite(score):
+            raise RerankError(f"result score {score!r} is not finite")
         if scores[index] is not None:
             raise RerankError(f"index {index} named twice")
         scores[index] = float(score)
