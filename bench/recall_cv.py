@@ -24,8 +24,16 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
+from dataclasses import replace
 
-from panager.services.memory.fusion import DEFAULT_FUSION, PLAIN_RRF, Fusion, fuse, ranking
+from panager.services.memory.fusion import (
+    DEFAULT_FUSION,
+    PLAIN_RRF,
+    WEAVE,
+    Fusion,
+    fuse,
+    ranking,
+)
 from panager.services.memory.service import (
     MARGIN_MIN_CANDIDATES,
     MAX_RELATED,
@@ -36,7 +44,7 @@ from panager.services.memory.service import (
 )
 
 KS = (5, 10, 20)
-GRID = [
+SCORE_GRID = [
     *(Fusion("score", crowd_weight=c, lexical_weight=w, coverage=cov)
       for c in (0.0, 0.1, 0.25, 0.5) for w in (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
       for cov in (True, False)),
@@ -44,6 +52,8 @@ GRID = [
       for c in (0.0, 0.25, 0.5) for w in (0.5, 0.75, 1.0, 1.5, 2.0) for k in (10.0, 30.0, 60.0)
       for d in (20, 30)),
 ]
+# Each with every WEAVE-th place given to the lexical leg, as the product does (fusion.weave)
+GRID = [replace(f, lexical_every=WEAVE) for f in SCORE_GRID]
 EARLIER = Fusion("score", crowd_weight=0.25, lexical_weight=1.5, coverage=True)  # before
 BASELINES = {"vector": "dense leg", "text": "lexical leg", "rrf": "plain RRF", "bm25": "plain BM25"}
 BARS = [round(0.76 + 0.005 * i, 3) for i in range(29)]  # 0.76 … 0.90

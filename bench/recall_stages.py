@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import defaultdict
+from dataclasses import replace
 
 from bench.common import percentile
 from bench.recall_cv import (
@@ -36,8 +37,9 @@ from panager.services.memory.fusion import Fusion, fuse, ranking
 from panager.services.memory.rerank import RERANK_DEPTH, EndpointReranker, rerank_order
 from panager.services.memory.service import MARGIN_MIN_CANDIDATES as MARGIN_MIN
 
-METHODS = ("hybrid", "vector", "text", "rrf", "rerank", "neighbours")
-LABELS = {"hybrid": "hybrid", "vector": "dense leg", "text": "lexical leg", "rrf": "plain RRF",
+METHODS = ("hybrid", "unwoven", "vector", "text", "rrf", "rerank", "neighbours")
+LABELS = {"hybrid": "hybrid", "unwoven": "score fusion alone (not woven)",
+          "vector": "dense leg", "text": "lexical leg", "rrf": "plain RRF",
           "rerank": "hybrid + rerank (fake)", "neighbours": "hybrid + neighbours"}
 
 
@@ -103,6 +105,7 @@ async def _all(reranker: EndpointReranker, records: list[dict], chosen: list[Fus
             hybrid = [k for k, _ in ranking(vec, lex, chosen[i])]
             rows.append({
                 "hybrid": hybrid, "vector": [r["id"] for r in vec],
+                "unwoven": [k for k, _ in ranking(vec, lex, replace(chosen[i], lexical_every=0))],
                 "text": [r["id"] for r in lex],
                 "rrf": [k for k, _ in ranking(vec, lex, PLAIN_RRF)],
                 "rerank": await _reranked(reranker, q["query"], vec, lex, chosen[i], times),

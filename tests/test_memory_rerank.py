@@ -261,3 +261,20 @@ async def test_the_configured_endpoint_reranks_the_service(pool, make_settings, 
     await reranker.aclose()
     plain = await MemoryService.create(pool, make_settings(embedding_model="local"))
     assert plain.retrieval.reranker is None
+
+
+def test_every_fourth_place_goes_to_the_lexical_legs_best_not_listed_yet():
+    from panager.services.memory.fusion import DEFAULT_FUSION, WEAVE, fuse, weave
+
+    assert WEAVE == DEFAULT_FUSION.lexical_every == 4
+    fused = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    assert weave(fused, ["h", "c", "g"], 4) == ["a", "b", "c", "h", "d", "e", "f", "g"]
+    assert weave(fused, [], 4) == fused and weave([], ["x", "y"], 4) == ["x", "y"]
+    # a memory only the lexical leg finds, that the score fusion ranks last, is 4th
+    vector = [{"id": f"v{i}", "content": f"v{i}", "category": "general", "source": "tool",
+               "created_at": None, "updated_at": None, "similarity": 0.9 - 0.01 * i, "crowd": 0.5}
+              for i in range(10)]
+    rare = {**vector[0], "id": "rare", "content": "rare", "similarity": 0.1, "rank": 1.0,
+            "coverage": 1.0}
+    order = [h.id for h in fuse(vector, [rare], 11, DEFAULT_FUSION)]
+    assert order[3] == "rare" and order[:3] == ["v0", "v1", "v2"]
