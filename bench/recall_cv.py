@@ -82,7 +82,7 @@ def _recalls(ranked: list[str], want: Iterable[str]) -> tuple[float, ...]:
 
 def per_question(records: list[dict]) -> dict:
     """{method: [[(r5, r10, r20) per question] per conversation]} for baselines and GRID."""
-    out: dict = {m: [] for m in (*BASELINES, *GRID)}
+    out: dict = {m: [] for m in (*BASELINES, *GRID, EARLIER)}
     for rec in records:
         rows: dict = {m: [] for m in out}
         for q in rec["questions"]:
@@ -91,7 +91,7 @@ def per_question(records: list[dict]) -> dict:
             rows["text"].append(_recalls([r["id"] for r in lex], want))
             rows["bm25"].append(_recalls(q["bm25"], want))
             rows["rrf"].append(_recalls([k for k, _ in ranking(vec, lex, PLAIN_RRF)], want))
-            for f in GRID:
+            for f in (*GRID, EARLIER):
                 rows[f].append(_recalls([k for k, _ in ranking(vec, lex, f)], want))
         for m in out:
             out[m].append(rows[m])

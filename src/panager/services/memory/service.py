@@ -99,7 +99,7 @@ RELATED_THRESHOLDS = {  # similarity at which an existing memory is "related" to
 }
 DEFAULT_RELATED_THRESHOLD = 0.80
 RECALL_THRESHOLDS = {  # similarity to the message a memory needs to be injected (measured)
-    "local:multilingual-e5-small-q4/passage": 0.785,  # with the margin and RECALL_LIMIT: the
+    "local:multilingual-e5-small-q4/passage": 0.795,  # with the margin and RECALL_LIMIT: the
     # highest recall at precision ≥ 0.35 keeping ≥ 75% of unrelated messages quiet (held out)
     "local:multilingual-e5-small-q4": 0.86,
     "local:all-minilm-l6-v2-int8": 0.40,
