@@ -28,13 +28,18 @@ every turn, later runs none.
    other conversations and scored on the one left out (recall@5/10/20: share
    of a question's answering turns in the top k), against each leg alone,
    plain RRF (k 60, top 20 of each leg) and plain BM25 (`rank_bm25`).
+   bench/recall_stages.py then prints every method per data set, held-out fold and
+   question kind: hybrid (woven), the score fusion alone, each leg, plain RRF, hybrid +
+   rerank (the product's EndpointReranker against tests/fakes/rerank_server.py, which
+   scores by a known rule) and hybrid + neighbours (saved right before and after a hit).
 3. Injection: on the held-out folds (each scored with its fold's fusion),
    precision and recall of the injected hits of the top 5 and the share of 30
    unrelated messages injecting nothing, per gate (bar, margin over the
    candidates' median similarity); the gate is chosen by recall_cv.RULE.
+   With and without the injected hits' neighbours (recall_stages.injection_neighbours).
 4. Latency: `memory_search` for a user with 1,000 memories (200 questions,
-   vectors embedded beforehand: the database + fusion part), and the query
-   embedding.
+   vectors embedded beforehand: the database + fusion part), with the rerank stage
+   against the local fake endpoint, and the query embedding.
 """
 
 from __future__ import annotations
@@ -400,7 +405,7 @@ async def main() -> None:
     values = report(result["records"], chosen)
     stages = await stage_tables(result["records"], chosen)
     injection_neighbours(result["records"], chosen)
-    values.update({f"{m}_r10": stages["pooled"][m][1] for m in ("rerank", "neighbours")})
+    values["folds_below"] = len(stages["below"])
     values["rerank_p95_ms"] = stages["rerank_p95"]
     record_if_asked(args, "memory_recall", values, full=FULL)
 

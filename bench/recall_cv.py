@@ -230,7 +230,8 @@ def choose_gate(curve: dict) -> tuple[float, float, int]:
 
 
 def injection_table(records: list[dict], chosen: list[Fusion], shipped: Fusion) -> tuple:
-    """Print the held-out curve and the chosen gates; returns the shipped gate."""
+    """Print the held-out curve and the chosen gates; returns the shipped gate and the pooled
+    held-out precision and recall of the per-fold gates."""
     items = [[_top(q, chosen[i]) for q in rec["questions"]] for i, rec in enumerate(records)]
     quiet = [[_top(u, chosen[i]) for u in rec["unrelated"]] for i, rec in enumerate(records)]
     folds = range(len(records))
@@ -262,7 +263,7 @@ def injection_table(records: list[dict], chosen: list[Fusion], shipped: Fusion) 
           f"{ungated['recall']:.3f} at precision {ungated['precision']:.3f}. "
           f"The service ships bar {RECALL_THRESHOLDS[E5]}, margin {RECALL_MARGINS[E5]}, "
           f"at most {RECALL_LIMIT} (memory_inject_limit).\n")
-    return gate
+    return gate, r
 
 
 def _print_curve(curve: dict, chosen: tuple) -> None:
@@ -366,6 +367,7 @@ def report(records: list[dict], chosen_out: list | None = None) -> dict[str, flo
     chosen, shipped, held = fusion_table(records, scores)
     if chosen_out is not None:
         chosen_out.extend(chosen)
-    injection_table(records, chosen, shipped)
+    _, injected = injection_table(records, chosen, shipped)
     related_table(records)
-    return {f"hybrid_r{k}": held[i] for i, k in enumerate(KS) if k in (5, 10)}
+    return {**{f"hybrid_r{k}": held[i] for i, k in enumerate(KS)},
+            "inject_recall": injected["recall"], "inject_precision": injected["precision"]}
