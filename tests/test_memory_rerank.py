@@ -118,13 +118,15 @@ async def test_a_failing_endpoint_scores_nothing_logs_once_and_rests(fake, mode,
     assert len(fake.requests) == 2
 
 
-async def test_unreachable_endpoint_scores_nothing(caplog):
+async def test_unreachable_or_malformed_endpoint_scores_nothing(caplog):
     async with FakeRerank() as gone:
         base = gone.base
-    reranker = EndpointReranker(base, timeout=0.5)
-    with caplog.at_level(logging.WARNING, logger="panager.services.memory.rerank"):
-        assert await reranker.scores("Mina", DOCS) is None
-    assert len(caplog.records) == 1
+    for url in (base, "localhost:8080", "ftp://127.0.0.1/v1"):
+        reranker = EndpointReranker(url, timeout=0.5)
+        with caplog.at_level(logging.WARNING, logger="panager.services.memory.rerank"):
+            assert await reranker.scores("Mina", DOCS) is None
+        await reranker.aclose()
+    assert len(caplog.records) == 3
 
 
 def test_settings_build_the_endpoint_and_hide_the_key(monkeypatch):

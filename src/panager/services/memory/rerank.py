@@ -119,7 +119,7 @@ class EndpointReranker:
                     self.shape = "common"
             response.raise_for_status()
             return _read(response.json(), len(texts))
-        except (httpx.HTTPError, ValueError, RerankError) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError, RerankError) as exc:
             self.failures += 1
             self._down_until = self._monotonic() + RETRY_AFTER
             log.warning("rerank endpoint %s failed (%s); search results are not reranked "
