@@ -406,6 +406,10 @@ async def main() -> None:
     stages = await stage_tables(result["records"], chosen)
     injection_neighbours(result["records"], chosen)
     values["folds_below"] = len(stages["below"])
+    timing = result.get("timing") or {}
+    if "hybrid + rerank" in timing:  # not kept by --legs files written before the timing
+        values["search_p95_ms"] = percentile(timing["hybrid"], 95)
+        values["rerank_search_p95_ms"] = percentile(timing["hybrid + rerank"], 95)
     values["rerank_p95_ms"] = stages["rerank_p95"]
     record_if_asked(args, "memory_recall", values, full=FULL)
 
