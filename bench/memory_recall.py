@@ -28,13 +28,18 @@ every turn, later runs none.
    other conversations and scored on the one left out (recall@5/10/20: share
    of a question's answering turns in the top k), against each leg alone,
    plain RRF (k 60, top 20 of each leg) and plain BM25 (`rank_bm25`).
+   bench/recall_stages.py then prints every method per data set, held-out fold and
+   question kind: hybrid (woven), the score fusion alone, each leg, plain RRF, hybrid +
+   rerank (the product's EndpointReranker against tests/fakes/rerank_server.py, which
+   scores by a known rule) and hybrid + neighbours (saved right before and after a hit).
 3. Injection: on the held-out folds (each scored with its fold's fusion),
    precision and recall of the injected hits of the top 5 and the share of 30
    unrelated messages injecting nothing, per gate (bar, margin over the
    candidates' median similarity); the gate is chosen by recall_cv.RULE.
+   With and without the injected hits' neighbours (recall_stages.injection_neighbours).
 4. Latency: `memory_search` for a user with 1,000 memories (200 questions,
-   vectors embedded beforehand: the database + fusion part), and the query
-   embedding.
+   vectors embedded beforehand: the database + fusion part), with the rerank stage
+   against the local fake endpoint, and the query embedding.
 """
 
 from __future__ import annotations
@@ -58,11 +63,13 @@ from bench.common import bench_database, machine_line, percentile
 from bench.embed_cache import CachedEmbedder
 from bench.memory_dialogues import Conversation, corrections, dataset
 from bench.recall_cv import report
+from bench.recall_stages import injection_neighbours, stage_tables
 from bench.results import add_record_option, record_if_asked
 from panager.clock import FakeClock
 from panager.config import Settings
 from panager.db.pool import open_pool
 from panager.services.memory.binding import build_embedder
+from panager.services.memory.rerank import EndpointReranker
 from panager.services.memory.service import MAX_RELATED, MemoryService
 from panager.services.memory.text import clean_content, normalise
 
@@ -113,7 +120,7 @@ async def store(service: MemoryService, clock: FakeClock, user: int, conv: Conve
     """Save every turn through MemoryService.save; turn id → memory id, counts, and each
     stored save's related memories (the service's bar is 0 here: all of the nearest)."""
     ids: dict[str, str] = {}
-    merged, saves = 0, []
+    merged, saves, sequence = 0, [], []
     when = conv.dates[0]
     for turn in conv.turns:  # one second apart within a session, never going back
         when = max(conv.dates[turn.session], when + timedelta(seconds=1))
@@ -122,11 +129,12 @@ async def store(service: MemoryService, clock: FakeClock, user: int, conv: Conve
         ids[turn.id] = result.memory.id
         merged += result.merged
         if not result.merged:
+            sequence.append((result.memory.id, turn.session))
             saves.append({"memory": _tokens(_brief(result.memory)),
                           "related": [(h.similarity, _tokens(_related(h))) for h in result.related]})
     stored = {normalise(h.content) for h in await service.list(user, 100_000)}
     distinct = {normalise(t.stored) for t in conv.turns}
-    return {"ids": ids, "merged": merged, "lost": len(distinct - stored),
+    return {"ids": ids, "merged": merged, "lost": len(distinct - stored), "sequence": sequence,
             "turns": len(conv.turns), "saves": saves}
 
 
@@ -191,7 +199,8 @@ async def collect(service: MemoryService, clock: FakeClock, user: int, data: str
     ids = saved.pop("ids")
     questions = []
     for q, bm25 in zip(conv.questions, bm25_rankings(conv, ids, 20), strict=True):
-        questions.append({"kind": kind_of(q), "want": sorted({ids[t] for t in q.evidence}),
+        questions.append({"kind": kind_of(q), "query": q.text,
+                          "want": sorted({ids[t] for t in q.evidence}),
                           "bm25": bm25, **await legs(service, user, q.text)})
     unrelated = [await legs(service, user, text) for text in UNRELATED]
     fixes = await corrected(service, user, conv, ids) if data == "generated" else []
@@ -232,7 +241,30 @@ async def latency(service: MemoryService, pool, questions: list[str]) -> dict:
                 await service.search(LATENCY_USER, text, 10, mode=mode, vector=vec)
                 times.append((time.perf_counter() - started) * 1000)
         out[mode] = times
+    out["hybrid + rerank"] = await _reranked_latency(service, questions, vectors)
     return out
+
+
+async def _reranked_latency(service: MemoryService, questions: list[str], vectors: list) -> list:
+    """Hybrid search with the rerank stage against the local fake endpoint (its round trip
+    for RERANK_DEPTH candidates is what a real endpoint's model time adds to)."""
+    from tests.fakes.rerank_server import FakeRerank
+
+    async with FakeRerank() as fake:
+        reranker = EndpointReranker(fake.base + "/v1", "fake-rule")
+        service.retrieval.reranker = reranker
+        try:
+            times: list[float] = []
+            for _ in range(2):
+                times = []
+                for text, vec in zip(questions, vectors, strict=True):
+                    started = time.perf_counter()
+                    await service.search(LATENCY_USER, text, 10, vector=vec)
+                    times.append((time.perf_counter() - started) * 1000)
+        finally:
+            service.retrieval.reranker = None
+            await reranker.aclose()
+    return times
 
 
 def conversations(data: str, count: int) -> list[tuple[str, Conversation]]:
@@ -292,6 +324,21 @@ async def latency_only(model: str, questions: int) -> dict:
             await pool.close()
 
 
+def _fill_queries(records: list[dict]) -> None:
+    """Question texts for a --legs file written before they were kept (the data sets'
+    conversations and questions come in the same order every time)."""
+    if all("query" in q for rec in records for q in rec["questions"]):
+        return
+    by_name = {}
+    for data, count in (("chitchat", 6), ("generated", 6)):
+        for user, (d, conv) in enumerate(conversations(data, count), start=1):
+            by_name[_name(d, user, conv)] = conv
+    for rec in records:
+        conv = by_name[rec["name"]]
+        for q, source in zip(rec["questions"], conv.questions, strict=True):
+            q.setdefault("query", source.text)
+
+
 def _write(path: Path, value: dict) -> None:
     path.write_bytes(pickle.dumps(value))
 
@@ -313,7 +360,8 @@ def print_header(result: dict, seconds: float) -> None:
     t = result["timing"]
     print(f"Latency at {LATENCY_SIZE:,} memories of one user ({len(t['embed'])} questions, top 10, "
           "vectors embedded beforehand): " + "; ".join(
-              f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms" for m in MODES))
+              f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms"
+              for m in (*MODES, "hybrid + rerank") if m in t))
     print(f"Query embedding: p50 {percentile(t['embed'], 50):.1f} ms, "
           f"p95 {percentile(t['embed'], 95):.1f} ms\n")
 
@@ -341,7 +389,8 @@ async def main() -> None:
     if args.latency_only:
         t = await latency_only(args.embedder, args.questions)
         print(f"{machine_line()}, load average {os.getloadavg()[0]:.1f}: " + "; ".join(
-            f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms" for m in MODES))
+            f"{m} p50 {percentile(t[m], 50):.2f} ms, p95 {percentile(t[m], 95):.2f} ms"
+            for m in (*MODES, "hybrid + rerank")))
         return
     if args.from_legs:
         result = pickle.loads(args.from_legs.read_bytes())
@@ -351,7 +400,17 @@ async def main() -> None:
         if args.legs:
             args.legs.write_bytes(pickle.dumps(result))
     print_header(result, time.perf_counter() - started)
-    values = report(result["records"])
+    _fill_queries(result["records"])
+    chosen: list = []
+    values = report(result["records"], chosen)
+    stages = await stage_tables(result["records"], chosen)
+    injection_neighbours(result["records"], chosen)
+    values["folds_below"] = len(stages["below"])
+    timing = result.get("timing") or {}
+    if "hybrid + rerank" in timing:  # not kept by --legs files written before the timing
+        values["search_p95_ms"] = percentile(timing["hybrid"], 95)
+        values["rerank_search_p95_ms"] = percentile(timing["hybrid + rerank"], 95)
+    values["rerank_p95_ms"] = stages["rerank_p95"]
     record_if_asked(args, "memory_recall", values, full=FULL)
 
 

@@ -24,8 +24,16 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
+from dataclasses import replace
 
-from panager.services.memory.fusion import DEFAULT_FUSION, PLAIN_RRF, Fusion, fuse, ranking
+from panager.services.memory.fusion import (
+    DEFAULT_FUSION,
+    PLAIN_RRF,
+    WEAVE,
+    Fusion,
+    fuse,
+    ranking,
+)
 from panager.services.memory.service import (
     MARGIN_MIN_CANDIDATES,
     MAX_RELATED,
@@ -36,7 +44,7 @@ from panager.services.memory.service import (
 )
 
 KS = (5, 10, 20)
-GRID = [
+SCORE_GRID = [
     *(Fusion("score", crowd_weight=c, lexical_weight=w, coverage=cov)
       for c in (0.0, 0.1, 0.25, 0.5) for w in (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
       for cov in (True, False)),
@@ -44,6 +52,8 @@ GRID = [
       for c in (0.0, 0.25, 0.5) for w in (0.5, 0.75, 1.0, 1.5, 2.0) for k in (10.0, 30.0, 60.0)
       for d in (20, 30)),
 ]
+# Each with every WEAVE-th place given to the lexical leg, as the product does (fusion.weave)
+GRID = [replace(f, lexical_every=WEAVE) for f in SCORE_GRID]
 EARLIER = Fusion("score", crowd_weight=0.25, lexical_weight=1.5, coverage=True)  # before
 BASELINES = {"vector": "dense leg", "text": "lexical leg", "rrf": "plain RRF", "bm25": "plain BM25"}
 BARS = [round(0.76 + 0.005 * i, 3) for i in range(29)]  # 0.76 … 0.90
@@ -72,7 +82,7 @@ def _recalls(ranked: list[str], want: Iterable[str]) -> tuple[float, ...]:
 
 def per_question(records: list[dict]) -> dict:
     """{method: [[(r5, r10, r20) per question] per conversation]} for baselines and GRID."""
-    out: dict = {m: [] for m in (*BASELINES, *GRID)}
+    out: dict = {m: [] for m in (*BASELINES, *GRID, EARLIER)}
     for rec in records:
         rows: dict = {m: [] for m in out}
         for q in rec["questions"]:
@@ -81,7 +91,7 @@ def per_question(records: list[dict]) -> dict:
             rows["text"].append(_recalls([r["id"] for r in lex], want))
             rows["bm25"].append(_recalls(q["bm25"], want))
             rows["rrf"].append(_recalls([k for k, _ in ranking(vec, lex, PLAIN_RRF)], want))
-            for f in GRID:
+            for f in (*GRID, EARLIER):
                 rows[f].append(_recalls([k for k, _ in ranking(vec, lex, f)], want))
         for m in out:
             out[m].append(rows[m])
@@ -220,7 +230,8 @@ def choose_gate(curve: dict) -> tuple[float, float, int]:
 
 
 def injection_table(records: list[dict], chosen: list[Fusion], shipped: Fusion) -> tuple:
-    """Print the held-out curve and the chosen gates; returns the shipped gate."""
+    """Print the held-out curve and the chosen gates; returns the shipped gate and the pooled
+    held-out precision and recall of the per-fold gates."""
     items = [[_top(q, chosen[i]) for q in rec["questions"]] for i, rec in enumerate(records)]
     quiet = [[_top(u, chosen[i]) for u in rec["unrelated"]] for i, rec in enumerate(records)]
     folds = range(len(records))
@@ -252,7 +263,7 @@ def injection_table(records: list[dict], chosen: list[Fusion], shipped: Fusion) 
           f"{ungated['recall']:.3f} at precision {ungated['precision']:.3f}. "
           f"The service ships bar {RECALL_THRESHOLDS[E5]}, margin {RECALL_MARGINS[E5]}, "
           f"at most {RECALL_LIMIT} (memory_inject_limit).\n")
-    return gate
+    return gate, r
 
 
 def _print_curve(curve: dict, chosen: tuple) -> None:
@@ -349,11 +360,14 @@ def _tokens(saves: list[dict], bar: float) -> float:
     return total / len(saves)
 
 
-def report(records: list[dict]) -> dict[str, float]:
+def report(records: list[dict], chosen_out: list | None = None) -> dict[str, float]:
     """All three choices, printed as markdown; returns the pooled held-out hybrid recall@5 and
-    @10 (the dashboard's figures)."""
+    @10 (the dashboard's figures). `chosen_out` receives each fold's fusion."""
     scores = per_question(records)
     chosen, shipped, held = fusion_table(records, scores)
-    injection_table(records, chosen, shipped)
+    if chosen_out is not None:
+        chosen_out.extend(chosen)
+    _, injected = injection_table(records, chosen, shipped)
     related_table(records)
-    return {f"hybrid_r{k}": held[i] for i, k in enumerate(KS) if k in (5, 10)}
+    return {**{f"hybrid_r{k}": held[i] for i, k in enumerate(KS)},
+            "inject_recall": injected["recall"], "inject_precision": injected["precision"]}

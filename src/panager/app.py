@@ -245,6 +245,8 @@ class App:
             closers.append(relay.drain)
         if mcp is not None:
             closers.append(mcp.stop)
+        if memory.retrieval.reranker is not None:
+            closers.append(memory.retrieval.reranker.aclose)
         backups = None
         if config.backup is not None:
             notify = _admin_notifier(access, users, messenger)

@@ -118,6 +118,10 @@ class Settings(BaseSettings):
     auto_migrate: bool = _env("PANAGER_AUTO_MIGRATE", default=True)
     transcription_model: str = _env("PANAGER_TRANSCRIPTION_MODEL", default="whisper-1")
     transcription_base_url: str | None = _env("PANAGER_TRANSCRIPTION_BASE_URL", default=None)
+    # a /rerank endpoint (llama.cpp, vLLM, TEI, Jina, Cohere) reordering memory search results
+    rerank_base_url: str | None = _env("PANAGER_RERANK_BASE_URL", default=None)
+    rerank_model: str | None = _env("PANAGER_RERANK_MODEL", default=None)
+    rerank_api_key: str | None = _env("PANAGER_RERANK_API_KEY", default=None, repr=False)
     # backups against DATABASE_URL: a pg_dump as new as the server (docs/backup.md)
     pg_dump: str | None = _env("PANAGER_PG_DUMP", default=None)
 

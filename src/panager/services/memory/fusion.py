@@ -23,6 +23,12 @@ Two families, both described by a `Fusion`:
   the top `depth` of each leg (the vector leg ordered by similarity minus
   crowd_weight · crowd).
 
+Either family can be **woven** with the lexical leg (`lexical_every`, `weave`): every
+n-th place of the ranking goes to the lexical leg's best memory not listed yet. The score
+fusion alone, chosen on the other conversations, still fell below plain RRF on 3 of 12
+held-out conversations; the lexical leg is what it loses (a rare word said once, that the
+embedder does not single out), and weaving keeps a share of every cut for it.
+
 The default (DEFAULT_FUSION) is chosen by leave-one-conversation-out
 cross-validation over two sets of long conversations (bench/memory_recall.py;
 the numbers and the rule are in docs/memory.md and BENCHMARKS.md). The
@@ -37,7 +43,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from panager.services.memory.queries import MemoryHit, hit, tie_key
@@ -55,9 +61,15 @@ class Fusion:
     coverage: bool = True  # score: multiply the lexical term by the query's idf covered
     rrf_k: float = 60.0
     depth: int = 30  # rrf: ranks counted per leg
+    # every n-th place goes to the lexical leg's best memory not listed yet (0: never);
+    # see `weave`
+    lexical_every: int = 0
 
     def label(self) -> str:
         """A short name for tables."""
+        if self.lexical_every:
+            plain = replace(self, lexical_every=0).label()
+            return f"{plain}; every {self.lexical_every}th place lexical"
         if self.kind == "rrf":
             crowd = f", crowd {self.crowd_weight:g}" if self.crowd_weight else ""
             return f"RRF k={self.rrf_k:g} top {self.depth}, lexical ×{self.lexical_weight:g}{crowd}"
@@ -66,10 +78,17 @@ class Fusion:
 
 
 PLAIN_RRF = Fusion(kind="rrf", rrf_k=60.0, depth=20)
-# Chosen by leave-one-conversation-out cross-validation over 12 conversations
-# (bench/memory_recall.py, BENCHMARKS.md "Memory recall"); the score fusion used before
-# (crowd 0.25, lexical 1.5 × coverage) had been tuned on three generated conversations.
-DEFAULT_FUSION = Fusion(kind="score", crowd_weight=0.5, lexical_weight=1.0, coverage=False)
+# Every 4th place to the lexical leg: on held-out folds the score fusion alone fell below
+# plain RRF on 3 of 12 conversations (5 of 108 fold × k × baseline cells, down to −0.048);
+# woven with the lexical leg, on 1 (−0.007 at R@5), at the same pooled R@10
+# (bench/memory_recall.py, docs/memory.md "Fusion").
+WEAVE = 4
+# The score part chosen by leave-one-conversation-out cross-validation over 12 conversations
+# among woven fusions (BENCHMARKS.md "Memory recall"; unwoven, the same rule chose lexical
+# 1.0); the score fusion used before that (crowd 0.25, lexical 1.5 × coverage) had been
+# tuned on three generated conversations.
+DEFAULT_FUSION = Fusion(kind="score", crowd_weight=0.5, lexical_weight=0.5, coverage=False,
+                        lexical_every=WEAVE)
 
 
 def fuse(
@@ -93,7 +112,38 @@ def ranking(
     combine = _rrf if fusion.kind == "rrf" else _score
     scores = combine(vector, lexical, fusion)
     order = sorted(scores, key=lambda key: (-scores[key], tie_key(rows[key])))
+    if fusion.lexical_every:
+        ranked = [r["id"] for r in lexical if r["id"] in scores]  # RRF counts its top `depth`
+        order = weave(order, ranked, fusion.lexical_every)
     return [(key, scores[key]) for key in order]
+
+
+def weave(fused: Sequence, lexical: Sequence, every: int) -> list:
+    """`fused` with every `every`-th place given to the best of `lexical` (the BM25 leg,
+    best first) not listed yet: the first `every` − 1 places from `fused`, then one from
+    `lexical`, and so on; each memory once, all of both kept.
+
+    Whatever the score fusion makes of a query, the top k then holds the lexical leg's best
+    k / `every` memories: the leg that a fusion most often loses to on conversations it was
+    not chosen on (a rare name or word said once) keeps a share of every cut."""
+    out: list = []
+    seen: set = set()
+    queues = (iter(fused), iter(lexical))
+    total = len(set(fused) | set(lexical))
+    place = 0
+    while len(out) < total:
+        place += 1
+        source = queues[1] if place % every == 0 else queues[0]
+        key = next((k for k in source if k not in seen), None)
+        if key is None:  # that side is used up: the other fills the rest
+            key = next((k for k in queues[0] if k not in seen), None)
+            if key is None:
+                key = next((k for k in queues[1] if k not in seen), None)
+            if key is None:
+                break
+        seen.add(key)
+        out.append(key)
+    return out
 
 
 def _score(vector: Sequence[dict], lexical: Sequence[dict], fusion: Fusion) -> dict:

@@ -315,6 +315,7 @@ class MemoryHit:
     previous: str | None = None
     tainted: bool = False  # written in a model call that had read outside content
     previous_tainted: bool = False
+    neighbour_of: str | None = None  # listed as saved right before/after this hit (neighbours.py)
 
 
 def hit(row: dict, score: float = 0.0) -> MemoryHit:

@@ -40,6 +40,7 @@ from panager.services.memory.queries import (
     SearchSQL,
     hit,
 )
+from panager.services.memory.rerank import EndpointReranker, rerank_hits
 from panager.services.memory.text import query_terms
 
 CANDIDATES = 30  # per retriever, before fusion
@@ -86,8 +87,10 @@ class Retrieval:
         iterative_scan: IterativeScan = "auto",
         sql: SearchSQL = MEMORY_SQL,
         fusion: Fusion = DEFAULT_FUSION,
+        reranker: EndpointReranker | None = None,
     ) -> None:
         self.pool = pool
+        self.reranker = reranker  # reorders a hybrid search's fused candidates (rerank.py)
         self.sql = sql  # the store searched: memories, or documents' chunks
         self.fusion = fusion  # how hybrid searches merge the legs (fusion.py)
         self.ef_search = ef_search
@@ -100,7 +103,8 @@ class Retrieval:
     async def search(
         self, user_id: int, query: str, limit: int, mode: SearchMode, vector: np.ndarray | None
     ) -> list[MemoryHit]:
-        """Run the legs (see `_legs`); hybrid results are fused as `self.fusion` says."""
+        """Run the legs (see `_legs`); hybrid results are fused as `self.fusion` says, then
+        reranked when a reranker is set (its failure leaves the fused order)."""
         if mode == "text":
             params = self._params(user_id, query, limit, None, lexical=True, crowd=False)
             text_sql = self.sql.search_text_only
@@ -113,7 +117,10 @@ class Retrieval:
         vec_rows, text_rows = await self.candidates(
             user_id, query, vector, limit, crowd=self.fusion.crowd_weight > 0
         )
-        return fuse(vec_rows, text_rows, limit, self.fusion)
+        if self.reranker is None:
+            return fuse(vec_rows, text_rows, limit, self.fusion)
+        fused = fuse(vec_rows, text_rows, len(vec_rows) + len(text_rows), self.fusion)
+        return await rerank_hits(self.reranker, query, fused, limit)
 
     async def candidates(
         self, user_id: int, query: str, vector: np.ndarray | None, limit: int = CANDIDATES,

@@ -45,6 +45,7 @@ from panager.services.memory.binding import (
     ensure_bound,
     read_meta,
 )
+from panager.services.memory.neighbours import with_neighbours
 from panager.services.memory.queries import (
     BY_PREFIX,
     CLEAR,
@@ -61,6 +62,7 @@ from panager.services.memory.queries import (
     MemoryHit,
     hit,
 )
+from panager.services.memory.rerank import EndpointReranker, reranker_from_settings
 from panager.services.memory.retrieval import (
     CANDIDATES,
     EF_SEARCH,
@@ -98,7 +100,7 @@ RELATED_THRESHOLDS = {  # similarity at which an existing memory is "related" to
 }
 DEFAULT_RELATED_THRESHOLD = 0.80
 RECALL_THRESHOLDS = {  # similarity to the message a memory needs to be injected (measured)
-    "local:multilingual-e5-small-q4/passage": 0.785,  # with the margin and RECALL_LIMIT: the
+    "local:multilingual-e5-small-q4/passage": 0.795,  # with the margin and RECALL_LIMIT: the
     # highest recall at precision ≥ 0.35 keeping ≥ 75% of unrelated messages quiet (held out)
     "local:multilingual-e5-small-q4": 0.86,
     "local:all-minilm-l6-v2-int8": 0.40,
@@ -145,6 +147,7 @@ class MemoryService:
         ef_search: int = EF_SEARCH,
         strategy: Strategy = "auto",
         iterative_scan: IterativeScan = "auto",
+        reranker: EndpointReranker | None = None,
     ) -> None:
         self.pool = pool
         self.embedder = embedder
@@ -157,7 +160,8 @@ class MemoryService:
         self.recall_threshold = recall_threshold
         self.recall_margin = RECALL_MARGINS.get(embedder.name, 0.0)
         self.retrieval = Retrieval(
-            pool, ef_search=ef_search, strategy=strategy, iterative_scan=iterative_scan
+            pool, ef_search=ef_search, strategy=strategy, iterative_scan=iterative_scan,
+            reranker=reranker,
         )
         self._bound = False  # the store is known to hold this embedder's vectors
         self._query_cache: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -170,6 +174,7 @@ class MemoryService:
             kwargs.setdefault("dedupe_threshold", config.memory_dedupe_threshold)
         if config.memory_recall_threshold is not None:
             kwargs.setdefault("recall_threshold", config.memory_recall_threshold)
+        kwargs.setdefault("reranker", reranker_from_settings(settings))
         service = cls(pool, await choose_embedder(pool, settings), **kwargs)
         await service.check_bound()
         return service
@@ -332,8 +337,11 @@ class MemoryService:
         *,
         mode: SearchMode = "hybrid",
         vector: np.ndarray | None = None,
+        neighbours: bool = False,
     ) -> list[MemoryHit]:
-        """The user's memories most relevant to `query`, best first."""
+        """The user's memories most relevant to `query`, best first; with `neighbours`, each
+        hit followed by the memories saved right before and after it in the same
+        conversation (neighbours.py), all within `limit`."""
         query = (query or "").strip()
         if not query:
             raise MemoryInputError("query is empty; say what to look for.")
@@ -343,13 +351,17 @@ class MemoryService:
         if mode != "text" and vector is None:
             vector = await self.embed_query(query)
         try:
-            return await self.retrieval.search(user_id, query, limit, mode, vector)
+            hits = await self.retrieval.search(user_id, query, limit, mode, vector)
         except psycopg.errors.DataException as exc:
             log.warning("memory search failed: %s", exc)
             raise MemoryUnavailable(
                 "the stored memories use another embedding model (re-embedded since this "
                 "process started); restart Panager."
             ) from exc
+        if neighbours and hits:
+            async with self.pool.connection() as conn:
+                hits = await with_neighbours(conn, user_id, hits, limit)
+        return hits
 
     async def _has_any(self, user_id: int) -> bool:
         async with self.pool.connection() as conn:
