@@ -64,6 +64,13 @@ def pytest_configure(config) -> None:
         ensure_server_user()
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: one worker more than the cores. A test mostly waits (on its database, a
+    child process, a fake server or a browser), so a third worker on two cores fills the
+    gaps; `--maxprocesses` still caps it."""
+    return (os.cpu_count() or 1) + 1
+
+
 RELIABILITY_PROPERTY = "reliability numbers"  # a report's user_properties key (tests/reliability)
 
 
