@@ -109,7 +109,7 @@ async def terminal(app, fake: FakeOpenAI, answers: int) -> tuple[list[float], li
 
 
 async def last_answer(app, user) -> str:
-    from panager.agent.threads import thread_values
+    from panager.agent.turns.threads import thread_values
 
     return (await thread_values(app.assistant, user))["messages"][-1].text
 

@@ -31,7 +31,7 @@ from bench.results import add_record_option, record_if_asked  # noqa: E402
 
 async def measure(total: int, today: int, delay_ms: int) -> dict:
     """Run one tidy-up; returns the figures of the table."""
-    from panager.agent.tidy import MemoryTidyJob
+    from panager.agent.flows.tidy import MemoryTidyJob
     from panager.app import App
     from panager.clock import FakeClock
     from panager.config import Settings

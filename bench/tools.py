@@ -64,7 +64,7 @@ def start_http_server() -> tuple[subprocess.Popen, str]:
 
 
 def native_echo():
-    from panager.agent.tools.base import ORDINARY, tool
+    from panager.agent.graph.tool import ORDINARY, tool
     from panager.framing import frame
 
     @tool(classify=ORDINARY)

@@ -117,9 +117,9 @@ def graph_turn(app, taint_checks: bool = True, **invoke_options) -> Turn:
     import uuid
     from dataclasses import replace
 
-    from panager.agent.effects.registry import UsageRecorder
-    from panager.agent.graph import build_graph
-    from panager.agent.state import TurnContext
+    from panager.agent.graph.build import build_graph
+    from panager.agent.graph.effects.registry import UsageRecorder
+    from panager.agent.graph.state import TurnContext
 
     base = 2_000_000 if not invoke_options else 4_000_000
     base += 0 if taint_checks else 3_000_000

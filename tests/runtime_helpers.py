@@ -9,8 +9,8 @@ import yaml
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
-from panager.agent.effects import ModelCall
-from panager.agent.state import TurnContext
+from panager.agent.graph.effects import ModelCall
+from panager.agent.graph.state import TurnContext
 from panager.services.users import User
 
 

@@ -11,7 +11,7 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent import tools as tools_pkg
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.threads import thread_values, update_thread
+from panager.agent.turns.threads import thread_values, update_thread
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 from tests.runtime_helpers import conversation, lookup_tools, pairs_intact, write_config

@@ -13,8 +13,8 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from panager.adapters.questions import decisions_for
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.taint import marked
-from panager.agent.threads import thread_values
+from panager.agent.graph.taint import marked
+from panager.agent.turns.threads import thread_values
 from panager.errors import ToolError
 from panager.framing import holds_outside
 from panager.services.proposals import ProposalConflict

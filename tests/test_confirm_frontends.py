@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import HumanMessage
 
-from panager.agent.threads import update_thread
+from panager.agent.turns.threads import update_thread
 from panager.framing import frame
 from tests.fakes.openai_server import FakeOpenAI, tool_call
 from tests.fakes.scripted_model import call

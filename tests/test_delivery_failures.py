@@ -11,7 +11,7 @@ from aiogram.exceptions import ClientDecodeError
 from aiohttp import web
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.messaging import FanoutMessenger
+from panager.services.messengers import FanoutMessenger
 from panager.services.schedules.delivery import DeliveryFailed
 from panager.services.schedules.occurrences import UNEXPECTED_ERROR
 from panager.services.schedules.worker import SchedulerWorker
@@ -115,7 +115,7 @@ async def test_unreachable_discord_falls_back_to_telegram(make_app, caplog):
     fanout = FanoutMessenger([discord, telegram], route=fixed_route("discord", "telegram"))
     assert await fanout.send(person, "stand up") is True
     assert discord.attempts == 1 and telegram.texts() == ["stand up"]
-    [record] = [r for r in caplog.records if r.name == "panager.agent.messaging"]
+    [record] = [r for r in caplog.records if r.name == "panager.services.messengers"]
     assert "ClientConnectorError" in record.getMessage()  # logged once, with its type
 
 

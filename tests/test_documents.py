@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from panager.agent.graph.tool import CallView, classify_call
 from panager.agent.tools import build_tools
-from panager.agent.tools.base import CallView, classify_call
 from panager.errors import ToolError
 from panager.web.server import start_web
 from tests.fakes.openai_server import FakeOpenAI, tool_call

@@ -6,17 +6,17 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 
 from panager.agent import tools as tools_pkg
-from panager.agent.effects.compact import Compact
-from panager.agent.effects.loop_detect import LoopDetect
-from panager.agent.effects.registry import (
+from panager.agent.graph.effects.compact import Compact
+from panager.agent.graph.effects.loop_detect import LoopDetect
+from panager.agent.graph.effects.registry import (
     EffectServices,
     build_effects,
     resolve_context_window,
 )
-from panager.agent.effects.summary import digest_summary, parse_summary
-from panager.agent.effects.trim import TRIMMED_KEY, TrimToolResults
-from panager.agent.effects.windows import context_window_for
-from panager.agent.history import keep_plan
+from panager.agent.graph.effects.summary import digest_summary, parse_summary
+from panager.agent.graph.effects.trim import TRIMMED_KEY, TrimToolResults
+from panager.agent.graph.effects.windows import context_window_for
+from panager.agent.graph.history import keep_plan
 from panager.config import ConfigError, EffectSpec, RuntimeConfig
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 from tests.runtime_helpers import (

@@ -107,7 +107,7 @@ def _run(coro):
 
 
 def test_an_endpoints_context_window_is_the_window_of_its_model(tmp_path):
-    from panager.agent.effects.windows import learn_served_window, window_for
+    from panager.agent.graph.effects.windows import learn_served_window, window_for
 
     config = {"models": {"gpt-4o": {},
                          "big-local": {"base_url": "http://127.0.0.1:9/v1",

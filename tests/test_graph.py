@@ -11,8 +11,8 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
 from panager.agent import tools as tools_pkg
-from panager.agent.confirm_node import UNPARSED_CALLS
-from panager.agent.graph import promote_unparsed_calls, unique_call_ids
+from panager.agent.graph.build import promote_unparsed_calls, unique_call_ids
+from panager.agent.graph.confirm_node import UNPARSED_CALLS
 from panager.errors import ToolError
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 

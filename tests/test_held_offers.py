@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.confirm import new_proposal_id
-from panager.agent.delivery import AssistantDelivery
+from panager.agent.flows.delivery import AssistantDelivery
+from panager.agent.graph.confirm import new_proposal_id
 from panager.cli.chat import TerminalMessenger
 from panager.db import migrate
 from panager.db.pool import open_pool

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from panager.agent.history import repair_tool_pairs, trim_history
-from panager.agent.prompts import build_system_prompt, memories_section, time_grounding
+from panager.agent.graph.history import repair_tool_pairs, trim_history
+from panager.agent.graph.prompts import build_system_prompt, memories_section, time_grounding
 
 
 def tool_turn(i: int, result: str) -> list:

@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.threads import thread_values, update_thread
+from panager.agent.turns.threads import thread_values, update_thread
 from panager.services.joining import PERSON_COLUMNS
 from tests.fakes.scripted_model import ScriptedChatModel
 

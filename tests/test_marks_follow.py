@@ -9,7 +9,7 @@ import re
 import pytest
 from psycopg.types.json import Jsonb
 
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, CallView
+from panager.agent.graph.tool import CONSEQUENTIAL, ORDINARY, CallView
 from panager.agent.tools.memory import update_class
 from panager.db import migrate
 from panager.db.pool import open_pool

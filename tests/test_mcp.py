@@ -19,10 +19,10 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from panager.agent.taint import marked
-from panager.agent.threads import thread_values, update_thread
+from panager.agent.graph.taint import marked
+from panager.agent.graph.tool import CallView, classify_call
 from panager.agent.tools import all_tools
-from panager.agent.tools.base import CallView, classify_call
+from panager.agent.turns.threads import thread_values, update_thread
 from panager.errors import ToolError
 from panager.framing import frame, holds_outside
 from panager.services.mcp.connection import Backoff
@@ -438,7 +438,7 @@ async def test_first_listing_pins_keep_working_framed_and_doctor_asks_for_a_revi
     """After the upgrade, a server pinned by its first listing is still offered, but its
     never-reviewed words are the server's: framed, so the call that is sent them is tainted
     (tool definitions are checked), and doctor says how to review them."""
-    from panager.agent.taint import call_tainted
+    from panager.agent.graph.taint import call_tainted
     from panager.doctor import mcp_summary
 
     description = tmp_path / "description.txt"

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from langchain_core.messages import HumanMessage
 
-from panager.agent.threads import thread_values
+from panager.agent.turns.threads import thread_values
 from panager.llm import _retry_after, backoff_delay
 from tests.fakes.openai_server import FakeOpenAI
 from tests.runtime_helpers import write_config

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.effects import windows
-from panager.agent.effects.registry import default_specs
-from panager.agent.effects.windows import DEFAULT_WINDOW, learn_served_window, window_for
+from panager.agent.graph.effects import windows
+from panager.agent.graph.effects.registry import default_specs
+from panager.agent.graph.effects.windows import DEFAULT_WINDOW, learn_served_window, window_for
 from panager.config import RuntimeConfig
 from panager.model_window import OLLAMA_DEFAULT_CTX, served_window, server_root
 from tests.fakes.openai_server import FakeOpenAI, tool_call

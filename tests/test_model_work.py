@@ -10,7 +10,7 @@ import math
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from panager.agent.jobs import Item, SystemJobs
+from panager.agent.flows.jobs import Item, SystemJobs
 from panager.agent.models import current_model
 from tests.fakes.openai_server import FakeOpenAI, tool_call
 from tests.runtime_helpers import write_config

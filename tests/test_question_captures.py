@@ -22,10 +22,10 @@ from langchain_core.messages import HumanMessage
 from rich.console import Console
 from rich.markdown import Markdown
 
-from panager.agent.confirm import PendingCall, Question, question_text
-from panager.agent.threads import update_thread
+from panager.agent.graph.confirm import PendingCall, Question, question_text
 from panager.agent.tools.mcp import _describer
 from panager.agent.tools.web import describe_fetch, describe_search
+from panager.agent.turns.threads import update_thread
 from panager.framing import frame
 from tests.browser_helpers import SCREENSHOTS, Browsers
 from tests.discord_helpers import running_bot

@@ -15,11 +15,11 @@ from rich.console import Console
 from rich.markdown import Markdown
 
 from panager.adapters.chunking import split_message
-from panager.agent.confirm import PendingCall, Question, question_text
-from panager.agent.relay import relay_note
-from panager.agent.threads import update_thread
-from panager.agent.tools.base import shown_block, shown_text
+from panager.agent.graph.confirm import PendingCall, Question, question_text
+from panager.agent.graph.tool import shown_block, shown_text
 from panager.agent.tools.messaging import describe_relay
+from panager.agent.turns.threads import update_thread
+from panager.services.relays.relay import relay_note
 from panager.telegram.markup import to_html
 from tests.discord_helpers import STEP, running_bot
 from tests.fakes.discord_server import FakeDiscord

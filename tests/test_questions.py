@@ -3,7 +3,7 @@ consequential call acts on, named in its own words, read before the question (th
 describe step), whole, and never an id standing alone.
 
 Against the real PostgreSQL and the fake Google; the words are those
-`tools/base.question_words` gives the describe node (and the proposals of unattended runs).
+`graph/tool.question_words` gives the describe node (and the proposals of unattended runs).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from types import SimpleNamespace
 import pytest
 from langchain_core.messages import HumanMessage
 
-from panager.agent.taint import CALL_TAINTED
-from panager.agent.threads import update_thread
-from panager.agent.tools import base as tool_base
+from panager.agent.graph import tool as tool_base
+from panager.agent.graph.taint import CALL_TAINTED
+from panager.agent.graph.tool import CONSEQUENTIAL, CallView, classify_call, question_words
 from panager.agent.tools import build_tools
-from panager.agent.tools.base import CONSEQUENTIAL, CallView, classify_call, question_words
 from panager.agent.tools.mcp import _describer
 from panager.agent.tools.web import describe_fetch, describe_search
+from panager.agent.turns.threads import update_thread
 from panager.framing import frame
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call

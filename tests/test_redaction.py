@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from panager.agent.events import Event
-from panager.agent.recorders import JsonEventLog, SessionRecorder
+from panager.agent.graph.events import Event
+from panager.agent.graph.recorders import JsonEventLog, SessionRecorder
 from panager.services.sessions import SessionStore
 
 STATE = "m7YfQG05_vKDDhGN1c72re1vfhvwBn_f.Pca0vrG2pSm1HKQkVZtKsLjbSvpOdrC_oTFNiq307TU"

@@ -9,7 +9,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 
 from panager.agent.commands import CommandContext, dispatch
 from panager.agent.tools.schedule import OUTSIDE_SCHEDULE, schedule_tools
-from panager.agent.turn_input import SYSTEM_TRIGGER_PREFIX
+from panager.agent.turns.input import SYSTEM_TRIGGER_PREFIX
 from panager.errors import ToolError
 from panager.framing import holds_outside, unframe
 from tests.fakes.scripted_model import ScriptedChatModel, call

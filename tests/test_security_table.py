@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from panager.agent.tools import build_tools
-from panager.agent.tools.base import (
+from panager.agent.graph.tool import (
     ALWAYS_ASK_KEY,
     CLASSIFY_KEY,
     CONSEQUENTIAL,
     LOOKUP_KEY,
     ORDINARY,
 )
+from panager.agent.tools import build_tools
 from panager.agent.tools.google import google_connect_tool, google_load_tool
 from panager.agent.tools.mcp import mcp_tool
 from panager.agent.tools.search import search_tool

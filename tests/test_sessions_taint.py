@@ -14,10 +14,10 @@ import pytest
 from langchain_core.messages import AIMessage
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.relay import relay_note
-from panager.agent.taint import marked, person_text
-from panager.agent.threads import thread_values, update_thread
+from panager.agent.graph.taint import marked, person_text
+from panager.agent.turns.threads import thread_values, update_thread
 from panager.framing import holds_outside
+from panager.services.relays.relay import relay_note
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.runtime_helpers import write_config
 

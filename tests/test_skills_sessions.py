@@ -5,7 +5,7 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.threads import thread_values, update_thread
+from panager.agent.turns.threads import thread_values, update_thread
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.runtime_helpers import conversation, pairs_intact, write_config
 

@@ -11,9 +11,9 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.effects.compact import Compact
-from panager.agent.history import SHORTENED_KEY, fit_newest, keep_plan
-from panager.agent.threads import thread_values
+from panager.agent.graph.effects.compact import Compact
+from panager.agent.graph.history import SHORTENED_KEY, fit_newest, keep_plan
+from panager.agent.turns.threads import thread_values
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.runtime_helpers import conversation, model_call, pairs_intact, write_config
 

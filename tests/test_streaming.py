@@ -13,9 +13,9 @@ import asyncio
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from panager.agent.events import EventEmitter
-from panager.agent.taint import marked
-from panager.agent.threads import thread_values
+from panager.agent.graph.events import EventEmitter
+from panager.agent.graph.taint import marked
+from panager.agent.turns.threads import thread_values
 from panager.framing import holds_outside
 from tests.fakes.openai_server import FakeOpenAI, Reply, tool_call, tool_calls
 from tests.runtime_helpers import write_config

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import HumanMessage
 
-from panager.agent.taint import latest_person_text, person_text
-from panager.agent.threads import thread_values
+from panager.agent.graph.taint import latest_person_text, person_text
+from panager.agent.turns.threads import thread_values
 from panager.framing import unframe
 from panager.services.telegram_updates import read_update
 from tests.fakes.scripted_model import ScriptedChatModel, call

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from panager.agent.delivery import AssistantDelivery
-from panager.agent.relay import relay_note
-from panager.agent.threads import update_thread
+from panager.agent.flows.delivery import AssistantDelivery
+from panager.agent.turns.threads import update_thread
+from panager.services.relays.relay import relay_note
 from panager.services.schedules.occurrences import TAINTED_REMINDER
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.media_files import ogg_opus, png

@@ -8,8 +8,8 @@ import json
 import pytest
 from langchain_core.messages import HumanMessage
 
-from panager.agent import tidy as tidy_module
 from panager.agent.commands import CommandContext, dispatch
+from panager.agent.flows import tidy as tidy_module
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.runtime_helpers import write_config
 from tests.scheduler_helpers import scheduler_app, utc, worker

@@ -11,8 +11,8 @@ import pytest
 from langchain_core.messages import SystemMessage, ToolMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from panager.agent.google_link import CONNECTED_RESULT
-from panager.agent.tools.base import ORDINARY, tool
+from panager.agent.flows.connect import CONNECTED_RESULT
+from panager.agent.graph.tool import ORDINARY, tool
 from panager.agent.tools.google import GOOGLE_CONNECT, GOOGLE_LOAD, GOOGLE_TOOL_NAMES
 from panager.agent.tools.mcp import SOURCE_KEY
 from panager.agent.tools.offer import compact_core

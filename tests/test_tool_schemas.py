@@ -5,8 +5,8 @@ from __future__ import annotations
 from langchain_core.tools import tool as langchain_tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from panager.agent.graph.tool import tool
 from panager.agent.tools import build_tools
-from panager.agent.tools.base import tool
 from panager.llm import openai_tool
 
 

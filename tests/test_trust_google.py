@@ -120,7 +120,7 @@ async def test_malformed_signatures_are_a_400_page_never_a_500(fake, make_app, c
 
 
 async def test_surrogates_are_cleaned_in_sealing_and_tool_arguments():
-    from panager.agent.tools.base import clean_args
+    from panager.agent.graph.tool import clean_args
     from panager.services.google.sealing import Sealer
 
     assert Sealer("k" * 40).verify("m", "\ud800abc") is False

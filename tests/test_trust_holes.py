@@ -8,7 +8,7 @@ import json
 import pytest
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.threads import update_thread
+from panager.agent.turns.threads import update_thread
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.runtime_helpers import conversation, write_config
 
@@ -200,7 +200,7 @@ async def test_relays_block_answers_the_same_for_any_name(make_app, tmp_path):
 
 
 async def test_relays_block_keeps_at_most_so_many_names(make_app, tmp_path):
-    from panager.services.relays import MAX_BLOCKED_NAMES
+    from panager.services.relays.store import MAX_BLOCKED_NAMES
 
     app, _, _, bob = await relay_app(make_app, tmp_path)
     async with app.pool.connection() as conn:
@@ -217,7 +217,7 @@ async def test_relays_block_keeps_at_most_so_many_names(make_app, tmp_path):
 
 
 def test_every_advisory_lock_namespace_is_distinct():
-    from panager.agent import turnlock
+    from panager.agent.turns import turnlock
     from panager.db import locks, presence
 
     assert len(set(locks.ALL.values())) == len(locks.ALL), locks.ALL

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from panager.agent.threads import thread_values
-from panager.agent.turnlock import TurnLocks
+from panager.agent.turns.threads import thread_values
+from panager.agent.turns.turnlock import TurnLocks
 from panager.app import App
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.runtime_helpers import write_config

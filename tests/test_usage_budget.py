@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.threads import thread_values
+from panager.agent.turns.threads import thread_values
 from panager.services.usage import UsageReport
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.runtime_helpers import write_config

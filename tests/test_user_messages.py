@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from langchain_core.messages import HumanMessage, ToolMessage
 
-from panager.agent.threads import thread_values
 from panager.agent.tools import build_tools
+from panager.agent.turns.threads import thread_values
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 from tests.runtime_helpers import write_config
 

@@ -8,7 +8,7 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 from panager import app as app_module
-from panager.agent.threads import thread_values
+from panager.agent.turns.threads import thread_values
 from panager.services.web.fetch import WebFetcher
 from panager.services.web.guard import AddressGuard
 from tests.fakes.scripted_model import ScriptedChatModel, call

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.agent.events import Event
+from panager.agent.graph.events import Event
 from panager.services.schedules.recurrence import ScheduleInputError
 from panager.services.web_sessions import WebSessionService
 from panager.web.auth import RATE_LIMIT

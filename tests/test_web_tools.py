@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from panager.agent.taint import call_tainted, latest_person_text, person_text
+from panager.agent.graph.taint import call_tainted, latest_person_text, person_text
+from panager.agent.graph.tool import CONSEQUENTIAL, ORDINARY, CallView, classify_call, describe_call
 from panager.agent.tools import build_tools
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, CallView, classify_call, describe_call
 from panager.agent.tools.web import web_tools, written_by_person
 from panager.config import ConfigError, RuntimeConfig, Settings, WebSearchConfig
 from panager.doctor import check_search
@@ -206,7 +206,7 @@ async def test_through_the_graph_a_refusal_is_an_error_result_and_a_page_is_fram
     make_app, monkeypatch
 ):
     from panager import app as app_module
-    from panager.agent.taint import TAINT_KEY
+    from panager.agent.graph.taint import TAINT_KEY
     from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 
     async with FakeSite() as site:

@@ -23,21 +23,19 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-from panager.agent.delivery import AssistantDelivery
 from panager.agent.deps import AgentDeps
-from panager.agent.effects.registry import EffectServices
-from panager.agent.effects.windows import learn_served_window
-from panager.agent.events import EventEmitter
-from panager.agent.google_link import GoogleLinkFlow, auth_hook
-from panager.agent.graph import build_graph
-from panager.agent.graph_config import GraphConfig, GraphLimits, ModelInvoker, StreamInvoker
-from panager.agent.messaging import FanoutMessenger
-from panager.agent.relay import UserMessageRelay
-from panager.agent.runner import Assistant, ModelSelector
-from panager.agent.runtime import build_runtime
-from panager.agent.state import Recall
-from panager.agent.threads import Threads, thread_asking, update_thread
-from panager.agent.turnlock import TurnLocks
+from panager.agent.flows.connect import GoogleLinkFlow, auth_hook
+from panager.agent.flows.delivery import AssistantDelivery
+from panager.agent.graph.build import build_graph
+from panager.agent.graph.config import GraphConfig, GraphLimits, ModelInvoker, StreamInvoker
+from panager.agent.graph.effects.registry import EffectServices
+from panager.agent.graph.effects.windows import learn_served_window
+from panager.agent.graph.events import EventEmitter
+from panager.agent.graph.runtime import build_runtime
+from panager.agent.graph.state import Recall
+from panager.agent.turns.runner import Assistant, ModelSelector
+from panager.agent.turns.threads import Threads, thread_asking, update_thread
+from panager.agent.turns.turnlock import TurnLocks
 from panager.clock import Clock, SystemClock
 from panager.config import ConfigError, RuntimeConfig, Settings
 from panager.db import migrate
@@ -56,9 +54,11 @@ from panager.services.media.sandbox import Limits
 from panager.services.media.store import MediaStore
 from panager.services.media.transcribe import Transcriber, TranscriptionConfig
 from panager.services.memory.service import MemoryHit, MemoryService
+from panager.services.messengers import FanoutMessenger
 from panager.services.profile import ProfileService
 from panager.services.proposals import ProposalService
-from panager.services.relays import RelayService
+from panager.services.relays.relay import UserMessageRelay
+from panager.services.relays.store import RelayService
 from panager.services.schedules.service import ScheduleLimits, ScheduleService
 from panager.services.schedules.system import SystemJobService
 from panager.services.schedules.worker import SchedulerWorker, WorkerOptions

@@ -114,7 +114,7 @@ async def check_window(settings: Settings, found: dict) -> tuple[bool | None, st
     """The context window the model gets, and where that number came from."""
     if not found.get("model_ok"):
         return None, "needs the model endpoint"
-    from panager.agent.effects.windows import learn_served_window
+    from panager.agent.graph.effects.windows import learn_served_window
 
     window = await learn_served_window(settings)
     if not window.tokens:

@@ -19,7 +19,7 @@ from typing import Any
 
 OUTSIDE_TAG = "outside_content"
 # The mark, in `additional_kwargs`, of a message written in a tainted model call (set and
-# read by agent/taint.py; kept by a saved conversation file, services/sessions.py).
+# read by agent/graph/taint.py; kept by a saved conversation file, services/sessions.py).
 TAINT_KEY = "panager_tainted"
 OUTSIDE_OPEN = f"<{OUTSIDE_TAG}"
 _SOURCE_UNSAFE = re.compile(r"[^\w .,:/@#+()'-]", re.UNICODE)

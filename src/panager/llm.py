@@ -168,7 +168,7 @@ def openai_tool(tool: BaseTool) -> dict:
 
     `bind_tools` would rebuild the JSON schema of every tool on every model call (about
     40 ms a turn with the full tool set); per-user tools share their schema class
-    (`agent/tools/base.py`), so the converted form is reused across users and turns."""
+    (`agent/graph/tool.py`), so the converted form is reused across users and turns."""
     key = (tool.name, tool.description, tool.args_schema)
     try:
         found = _OPENAI_TOOLS.get(key)

@@ -30,8 +30,8 @@ from panager.framing import frame
 
 if TYPE_CHECKING:
     from panager.adapters.streaming import StreamedReply
-    from panager.agent.events import Event
-    from panager.agent.runner import TurnResult
+    from panager.agent.graph.events import Event
+    from panager.agent.turns.runner import TurnResult
     from panager.app import App
     from panager.services.inbox import InboxMessage
     from panager.services.media.intake import Attachment

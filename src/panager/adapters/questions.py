@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from panager.agent.confirm import APPROVE, DENY, Question
+from panager.agent.graph.confirm import APPROVE, DENY, Question
 
 if TYPE_CHECKING:
-    from panager.agent.runner import TurnResult
+    from panager.agent.turns.runner import TurnResult
     from panager.app import App
     from panager.services.proposals import Offer
     from panager.services.users import User

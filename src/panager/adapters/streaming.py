@@ -26,7 +26,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from panager.adapters.chunking import FENCE
 from panager.adapters.links import with_link_text
-from panager.agent.events import Event
+from panager.agent.graph.events import Event
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from panager.agent.messaging import FanoutMessenger
-    from panager.agent.relay import UserMessageRelay
-    from panager.agent.runtime import AgentRuntime
+    from panager.agent.graph.runtime import AgentRuntime
     from panager.clock import Clock
     from panager.config import RuntimeConfig, Settings
     from panager.db.pool import Pool
@@ -22,9 +20,11 @@ if TYPE_CHECKING:
     from panager.services.mcp.hub import McpHub
     from panager.services.media.intake import MediaIntake
     from panager.services.memory.service import MemoryService
+    from panager.services.messengers import FanoutMessenger
     from panager.services.profile import ProfileService
     from panager.services.proposals import ProposalService
-    from panager.services.relays import RelayService
+    from panager.services.relays.relay import UserMessageRelay
+    from panager.services.relays.store import RelayService
     from panager.services.schedules.service import ScheduleService
     from panager.services.schedules.system import SystemJobService
     from panager.services.usage import UsageService

@@ -14,8 +14,8 @@ import json
 import sys
 
 from panager.agent.commands import CommandContext, dispatch, is_command
-from panager.agent.confirm import APPROVE, DENY
-from panager.agent.events import Event
+from panager.agent.graph.confirm import APPROVE, DENY
+from panager.agent.graph.events import Event
 from panager.app import App
 from panager.cli.live import PlainAnswer
 from panager.config import Settings

@@ -9,7 +9,7 @@ turn repairs an unanswered tool call); Ctrl+C or Ctrl+D at an empty prompt
 exits, as do `exit`, `quit` and `/q`.
 
 A turn that stops to ask (an action chosen while reading outside content, see
-agent/confirm.py) prints the question and asks y/N per action; anything but
+agent/graph/confirm.py) prints the question and asks y/N per action; anything but
 y/yes counts as no, and a whole new message instead declines the question and
 is answered as usual.
 """
@@ -28,14 +28,14 @@ from rich.console import Console as RichConsole
 from rich.text import Text
 
 from panager.agent.commands import CommandContext, dispatch, is_command
-from panager.agent.confirm import APPROVE, DENY, Question
-from panager.agent.events import Event
-from panager.agent.messaging import tool_status_label
+from panager.agent.graph.confirm import APPROVE, DENY, Question
+from panager.agent.graph.events import Event
 from panager.app import App
 from panager.cli.attach import USAGE, is_attach, parse_attach, take_file
 from panager.cli.live import SPEAKER, AnswerView, LiveAnswer, PlainAnswer, no_echo
 from panager.config import Settings
 from panager.services.media.intake import Attachment
+from panager.services.messengers import tool_status_label
 from panager.services.proposals import Offer
 from panager.services.users import LOCAL_USER_ID, User, UserService
 from panager.web.server import start_for_terminal
@@ -84,7 +84,7 @@ def _prompt_running() -> bool:
 class TerminalMessenger:
     """Delivers reminders and scheduled answers for the local user into the open REPL.
 
-    For a person joined with a chat front end it only shows a copy (agent/messaging.py)."""
+    For a person joined with a chat front end it only shows a copy (services/messengers.py)."""
 
     platform = "terminal"
 

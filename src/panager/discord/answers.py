@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from panager.adapters.streaming import StreamedReply
-    from panager.agent.runner import TurnResult
+    from panager.agent.turns.runner import TurnResult
     from panager.app import App
     from panager.services.inbox import InboxMessage, InboxService
     from panager.services.media.intake import Attachment

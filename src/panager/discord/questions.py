@@ -21,13 +21,13 @@ from panager.adapters.questions import (
     proposal_buttons,
     question_buttons,
 )
-from panager.agent.confirm import Question
+from panager.agent.graph.confirm import Question
 from panager.discord.replies import send_reply
 
 if TYPE_CHECKING:
     import asyncio
 
-    from panager.agent.runner import TurnResult
+    from panager.agent.turns.runner import TurnResult
     from panager.app import App
     from panager.services.proposals import Offer
 

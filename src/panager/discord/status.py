@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 
 import discord
 
-from panager.agent.events import Event
-from panager.agent.messaging import tool_status_label
+from panager.agent.graph.events import Event
+from panager.services.messengers import tool_status_label
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ chosen before (at most one of the two may still have one).
 Conversation threads are LangGraph checkpoints under `thread_id = str(id)`:
 the caller says which thread survives (`keep_thread_of`); the other is deleted
 in the same transaction (its summary is saved as memories first, by the
-caller: agent/linking.py).
+caller: agent/flows/linking.py).
 
 Locks: the transaction takes the link lock of both people in ascending id
 order, then their memory-save locks in the same order, so two joins at once

@@ -15,7 +15,7 @@ Format (one JSON object a line, UTF-8):
 The first line is the header; every other line is one message whose
 `parent_id` is the previous message's id.
 
-The file keeps the taint of what it holds (agent/taint.py): `summary_tainted`
+The file keeps the taint of what it holds (agent/graph/taint.py): `summary_tainted`
 says the summary was written from outside content, and `tainted` on a message
 is its mark (written on every assistant line, on other lines only when set;
 framed outside content stays framed in the text itself). A file that does not

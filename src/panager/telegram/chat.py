@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from contextlib import AbstractAsyncContextManager
 
-    from panager.agent.runner import TurnResult
+    from panager.agent.turns.runner import TurnResult
     from panager.services.inbox import InboxMessage
     from panager.services.proposals import Offer
     from panager.services.users import User

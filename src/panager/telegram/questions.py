@@ -27,8 +27,8 @@ from panager.adapters.streaming import StreamedReply
 from panager.telegram.buttons import Buttons
 
 if TYPE_CHECKING:
-    from panager.agent.confirm import Question
-    from panager.agent.runner import TurnResult
+    from panager.agent.graph.confirm import Question
+    from panager.agent.turns.runner import TurnResult
     from panager.services.inbox import InboxMessage
     from panager.services.proposals import Offer
     from panager.services.users import User

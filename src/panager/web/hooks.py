@@ -4,7 +4,7 @@ The token is the only credential (cookies are never read here); it is looked up 
 its SHA-256 in one indexed query, so a wrong token answers 404 in the same time as a
 revoked one, and the access log shows `/hooks/…` without it. The body is capped
 before it is read. A worker then runs the hook's instruction for its owner with the
-payload framed as outside content (agent/jobs.py), exactly once.
+payload framed as outside content (agent/flows/jobs.py), exactly once.
 
 A hook made with a signing secret takes only calls carrying `X-Panager-Timestamp`
 (Unix seconds, within 5 minutes of now) and `X-Panager-Signature` (hex HMAC-SHA256 of

@@ -2,7 +2,7 @@
 
 Each signed-in page opens `GET /notices` (static/notices.js) and keeps it open;
 `WebNotices` is a messenger with `platform = "web"`: for a person with a chat
-front end it only shows a copy once the chat delivered (agent/messaging.py),
+front end it only shows a copy once the chat delivered (services/messengers.py),
 for anyone else an open page is a destination like the terminal. It knows
 only the pages open on this server process. Each page holds a small bounded
 queue (a page that stopped reading loses notices, never the process memory),

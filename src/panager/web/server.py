@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from panager.agent.messaging import FanoutMessenger
+from panager.services.messengers import FanoutMessenger
 from panager.web.google_link import GoogleLinkPages
 from panager.web.hooks import WebhookEndpoint, log_path
 from panager.web.notices import WebNotices

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from panager.agent.events import Event
+from panager.agent.graph.events import Event
 
 
 def frame(name: str, data: dict[str, Any]) -> bytes:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from panager.agent.deps import AgentDeps
-    from panager.agent.runner import Assistant
+    from panager.agent.turns.runner import Assistant
     from panager.services.proposals import Offer
     from panager.services.users import User
 

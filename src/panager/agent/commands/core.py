@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from panager.agent import approvals
 from panager.agent.commands import CommandContext, CommandReply, available, command
 from panager.agent.tools.profile import validate_zone_name
+from panager.agent.turns import approvals
 from panager.errors import ToolError
 
 

@@ -1,4 +1,4 @@
-"""/heartbeat, /briefing and /webhook: the system jobs a person turns on (agent/jobs.py)."""
+"""/heartbeat, /briefing and /webhook: the system jobs a person turns on (agent/flows/jobs.py)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.agent.tidy import tidy_line
+from panager.agent.flows.tidy import tidy_line
 from panager.services.memory.service import (
     MemoryHit,
     MemoryInputError,

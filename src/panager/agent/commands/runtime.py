@@ -10,11 +10,11 @@ from langchain_core.messages import RemoveMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.agent.effects.budget import TokenBudget
-from panager.agent.effects.summary import summary_tainted
-from panager.agent.effects.windows import window_for
+from panager.agent.graph.effects.budget import TokenBudget
+from panager.agent.graph.effects.summary import summary_tainted
+from panager.agent.graph.effects.windows import window_for
 from panager.agent.models import current_model
-from panager.agent.threads import thread_values, update_thread
+from panager.agent.turns.threads import thread_values, update_thread
 from panager.services.usage import ModelUsage, UsageReport
 
 MODEL_NAME_RE = re.compile(r"^[\w.:/@+-]{1,100}$")

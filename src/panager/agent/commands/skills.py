@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.agent.threads import thread_values, update_thread
+from panager.agent.turns.threads import thread_values, update_thread
 from panager.services.skills import MAX_SKILL_BYTES, SkillError, SkillLibrary
 
 DISABLED = "Skills are turned off in this instance (skills: false in the config)."

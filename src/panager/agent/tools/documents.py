@@ -12,7 +12,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, Lookup, looks_up, shown_text, tool
+from panager.agent.graph.tool import CONSEQUENTIAL, ORDINARY, Lookup, looks_up, shown_text, tool
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.services.media.documents import DocumentInfo

@@ -26,8 +26,8 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.history import schema_tokens
-from panager.agent.tools.base import (
+from panager.agent.graph.history import schema_tokens
+from panager.agent.graph.tool import (
     CONSEQUENTIAL,
     ORDINARY,
     CallView,

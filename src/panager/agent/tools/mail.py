@@ -24,7 +24,7 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import (
+from panager.agent.graph.tool import (
     CONSEQUENTIAL,
     CURRENT_CALL,
     ORDINARY,

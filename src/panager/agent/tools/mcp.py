@@ -5,7 +5,7 @@ parameter descriptions capped, and whose description is the server's text, cappe
 tools the operator approved are offered, and approved text counts as the operator's
 (plain); a tool offered on an old first-listing pin, never reviewed, has its description
 and parameter descriptions framed as outside content, so a call that is sent them is
-tainted (agent/taint.py checks tool definitions too). Every
+tainted (agent/graph/taint.py checks tool definitions too). Every
 result is outside content, framed once here with the server and tool as its source;
 so is any text of the server's in an error (an `isError` result, a JSON-RPC error
 message, why it is down), while Panager's own words (a timeout) stay plain. Classes
@@ -28,7 +28,7 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import (
+from panager.agent.graph.tool import (
     CONSEQUENTIAL,
     ORDINARY,
     CallView,

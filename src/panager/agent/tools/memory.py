@@ -9,8 +9,8 @@ from typing import Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.taint import CALL_TAINTED
-from panager.agent.tools.base import (
+from panager.agent.graph.taint import CALL_TAINTED
+from panager.agent.graph.tool import (
     CONSEQUENTIAL,
     ORDINARY,
     CallView,
@@ -70,7 +70,7 @@ def _related(hit: MemoryHit) -> dict:
 
 
 async def _ensure_tidy(deps: AgentDeps, user: User) -> None:
-    """A person with memories gets the nightly tidy-up (once; agent/tidy.py)."""
+    """A person with memories gets the nightly tidy-up (once; agent/flows/tidy.py)."""
     if deps.config.memory_tidy and deps.system_jobs is not None:
         await deps.system_jobs.ensure(user, "tidy", deps.config.memory_tidy_at, "FREQ=DAILY")
 

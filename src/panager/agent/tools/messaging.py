@@ -1,7 +1,7 @@
 """`send_user_message`: one user asks the assistant to message another registered user.
 
 The work (checks, rate limit, delivery, the note in the recipient's thread) is
-`UserMessageRelay` in agent/relay.py; this module is the tool the model sees.
+`UserMessageRelay` in services/relays/relay.py; this module is the tool the model sees.
 """
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.tools import BaseTool
 
-from panager.agent.relay import UserMessageRelay
-from panager.agent.tools.base import CONSEQUENTIAL, Lookup, looks_up, shown_block, shown_text, tool
+from panager.agent.graph.tool import CONSEQUENTIAL, Lookup, looks_up, shown_block, shown_text, tool
+from panager.services.relays.relay import UserMessageRelay
 
 if TYPE_CHECKING:
     from panager.agent.deps import AgentDeps
     from panager.services.users import User
 
-__all__ = ["UserMessageRelay", "describe_relay", "messaging_tools"]  # the relay: agent/relay.py
+# the relay: services/relays/relay.py
+__all__ = ["UserMessageRelay", "describe_relay", "messaging_tools"]
 
 
 def messaging_tools(deps: AgentDeps, user: User) -> list[BaseTool]:

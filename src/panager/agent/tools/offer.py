@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from langchain_core.tools import BaseTool
 
-from panager.agent.history import schema_tokens
+from panager.agent.graph.history import schema_tokens
 from panager.agent.tools.google import FIXED_SHARE, PROMPT_TOKENS
 from panager.agent.tools.mcp import SOURCE_KEY
 from panager.agent.tools.search import DEFERRED_KEY, TOOL_SEARCH, search_tool

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo, available_timezones
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.base import (
+from panager.agent.graph.tool import (
     CONSEQUENTIAL,
     ORDINARY,
     CallView,

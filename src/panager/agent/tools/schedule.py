@@ -9,10 +9,9 @@ from typing import Any, Literal
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.models import current_model
-from panager.agent.state import SCHEDULED_RUN
-from panager.agent.taint import CALL_TAINTED
-from panager.agent.tools.base import (
+from panager.agent.graph.state import SCHEDULED_RUN
+from panager.agent.graph.taint import CALL_TAINTED
+from panager.agent.graph.tool import (
     CONSEQUENTIAL,
     ORDINARY,
     CallView,
@@ -23,6 +22,7 @@ from panager.agent.tools.base import (
     shown_text,
     tool,
 )
+from panager.agent.models import current_model
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.services.schedules.recurrence import ScheduleInputError

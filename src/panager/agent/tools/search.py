@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from langchain_core.tools import BaseTool
 
-from panager.agent.tools.base import ORDINARY, tool
+from panager.agent.graph.tool import ORDINARY, tool
 
 TURN_TOOLS_KEY = "panager_turn_tools"  # metadata: attach(turn's tool list) before the turn
 DEFERRED_KEY = "panager_deferred"  # metadata: the tools this search can load

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.tools import BaseTool
 
-from panager.agent.tools.base import CONSEQUENTIAL, ORDINARY, CallView, ToolClass, shown_text, tool
+from panager.agent.graph.tool import CONSEQUENTIAL, ORDINARY, CallView, ToolClass, shown_text, tool
 from panager.errors import ToolError
 from panager.framing import frame
 from panager.services.web.guard import WebError

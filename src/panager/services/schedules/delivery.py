@@ -1,7 +1,7 @@
 """The delivery contract: how a scheduler worker reaches users, and how a delivery fails.
 
 The worker (`services/schedules/worker.py`) depends only on this `Delivery`
-protocol; the app's implementation is `agent/delivery.py`, joined to the worker
+protocol; the app's implementation is `agent/flows/delivery.py`, joined to the worker
 by `App.make_worker`.
 """
 

@@ -25,11 +25,11 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from langchain_core.messages import AIMessage, HumanMessage
 
-from panager.agent import approvals
-from panager.agent.attachments import ATTACHMENTS_NAME, attached_text
 from panager.agent.commands import CommandContext, dispatch, is_command
-from panager.agent.confirm import APPROVE, DENY, offer_key, question_text
-from panager.agent.runner import TurnResult
+from panager.agent.graph.attachments import ATTACHMENTS_NAME, attached_text
+from panager.agent.graph.confirm import APPROVE, DENY, offer_key, question_text
+from panager.agent.turns import approvals
+from panager.agent.turns.runner import TurnResult
 from panager.services.media.intake import Attachment
 from panager.services.proposals import Offer
 from panager.services.web_sessions import WebSession

@@ -1,6 +1,6 @@
 """A proposal remembers whether the run that held it was tainted.
 
-Approving a held call runs it with that taint (`agent/approvals.py`), as the
+Approving a held call runs it with that taint (`agent/turns/approvals.py`), as the
 tools node does for a call approved in a question: an agent schedule approved
 from a run that had read outside content is stored `tainted`, so each of its
 runs is tainted again. A proposal held before this upgrade counts as tainted
