@@ -28,7 +28,7 @@ METRICS = {
         "compare": "2026-11-25: 409 s for 517 tests",
     },
     "pytest_s": {
-        "label": "… of which pytest (2 workers)", "unit": "s", "better": "lower",
+        "label": "… of which pytest (xdist: one worker more than the cores)", "unit": "s", "better": "lower",
         "target": "≤ 480 s", "compare": "",
     },
     "tests": {
