@@ -364,6 +364,10 @@ class ServerConnection:
                 f"{self.config.timeout_seconds:g} s"
             )
         if exc.code == types.CONNECTION_CLOSED:
+            # Not ready from now on: a `wait_ready` after this waits for the restarted
+            # process instead of answering from the dead one's state.
+            self._ready.clear()
+            self.state = "restarting"
             self._broken.set()
             self._wake.set()
             return McpCallFailed(
