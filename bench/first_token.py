@@ -91,7 +91,7 @@ async def start_app(db_url: str, home: Path, base_url: str):
 async def terminal(app, fake: FakeOpenAI, answers: int) -> tuple[list[float], list[str]]:
     from rich.console import Console as RichConsole
 
-    from panager.cli.chat import Console, Repl
+    from panager.frontends.terminal.chat import Console, Repl
 
     user = await app.local_user()
     latencies, finals = [], []
@@ -150,7 +150,7 @@ async def one_dm(dc, fake: FakeOpenAI, user_id: int) -> tuple[float, int, float,
 
 
 async def telegram(app, fake: FakeOpenAI, answers: int, users: int) -> dict:
-    from panager.telegram.api import make_bot
+    from panager.frontends.telegram.api import make_bot
     from tests.fakes.telegram_server import FakeTelegram
     from tests.telegram_helpers import running_front
 

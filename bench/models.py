@@ -125,7 +125,7 @@ async def day(people: int, items: int, idle: bool) -> Tally:
     from panager.app import App
     from panager.clock import FakeClock
     from panager.config import Settings
-    from panager.web.server import start_web
+    from panager.frontends.web.server import start_web
     from tests.fakes.google_server import FakeGoogle
     from tests.fakes.openai_server import FakeOpenAI
     from tests.google_helpers import GoogleHarness, endpoints_of, google_settings

@@ -55,7 +55,7 @@ async def measure(repeat: int, delay_ms: int) -> list[tuple[str, float, int, int
     from panager.app import App
     from panager.clock import FakeClock
     from panager.config import Settings
-    from panager.web.server import start_web
+    from panager.frontends.web.server import start_web
     from tests.fakes.google_server import FakeGoogle
     from tests.fakes.scripted_model import ScriptedChatModel, call
     from tests.google_helpers import ALICE, GoogleHarness, endpoints_of, google_settings

@@ -116,8 +116,8 @@ async def main(args) -> None:
 
     from panager.app import App
     from panager.config import Settings
+    from panager.frontends.web.server import start_web
     from panager.services.web_sessions import WebSessionService
-    from panager.web.server import start_web
 
     async with bench_database() as url:
         settings = Settings(_env_file=None, database_url=url, home=Path(tempfile.mkdtemp()),

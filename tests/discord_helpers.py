@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from panager.discord.bot import PanagerBot
+from panager.frontends.discord.bot import PanagerBot
 
 STEP = 10  # seconds: the bound for any single wait
 

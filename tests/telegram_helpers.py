@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from panager.telegram.bot import TelegramFrontEnd
+from panager.frontends.telegram.bot import TelegramFrontEnd
 from tests.fakes.telegram_server import FakeTelegram
 
 STEP = 15  # seconds: the bound for any single wait

@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from panager.web.server import start_web
+from panager.frontends.web.server import start_web
 from tests.browser_helpers import Browsers
 from tests.fakes.openai_server import FakeOpenAI
 from tests.media_files import ogg_opus, png

@@ -1,4 +1,4 @@
-"""Tests for panager.adapters.chunking.split_message."""
+"""Tests for panager.frontends.shared.chunking.split_message."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from panager.adapters.chunking import split_message
+from panager.frontends.shared.chunking import split_message
 
 _REOPEN = re.compile(r"```[^\s`]*\n")
 

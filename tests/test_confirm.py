@@ -11,12 +11,12 @@ from datetime import timedelta
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 
-from panager.adapters.questions import decisions_for
 from panager.agent.commands import CommandContext, dispatch
 from panager.agent.graph.taint import marked
 from panager.agent.turns.threads import thread_values
 from panager.errors import ToolError
 from panager.framing import holds_outside
+from panager.frontends.shared.questions import decisions_for
 from panager.services.proposals import ProposalConflict
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls

@@ -11,12 +11,12 @@ from aiogram.exceptions import ClientDecodeError
 from aiohttp import web
 
 from panager.agent.commands import CommandContext, dispatch
+from panager.frontends.telegram.api import close_bot, make_bot
+from panager.frontends.telegram.messenger import TelegramMessenger
 from panager.services.messengers import FanoutMessenger
 from panager.services.schedules.delivery import DeliveryFailed
 from panager.services.schedules.occurrences import UNEXPECTED_ERROR
 from panager.services.schedules.worker import SchedulerWorker
-from panager.telegram.api import close_bot, make_bot
-from panager.telegram.messenger import TelegramMessenger
 from tests.scheduler_helpers import RecordingMessenger, runs, worker
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,8 +14,8 @@ import math
 
 import pytest
 
-from panager.adapters.chunking import FENCE
-from panager.discord.bot import ATTACHMENT_NOTE, ERROR_MESSAGE, PanagerBot
+from panager.frontends.discord.bot import ATTACHMENT_NOTE, ERROR_MESSAGE, PanagerBot
+from panager.frontends.shared.chunking import FENCE
 from tests.fakes.discord_server import FakeDiscord, dm_channel_id
 from tests.fakes.openai_server import FakeOpenAI, tool_call
 from tests.runtime_helpers import write_config

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from panager.discord.replies import MAX_BUTTON_URL
+from panager.frontends.discord.replies import MAX_BUTTON_URL
 from tests.discord_helpers import STEP, running_bot
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, tool_call

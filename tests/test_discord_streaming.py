@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 
-from panager.adapters.chunking import FENCE
+from panager.frontends.shared.chunking import FENCE
 from tests.discord_helpers import running_bot
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply

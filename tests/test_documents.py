@@ -9,7 +9,7 @@ import pytest
 from panager.agent.graph.tool import CallView, classify_call
 from panager.agent.tools import build_tools
 from panager.errors import ToolError
-from panager.web.server import start_web
+from panager.frontends.web.server import start_web
 from tests.fakes.openai_server import FakeOpenAI, tool_call
 from tests.media_files import (
     docx,

@@ -13,8 +13,8 @@ from collections import Counter
 import pytest
 from rich.console import Console
 
-from panager.cli.live import LiveAnswer, PlainAnswer
-from panager.web.server import start_web
+from panager.frontends.terminal.live import LiveAnswer, PlainAnswer
+from panager.frontends.web.server import start_web
 from tests.discord_helpers import running_bot
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, Reply

@@ -12,9 +12,9 @@ import pytest
 from panager.agent.commands import CommandContext, dispatch
 from panager.agent.flows.delivery import AssistantDelivery
 from panager.agent.graph.confirm import new_proposal_id
-from panager.cli.chat import TerminalMessenger
 from panager.db import migrate
 from panager.db.pool import open_pool
+from panager.frontends.terminal.chat import TerminalMessenger
 from panager.services.schedules.occurrences import TAINTED_REMINDER
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.runtime_helpers import write_config

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.cli.chat import Console, TerminalMessenger
+from panager.frontends.terminal.chat import Console, TerminalMessenger
 from tests.discord_helpers import running_bot
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import tool_call

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.cli.chat import Console, TerminalMessenger
+from panager.frontends.terminal.chat import Console, TerminalMessenger
 from tests.test_linking_join import code_in
 
 TELEGRAM = 777_002

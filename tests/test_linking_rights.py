@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from panager.agent.commands import CommandContext, dispatch
 from panager.agent.tools import all_tools
+from panager.frontends.web.server import start_web
 from panager.services.access import AccessService
 from panager.services.mcp.connection import Backoff
-from panager.web.server import start_web
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.runtime_helpers import write_config
 from tests.test_linking_join import code_in

@@ -14,13 +14,13 @@ import pytest
 from rich.console import Console
 from rich.markdown import Markdown
 
-from panager.adapters.chunking import split_message
 from panager.agent.graph.confirm import PendingCall, Question, question_text
 from panager.agent.graph.tool import shown_block, shown_text
 from panager.agent.tools.messaging import describe_relay
 from panager.agent.turns.threads import update_thread
+from panager.frontends.shared.chunking import split_message
+from panager.frontends.telegram.markup import to_html
 from panager.services.relays.relay import relay_note
-from panager.telegram.markup import to_html
 from tests.discord_helpers import STEP, running_bot
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.scripted_model import ScriptedChatModel, call

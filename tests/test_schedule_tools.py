@@ -185,7 +185,12 @@ async def test_failed_agent_run_is_retried_not_lost(make_app, clock):
 
 
 async def test_chat_prints_reminders_that_fall_due(make_app, clock, capsys):
-    from panager.cli.chat import BACKGROUND_STARTERS, Console, TerminalMessenger, start_background
+    from panager.frontends.terminal.chat import (
+        BACKGROUND_STARTERS,
+        Console,
+        TerminalMessenger,
+        start_background,
+    )
 
     app = await make_app()
     user = await app.local_user()

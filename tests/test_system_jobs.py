@@ -12,8 +12,8 @@ import pytest
 
 from panager.agent.commands import CommandContext, dispatch
 from panager.framing import OUTSIDE_OPEN
+from panager.frontends.web.server import start_web
 from panager.services.schedules.system import WEBHOOK_RATE
-from panager.web.server import start_web
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.google_helpers import ALICE, start_harness

@@ -13,8 +13,8 @@ import logging
 
 import pytest
 
-from panager.adapters.chunking import FENCE
-from panager.telegram.bot import TelegramFrontEnd
+from panager.frontends.shared.chunking import FENCE
+from panager.frontends.telegram.bot import TelegramFrontEnd
 from tests.fakes.openai_server import Reply
 from tests.fakes.telegram_server import BOT_USERNAME
 from tests.telegram_helpers import STEP, ask, running_front, telegram_settings
@@ -158,7 +158,7 @@ async def test_text_full_of_markup_characters_is_delivered_exactly(app, fake, op
 
 
 async def test_markup_telegram_refuses_falls_back_to_plain_text(app, fake, openai, monkeypatch):
-    import panager.telegram.surface as surface
+    import panager.frontends.telegram.surface as surface
 
     monkeypatch.setattr(surface, "to_html", lambda text: f"<b>{text}")  # unclosed: refused
     openai.script("Still **delivered**.")

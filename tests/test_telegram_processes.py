@@ -13,7 +13,7 @@ import contextlib
 import pytest
 from aiogram.exceptions import TelegramConflictError
 
-from panager.telegram.api import close_bot, make_bot
+from panager.frontends.telegram.api import close_bot, make_bot
 from tests.reliability.conftest import last_user_text
 from tests.telegram_helpers import STEP, ask, running_front, telegram_settings
 
@@ -77,8 +77,8 @@ async def test_two_processes_one_poller_messages_in_order(make_app, openai, fake
 async def test_webhook_stores_an_update_only_with_the_secret(make_app, openai, fake, tmp_path):
     import aiohttp
 
-    from panager.web.server import start_web
-    from panager.web.telegram_hook import SECRET_HEADER, TELEGRAM_HOOK_PATH
+    from panager.frontends.web.server import start_web
+    from panager.frontends.web.telegram_hook import SECRET_HEADER, TELEGRAM_HOOK_PATH
 
     home = tmp_path / "home"
     home.mkdir(parents=True, exist_ok=True)

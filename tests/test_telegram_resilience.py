@@ -41,7 +41,7 @@ async def app(make_app, openai, fake):
 
 
 def telegram_records(caplog) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name.startswith("panager.telegram")]
+    return [r for r in caplog.records if r.name.startswith("panager.frontends.telegram")]
 
 
 def assert_short_clean_lines(caplog, token: str) -> None:

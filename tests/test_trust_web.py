@@ -149,7 +149,7 @@ async def test_signin_posts_from_another_site_or_without_the_pages_nonce_are_ref
 async def test_web_chat_runs_one_turn_and_queues_one_per_person_and_drops_a_gone_page(
     make_app, monkeypatch
 ):
-    from panager.web.pages import chat
+    from panager.frontends.web.pages import chat
 
     monkeypatch.setattr(chat, "HEARTBEAT", 0.05)  # notice a closed page quickly
     release, entered = asyncio.Event(), asyncio.Event()
@@ -220,7 +220,7 @@ async def test_web_chat_runs_one_turn_and_queues_one_per_person_and_drops_a_gone
 async def test_sign_in_rate_limit_is_per_account_not_per_address(make_app):
     """Everyone arrives from one address (a reverse proxy): Mallory's failed attempts do
     not lock Bob out, and the limiter's memory stays bounded whatever the keys."""
-    from panager.web.auth import RATE_LIMIT, RateLimit
+    from panager.frontends.web.auth import RATE_LIMIT, RateLimit
 
     h = await web_harness(make_app)
     mallory, bob = WebClient(h.url), WebClient(h.url)

@@ -11,8 +11,8 @@ import aiohttp
 import psycopg
 import pytest
 
-from panager.cli.chat import BACKGROUND_STARTERS
-from panager.web.server import start_for_terminal, start_web
+from panager.frontends.terminal.chat import BACKGROUND_STARTERS
+from panager.frontends.web.server import start_for_terminal, start_web
 from tests.fakes.google_server import FakeGoogle
 from tests.google_helpers import google_settings
 

@@ -10,10 +10,10 @@ import pytest
 
 from panager.agent.commands import CommandContext, dispatch
 from panager.agent.graph.events import Event
+from panager.frontends.web.auth import RATE_LIMIT
+from panager.frontends.web.sse import translate
 from panager.services.schedules.recurrence import ScheduleInputError
 from panager.services.web_sessions import WebSessionService
-from panager.web.auth import RATE_LIMIT
-from panager.web.sse import translate
 from tests.scheduler_helpers import utc, worker
 from tests.web_helpers import ALICE, BOB, WebClient, web_harness
 

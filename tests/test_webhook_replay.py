@@ -83,7 +83,7 @@ async def test_an_admins_hook_has_a_daily_token_budget(make_app, clock, tmp_path
 
 
 async def hook_app_with(make_app, model, home):
-    from panager.web.server import start_web
+    from panager.frontends.web.server import start_web
     from tests.scheduler_helpers import scheduler_app
 
     app, rec = await scheduler_app(make_app, model=model, http_port=0, home=home,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from panager.frontends.web.server import WebServer, start_web
 from panager.services.web_sessions import WebSessionService
-from panager.web.server import WebServer, start_web
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.scheduler_helpers import RecordingMessenger
 

@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from panager.discord.bot import STORE_DELAYED
+from panager.frontends.discord.bot import STORE_DELAYED
 from tests.reliability.conftest import eventually, last_user_text, texts_to, write_home
 from tests.reliability.stoppable_pg import StoppablePostgres
 from tests.reliability.test_crash_recovery import ask, hold_model_on

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from panager.discord.bot import PanagerBot
+from panager.frontends.discord.bot import PanagerBot
 from tests.fakes.openai_server import tool_call, tool_calls
 from tests.reliability.conftest import TOKEN, last_user_text, texts_to, write_home
 from tests.reliability.test_crash_recovery import ask

@@ -85,7 +85,7 @@ def chat(
     """Talk to the assistant in the terminal (same graph, tools and database as Discord)."""
     settings = settings_or_exit()
     setup_logging()
-    from panager.cli.chat import run_chat
+    from panager.frontends.terminal.chat import run_chat
 
     run_async(lambda: run_chat(settings, debug=debug))
 
@@ -107,7 +107,7 @@ def ask(
     """Run one turn for the local user; stream the answer to stdout (exit 1 on failure)."""
     settings = settings_or_exit()
     setup_logging()
-    from panager.cli.ask import ask_once
+    from panager.frontends.terminal.ask import ask_once
 
     ok = run_async(lambda: ask_once(settings, " ".join(text), as_json=as_json, yes=yes))
     raise typer.Exit(0 if ok else 1)

@@ -94,7 +94,7 @@ async def rest_client(token: str):
     import aiohttp
     import discord
 
-    from panager.discord.bot import patch_discord_py
+    from panager.frontends.discord.bot import patch_discord_py
 
     patch_discord_py()
     client = discord.Client(intents=discord.Intents(guilds=True))
@@ -117,7 +117,7 @@ async def check_discord_token(token: str) -> None:
 async def check_telegram(settings: Settings) -> None:
     """Fail fast, before the database starts, when Telegram rejects the token or
     TELEGRAM_API_URL is not a Bot API server (one line, never the token)."""
-    from panager.telegram.api import close_bot, make_bot, start_problem
+    from panager.frontends.telegram.api import close_bot, make_bot, start_problem
 
     token, url = settings.telegram_bot_token or "", settings.telegram_api_url
     bot = make_bot(token, url)
@@ -134,7 +134,7 @@ async def start_discord(app) -> Running:
     import aiohttp
     import discord
 
-    from panager.discord.bot import PanagerBot
+    from panager.frontends.discord.bot import PanagerBot
 
     bot = PanagerBot(app)
     try:
@@ -153,8 +153,8 @@ async def start_telegram(app) -> Running:
     """Check the token (getMe; a bad one, or a TELEGRAM_API_URL that is not a Bot API server,
     fails here with one line that never holds the token), then poll or take the webhook's
     updates."""
-    from panager.telegram.api import start_problem
-    from panager.telegram.bot import TelegramFrontEnd
+    from panager.frontends.telegram.api import start_problem
+    from panager.frontends.telegram.bot import TelegramFrontEnd
 
     settings = app.settings
     front = TelegramFrontEnd(app)
@@ -176,8 +176,8 @@ async def start_telegram_delivery(app) -> list[Running]:
     """Without the Telegram bot in this process, reminders still reach Telegram people."""
     if not app.settings.telegram_bot_token:
         return []
-    from panager.telegram.api import close_bot, make_bot
-    from panager.telegram.messenger import TelegramMessenger
+    from panager.frontends.telegram.api import close_bot, make_bot
+    from panager.frontends.telegram.messenger import TelegramMessenger
 
     settings = app.settings
     bot = make_bot(settings.telegram_bot_token, settings.telegram_api_url)
@@ -217,7 +217,7 @@ async def start_rest_delivery(app) -> list[Running]:
             "(their reminders wait for a process that can)"
         )
         return []
-    from panager.discord.messenger import DiscordMessenger
+    from panager.frontends.discord.messenger import DiscordMessenger
 
     client = await rest_client(token)
     messenger = DiscordMessenger(client, app.deps.users)
@@ -234,7 +234,7 @@ async def start_rest_delivery(app) -> list[Running]:
 async def start_web_component(app) -> Running:
     """Serve the OAuth callback and /healthz."""
     try:
-        from panager.web.server import start_web
+        from panager.frontends.web.server import start_web
     except ImportError:
         raise ComponentUnavailable(
             "the web server is not available in this build; leave out 'web'."
@@ -377,7 +377,7 @@ def register(cli: typer.Typer) -> None:
         if "telegram" in chosen and not settings.telegram_bot_token:
             fail(TELEGRAM_TOKEN_MISSING)
         if settings.telegram_bot_token:  # the bot or the delivery uses it: check its shape now
-            from panager.telegram.api import check_token
+            from panager.frontends.telegram.api import check_token
 
             try:
                 check_token(settings.telegram_bot_token)

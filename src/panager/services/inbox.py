@@ -162,7 +162,7 @@ class InboxMessage:
     received_at: datetime
     attempts: int = 0  # times it was queued again after its processor died
     # What Discord said about each attachment: filename, url, content_type, size, voice,
-    # forwarded (discord/attachments.py downloads them when the message is answered).
+    # forwarded (frontends/discord/attachments.py downloads them when the message is answered).
     attachment_refs: list[dict] | None = None
     payload: dict[str, Any] | None = None  # what is not text: button data, reply ids, file ids
 

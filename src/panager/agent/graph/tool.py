@@ -251,7 +251,7 @@ def shown_block(text: str) -> str:
     link or mention renders there — Discord, Telegram's `<pre>` — so nothing in it passes
     for Panager's own words), backtick runs broken so it cannot close the block,
     invisible characters made visible, every line kept. A front end too narrow for it
-    sends it in parts (adapters/chunking.py keeps each part's block closed)."""
+    sends it in parts (frontends/shared/chunking.py keeps each part's block closed)."""
     shown = visible(text).replace("`", "`\u200b")
     shown = _MENTION.sub(lambda m: m.group().replace("@", "@\u200b"), shown)
     return f"```\n{shown}\n```"
