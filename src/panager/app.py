@@ -44,6 +44,7 @@ from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import ModelRouter, TextSink, invoke_with_retries, stream_with_retries
 from panager.services.access import AccessService
 from panager.services.backup.scheduled import BackupJob, Notify
+from panager.services.google.sealing import Sealer
 from panager.services.google.service import GoogleService
 from panager.services.linking import chat_route
 from panager.services.mcp.hub import McpHub
@@ -221,7 +222,9 @@ class App:
             web=web,
             search=search,
             mcp=mcp,
-            system_jobs=SystemJobService(pool, clock),
+            system_jobs=SystemJobService(
+                pool, clock, Sealer(settings.secret_key) if settings.secret_key else None
+            ),
             proposals=proposals,
             media=media,
             profiles=profiles,
