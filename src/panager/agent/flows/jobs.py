@@ -36,7 +36,8 @@ from panager.services.schedules.delivery import AgentAnswer
 from panager.services.schedules.system import Heartbeat, heartbeat_of
 
 if TYPE_CHECKING:
-    from panager.agent.turns.runner import Assistant, TurnResult
+    from panager.agent.turns.result import TurnResult
+    from panager.agent.turns.runner import Assistant
     from panager.services.schedules.types import Schedule
     from panager.services.users import User
 

@@ -20,7 +20,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
@@ -35,7 +34,6 @@ from panager.agent.graph.confirm import (
     CHANGED,
     EXPIRED,
     NEW_MESSAGE,
-    PendingCall,
     Question,
     check_answer,
     pending_question,
@@ -49,12 +47,12 @@ from panager.agent.graph.taint import marked
 from panager.agent.models import pinned_for_run
 from panager.agent.turns import approvals
 from panager.agent.turns.input import clean_text, turn_context, turn_images, turn_inputs
+from panager.agent.turns.result import TurnResult
 from panager.agent.turns.threads import OPEN_QUESTION, Threads
 from panager.errors import ModelUnavailable, UserBusy
 from panager.llm import NO_MODEL_MESSAGE, TURN_ROUTE, TurnRoute, endpoint_name
 from panager.services.media.intake import Attachment
 from panager.services.media.vision import sees_images
-from panager.services.proposals import Offer
 from panager.services.users import User
 
 log = logging.getLogger(__name__)
@@ -75,21 +73,6 @@ class _InvokeOptions(TypedDict):
     """Keyword arguments every graph run gets."""
 
     durability: Durability
-
-
-@dataclass
-class TurnResult:
-    """What a front end shows after a turn."""
-
-    text: str
-    ok: bool = True
-    link: dict | None = None  # {"url", "label"} when the user must follow a link
-    tool_calls: list[str] = field(default_factory=list)
-    model_calls: int = 0
-    question: Question | None = None  # the turn stopped to ask the person (agent/graph/confirm.py)
-    proposals: tuple[PendingCall, ...] = ()  # calls an unattended run held for approval
-    offers: tuple[Offer, ...] = ()  # held calls offered on this answer (its buttons)
-    tainted: bool = False  # the answer was written with outside content: no link previews
 
 
 class Assistant:

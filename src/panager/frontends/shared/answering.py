@@ -30,7 +30,7 @@ from panager.framing import frame
 
 if TYPE_CHECKING:
     from panager.agent.graph.events import Event
-    from panager.agent.turns.runner import TurnResult
+    from panager.agent.turns.result import TurnResult
     from panager.app import App
     from panager.frontends.shared.streaming import StreamedReply
     from panager.services.inbox import InboxMessage
