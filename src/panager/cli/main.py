@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Coroutine
+from types import ModuleType
 from typing import Any
 
 import typer
@@ -153,18 +154,17 @@ def secret() -> None:
 
 
 def register_extensions() -> None:
-    """Attach command groups that live in their own modules."""
-    for module in EXTENSION_MODULES:
-        __import__(module, fromlist=["register"]).register(app)
+    """Attach command groups that live in their own modules (imported here, at start-up, not
+    when this module is imported)."""
+    for module in extension_modules():
+        module.register(app)
 
 
-EXTENSION_MODULES: list[str] = [
-    "panager.cli.run",
-    "panager.cli.access",
-    "panager.cli.memory",
-    "panager.cli.mcp",
-    "panager.cli.backup",
-]
+def extension_modules() -> tuple[ModuleType, ...]:
+    """The command-group modules, each with `register(app)`: one line per group."""
+    from panager.cli import access, backup, mcp, memory, run
+
+    return (run, access, memory, mcp, backup)
 
 
 def main() -> None:
