@@ -364,7 +364,7 @@ def register(cli: typer.Typer) -> None:
         debug: bool = typer.Option(False, "--debug", help="verbose logs"),
     ) -> None:
         """Run the Discord and Telegram bots, scheduler worker and web server (or some)."""
-        from panager.cli.main import fail, run_async, settings_or_exit, setup_logging
+        from panager.cli.common import fail, run_async, settings_or_exit, setup_logging
 
         settings = settings_or_exit()
         setup_logging(debug)
