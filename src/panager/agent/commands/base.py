@@ -71,7 +71,11 @@ class Command:
     usage: str
     help: str
     admin_only: bool = False
-    front_ends: tuple[str, ...] = ("terminal", "discord", "telegram", "web")
+    front_ends: tuple[str, ...] | None = None  # None: every front end (panager/platforms.py)
+
+    def serves(self, front_end: str) -> bool:
+        """Whether the command is offered in `front_end`."""
+        return self.front_ends is None or front_end in self.front_ends
 
 
 REGISTRY: dict[str, Command] = {}
@@ -83,14 +87,15 @@ def command(
     help: str,
     *,
     admin_only: bool = False,
-    front_ends: Iterable[str] = ("terminal", "discord", "telegram", "web"),
+    front_ends: Iterable[str] | None = None,
 ) -> Callable[[Handler], Handler]:
-    """Register `handler` as `/name`."""
+    """Register `handler` as `/name` (in `front_ends`, or in every front end)."""
 
     def register(handler: Handler) -> Handler:
         if name in REGISTRY:
             raise ValueError(f"/{name} is registered twice")
-        REGISTRY[name] = Command(name, handler, usage, help, admin_only, tuple(front_ends))
+        only = tuple(front_ends) if front_ends is not None else None
+        REGISTRY[name] = Command(name, handler, usage, help, admin_only, only)
         return handler
 
     return register
@@ -118,7 +123,7 @@ async def available(ctx: CommandContext) -> list[Command]:
         (
             c
             for c in REGISTRY.values()
-            if ctx.front_end in c.front_ends and (admin or not c.admin_only)
+            if c.serves(ctx.front_end) and (admin or not c.admin_only)
         ),
         key=lambda c: c.name,
     )
@@ -132,7 +137,7 @@ async def has_admin_rights(ctx: CommandContext) -> bool:
 
 def offered_in(front_end: str) -> list[Command]:
     """The registered commands a front end offers (admin-only ones included), by name."""
-    return sorted((c for c in REGISTRY.values() if front_end in c.front_ends),
+    return sorted((c for c in REGISTRY.values() if c.serves(front_end)),
                   key=lambda c: c.name)
 
 
@@ -143,7 +148,7 @@ async def dispatch(ctx: CommandContext, text: str) -> CommandReply:
         return CommandReply("Not a command. Commands start with '/'; try /help.", ok=False)
     name, args = parsed
     cmd = REGISTRY.get(name)
-    if cmd is None or ctx.front_end not in cmd.front_ends:
+    if cmd is None or not cmd.serves(ctx.front_end):
         return CommandReply(await _unknown(name, ctx), ok=False)
     if cmd.admin_only and not await has_admin_rights(ctx):
         return CommandReply(f"/{name} is for admins only.", ok=False)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.agent.flows.linking import Linking
 from panager.services.linking import (
-    NOTIFY_CHOICES,
     LinkRefused,
     LinkService,
     looks_like_code,
+    notify_choices,
     platform_label,
 )
 
@@ -77,7 +77,7 @@ async def notify_command(ctx: CommandContext, args: str) -> CommandReply | str:
             f"Reminders go to: {current} (now {where}). "
             "Change: /notify discord, /notify telegram or /notify auto (the chat you wrote last)."
         )
-    if choice not in NOTIFY_CHOICES:
+    if choice not in notify_choices():
         return CommandReply("Usage: /notify discord|telegram|auto", ok=False)
     if choice != "auto" and choice not in order:
         return CommandReply(
