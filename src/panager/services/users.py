@@ -259,7 +259,7 @@ class UserService:
             row = await (await conn.execute(FIND_IDENTITY, (platform, platform_id))).fetchone()
             if row is not None:
                 person = row["user_id"]
-            elif (known := named(platform)) is not None and known.same_id:
+            elif (described := named(platform)) is not None and described.same_id:
                 person = platform_id
             else:
                 person = one(await (await conn.execute(NEXT_PERSON_ID)).fetchone())["id"]

@@ -29,7 +29,8 @@ from panager.agent.flows.tidy import MemoryTidyJob
 from panager.agent.graph.confirm import held_text
 from panager.errors import ModelUnavailable
 from panager.framing import frame
-from panager.llm import answered_by, decide_with_retries
+from panager.llm import decide_with_retries
+from panager.model_router import answered_by
 from panager.services.google import api
 from panager.services.google.service import CALENDAR_SCOPE, TASKS_SCOPE
 from panager.services.schedules.delivery import AgentAnswer

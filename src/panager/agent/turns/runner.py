@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: `Assistant`, the one entry of a turn (lock, open question, resume,
+# invoke), read top to bottom; its input, result and approvals are already apart.
 """Running one turn for one user: the entry point every front end and the scheduler use.
 
 `Assistant.run_turn` validates the message, serialises turns per user (an
@@ -50,7 +52,8 @@ from panager.agent.turns.input import TurnInput, build_turn, turn_context, turn_
 from panager.agent.turns.result import TurnResult
 from panager.agent.turns.threads import OPEN_QUESTION, Threads
 from panager.errors import ModelUnavailable, UserBusy
-from panager.llm import NO_MODEL_MESSAGE, TURN_ROUTE, TurnRoute, endpoint_name
+from panager.llm import NO_MODEL_MESSAGE
+from panager.model_router import TURN_ROUTE, TurnRoute, endpoint_name
 from panager.services.media.intake import Attachment
 from panager.services.media.vision import sees_images
 from panager.services.users import User

@@ -89,13 +89,13 @@ class TelegramEntry:
 
     async def deliver_only(self, app: App, *, alone: bool) -> list[Running]:
         """Without the Telegram bot in this process, reminders still reach Telegram people."""
-        if not app.settings.telegram_bot_token:
+        token = app.settings.telegram_bot_token
+        if not token:
             return []
         from panager.frontends.telegram.api import close_bot, make_bot
         from panager.frontends.telegram.messenger import TelegramMessenger
 
-        settings = app.settings
-        bot = make_bot(settings.telegram_bot_token, settings.telegram_api_url)
+        bot = make_bot(token, app.settings.telegram_api_url)
         messenger = TelegramMessenger(bot, app.deps.users)
         app.deps.messenger.add(messenger)
 

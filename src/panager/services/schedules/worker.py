@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: one claim loop and the path of one claimed schedule; its decisions
+# (occurrences.py), records (outcomes.py), reports and wake-ups already sit beside it.
 """The scheduler worker: claim due schedules, deliver them, record what happened.
 
 Any number of workers, in any number of processes or machines, can run
