@@ -73,19 +73,11 @@ class Plan:
     """Everything decided about one claimed schedule, once (see the module doc)."""
 
     occurrence: Occurrence
-    following: datetime | None = None  # the schedule's next occurrence after the one sent
-    label: str = ""  # the occurrence sent, in the schedule's zone ('Tue 25 Nov 09:00')
-
-    @property
-    def due(self) -> datetime:
-        """The occurrence being sent (the worker hands on only plans that send one)."""
-        assert self.occurrence.deliver is not None
-        return self.occurrence.deliver
-
-    @property
-    def late(self) -> bool:
-        """Sent later than LATE_AFTER after its due time."""
-        return self.occurrence.late
+    due: datetime  # the occurrence sent now (nothing sent: the claimed due time)
+    late: bool = False  # sent later than LATE_AFTER after `due`
+    following: datetime | None = None  # the schedule's next occurrence after `due`
+    label: str = ""  # `due` in the schedule's zone ('Tue 25 Nov 09:00')
+    reminder: str = ""  # a reminder's words (reminder_text), used when a run wrote none
 
     def words(self, text: str, *, resent: bool) -> str:
         """The delivered text: as written, plus a late or re-sent note when needed."""
@@ -102,9 +94,11 @@ def plan(schedule: Schedule, now: datetime, grace: timedelta) -> Plan:
     occurrence after it and its label."""
     occurrence = plan_occurrence(schedule, now, grace)
     if occurrence.deliver is None:
-        return Plan(occurrence)
+        assert schedule.next_run_at is not None  # a claimed schedule is due
+        return Plan(occurrence, schedule.next_run_at)
     due = occurrence.deliver
-    return Plan(occurrence, next_after(schedule, due), local_label(due, schedule.timezone))
+    return Plan(occurrence, due, occurrence.late, next_after(schedule, due),
+                local_label(due, schedule.timezone), reminder_text(schedule))
 
 
 def newest_due(schedule: Schedule, now: datetime, grace: timedelta) -> tuple[datetime, int]:

@@ -58,7 +58,7 @@ from panager.services.schedules.delivery import (
     PermanentFailure,
 )
 from panager.services.schedules.liveness import worker_liveness
-from panager.services.schedules.occurrences import Plan, plan, reminder_text, short
+from panager.services.schedules.occurrences import Plan, plan, short
 from panager.services.schedules.outcomes import Outcomes
 from panager.services.schedules.reports import MissedReports
 from panager.services.schedules.service import (
@@ -365,7 +365,7 @@ class SchedulerWorker:
         if ticket.output:  # an earlier attempt's answer: exactly its offers
             text, offers = ticket.output, ticket.offers
         else:
-            text = output or reminder_text(schedule)
+            text = output or planned.reminder
         text = planned.words(text, resent=ticket.interrupted)
         timeout = self.lease.total_seconds() / 2  # a send never outlives the lease
         send = self.delivery.send(user, text, key=f"run{ticket.id}", offers=offers)
