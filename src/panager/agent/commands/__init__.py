@@ -4,15 +4,14 @@
 `CommandReply`) and runs one (`dispatch`: parse `/name args`, check the
 caller's admin rights at every command, run the handler; an unknown command
 gets a helpful answer listing what exists). Each domain module below
-registers its commands as it is imported; `COMMAND_MODULES` is that list, as
-code: a new command module is one import and one line in it.
+registers its commands as it is imported; the import below is that list, as
+code: a new command module is one line in it.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-
-from panager.agent.commands import (
+# The command modules, one line each: importing one registers its commands.
+from panager.agent.commands import (  # noqa: F401
     access,
     core,
     google,
@@ -43,26 +42,7 @@ from panager.agent.commands.base import (
     parse,
 )
 
-# The modules that register commands (names are unique: `@command` refuses a second one).
-COMMAND_MODULES: tuple[ModuleType, ...] = (
-    access,
-    core,
-    google,
-    jobs,
-    link,
-    memory,
-    profile,
-    relays,
-    runtime,
-    schedule,
-    sessions,
-    skills,
-    tools,
-    web,
-)
-
 __all__ = [
-    "COMMAND_MODULES",
     "REGISTRY",
     "Command",
     "CommandContext",

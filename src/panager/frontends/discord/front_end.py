@@ -38,13 +38,22 @@ INTENT_MISSING = (
 
 async def rest_client(token: str) -> Any:  # Any: discord.Client, imported only when used
     """A discord.py client logged in over REST only (no gateway); errors become one line."""
-    import aiohttp
     import discord
 
     from panager.frontends.discord.bot import patch_discord_py
 
     patch_discord_py()
     client = discord.Client(intents=discord.Intents(guilds=True))
+    await logged_in(client, token)
+    return client
+
+
+async def logged_in(client: Any, token: str) -> None:
+    """Log `client` in; a rejected token or an unreachable Discord closes it and becomes
+    one line (ConfigError)."""
+    import aiohttp
+    import discord
+
     try:
         await client.login(token)
     except discord.LoginFailure:
@@ -53,7 +62,6 @@ async def rest_client(token: str) -> Any:  # Any: discord.Client, imported only 
     except (aiohttp.ClientError, OSError) as exc:
         await client.close()
         raise ConfigError(f"cannot reach Discord ({exc}); check the network.") from None
-    return client
 
 
 class DiscordEntry:
@@ -75,20 +83,10 @@ class DiscordEntry:
 
     async def start(self, app: App) -> Running:
         """Log the bot in (a bad token fails here, with one line) and connect the gateway."""
-        import aiohttp
-        import discord
-
         from panager.frontends.discord.bot import PanagerBot
 
         bot = PanagerBot(app)
-        try:
-            await bot.login(app.settings.discord_token or "")
-        except discord.LoginFailure:
-            await bot.close()
-            raise ConfigError(TOKEN_REJECTED) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            await bot.close()
-            raise ConfigError(f"cannot reach Discord ({exc}); check the network.") from None
+        await logged_in(bot, app.settings.discord_token or "")
         task = asyncio.create_task(bot.connect(reconnect=True), name="discord")
         return Running("discord", bot.close, task, f"as {bot.user}")
 
