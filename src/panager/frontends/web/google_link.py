@@ -32,7 +32,7 @@ from panager.frontends.web.oauth_pages import (
     SECURITY_HEADERS,
     render_page,
 )
-from panager.services.google.service import (
+from panager.providers.google.service import (
     CALLBACK_PATH,
     START_PATH,
     STATE_TTL,

@@ -6,7 +6,7 @@ from aiohttp import web
 
 from panager.frontends.web.pages import page, see_other
 from panager.frontends.web.render import render
-from panager.services.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES
+from panager.providers.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES
 from panager.services.web_sessions import WebSession
 
 
