@@ -45,7 +45,9 @@ from panager.llm import ModelRouter, TextSink, invoke_with_retries, stream_with_
 from panager.providers.google.provider import GoogleProvider
 from panager.providers.google.service import GoogleService
 from panager.services.access import AccessService
+from panager.services.accounts.connections import Connections
 from panager.services.accounts.provider import Provider
+from panager.services.accounts.sealing import Sealer
 from panager.services.accounts.service import AccountService
 from panager.services.backup.scheduled import BackupJob, Notify
 from panager.services.linking import chat_route
@@ -89,6 +91,7 @@ class Wired:
     pool: Pool
     clock: Clock
     google: GoogleService | None  # Google's linking and calls; None when not configured
+    connections: Connections | None  # form-connected accounts; None without the secret key
 
 
 def google_provider(wired: Wired) -> Provider | None:
@@ -187,7 +190,10 @@ class App:
             limits=ScheduleLimits.from_config(config),
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
-        wired = Wired(settings, pool, clock, google)
+        connections = (
+            Connections(pool, clock, Sealer(settings.secret_key)) if settings.secret_key else None
+        )
+        wired = Wired(settings, pool, clock, google, connections)
         accounts = AccountService(
             [made for factory in PROVIDERS if (made := factory(wired)) is not None]
         )
@@ -245,6 +251,7 @@ class App:
             memory=memory,
             google=google,
             accounts=accounts,
+            connections=connections,
             relay=relay,
             web=web,
             search=search,

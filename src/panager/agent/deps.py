@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from panager.db.pool import Pool
     from panager.providers.google.service import GoogleService
     from panager.services.access import AccessService
+    from panager.services.accounts.connections import Connections
     from panager.services.accounts.service import AccountService
     from panager.services.mcp.hub import McpHub
     from panager.services.media.intake import MediaIntake
@@ -55,6 +56,7 @@ class AgentDeps:
     memory: MemoryService | None = None
     google: GoogleService | None = None  # None when Google is not configured
     accounts: AccountService | None = None  # the providers (calendars, tasks, mail), see app.py
+    connections: Connections | None = None  # form-connected accounts, sealed; None without a key
     relay: UserMessageRelay | None = None  # send_user_message; None unless enabled
     web: WebFetcher | None = None  # web_fetch; None when turned off (or in a bare test graph)
     search: SearchProvider | None = None  # web_search; None unless a provider is configured

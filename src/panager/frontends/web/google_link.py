@@ -42,7 +42,7 @@ from panager.providers.google.service import (
 
 if TYPE_CHECKING:
     from panager.app import App
-    from panager.frontends.web.server import WebServer
+    from panager.frontends.web.running import WebServer
 
 log = logging.getLogger(__name__)
 
