@@ -521,7 +521,10 @@ def google_connect_tool(deps: AgentDeps, user: User) -> BaseTool:
     @tool(classify=ORDINARY)
     async def google_connect() -> dict:
         """Connect the user's Google account (for Calendar and Tasks): they get a link."""
-        await accounts_of(deps).require(user.id, Capability.CALENDAR_READ)
+        google = accounts_of(deps).provider(GOOGLE)
+        if google is None:
+            raise ToolError(NOT_CONFIGURED)
+        await google.require(user.id, Capability.CALENDAR_READ)  # the link, unless linked
         return {"ok": True, "note": "Google is already connected."}
 
     return google_connect
