@@ -176,3 +176,34 @@ async def test_form_connects_are_sealed_and_the_doctor_wants_their_key(make_app,
     assert not await connections.remove(user.id, "memory", stored.key)
     ok, line = await check_secret(no_key, {"pool": app.pool})
     assert ok is None and "not set" in line
+
+
+async def test_a_form_connect_is_typed_on_the_connections_page_only_and_checked_first(
+    make_app,
+):
+    from tests.web_helpers import ALICE as WEB_ALICE
+    from tests.web_helpers import web_harness
+
+    h = await web_harness(make_app, secret_key=SECRET)
+    memory = MemoryProvider(password="right-app-password")
+    h.app.deps.accounts.register(memory)
+    client = await h.client(WEB_ALICE)
+    status, body = await client.get("/connections")
+    assert status == 200 and "In-memory" in body and 'type="password"' in body
+    status, body = await client.post("/connections/memory/add",
+                                     {"label": "Home <b>", "password": "wrong"})
+    assert status == 400 and "refused this password" in body
+    assert "wrong" not in body and "Home &lt;b&gt;" in body  # the name kept, escaped
+    async with h.app.pool.connection() as conn:
+        assert await (await conn.execute("SELECT * FROM provider_accounts")).fetchall() == []
+    status, body = await client.post("/connections/memory/add",
+                                     {"label": "Home", "password": "right-app-password"})
+    assert status == 200 and "Connected." in body and "<strong>Home</strong>" in body
+    assert "right-app-password" not in body
+    [stored] = await h.app.deps.connections.accounts(WEB_ALICE, "memory")
+    assert h.app.deps.connections.secret(stored) == {"password": "right-app-password"}
+    status, body = await client.post(f"/connections/memory/{stored.key}/remove", {})
+    assert status == 200 and "Removed" in body
+    assert await h.app.deps.connections.accounts(WEB_ALICE, "memory") == []
+    await client.close()
+    await h.server.stop()
