@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from panager.agent.commands import CommandContext, dispatch
 from panager.agent.graph.tool import LOOKUP_KEY
 from panager.agent.tools import build_tools, tools_for_turn
 from panager.db import migrate
@@ -202,6 +203,12 @@ async def test_a_form_connect_is_typed_on_the_connections_page_only_and_checked_
     assert "right-app-password" not in body
     [stored] = await h.app.deps.connections.accounts(WEB_ALICE, "memory")
     assert h.app.deps.connections.secret(stored) == {"password": "right-app-password"}
+    ctx = CommandContext(user=await h.app.deps.users.get(WEB_ALICE), assistant=h.app.assistant)
+    for verb in ("connect", "disconnect"):
+        reply = await dispatch(ctx, f"/{verb} memory")
+        assert reply.ok and "Connections page" in reply.text and "never in a chat" in reply.text
+        assert reply.link["url"] == h.app.settings.public_url.rstrip("/") + "/connections"
+    assert not (await dispatch(ctx, "/connect dropbox")).ok
     status, body = await client.post(f"/connections/memory/{stored.key}/remove", {})
     assert status == 200 and "Removed" in body
     assert await h.app.deps.connections.accounts(WEB_ALICE, "memory") == []
