@@ -76,7 +76,7 @@ async def test_google_and_a_second_provider_list_together_and_route_by_id(make_a
     h, user = await linked(make_app, fake)
     memory = MemoryProvider()
     h.app.deps.accounts.register(memory)
-    account = memory.add_account(user.id, "family@memory", calendars=("Family",))
+    account = memory.add_account(user.id, "family@memory", calendars=("Kids",))
     family = memory.calendar(user.id, account)
     made = (await family.create("primary", NewEvent(
         "School play", h.app.clock.now().replace(hour=15, minute=0),
@@ -88,19 +88,28 @@ async def test_google_and_a_second_provider_list_together_and_route_by_id(make_a
     source, shown = unframe(listed)
     assert source == "Google Calendar, In-memory Calendar"
     by_title = {e["title"]: e for e in shown["events"]}
-    assert by_title["School play"]["calendar"] == "Family"
+    assert by_title["School play"]["calendar"] == "Kids"
     assert by_title["School play"]["account"] == "family@memory"
     assert by_title["School play"]["id"] == made.id and made.id.startswith("memory:")
     assert by_title["Dentist"]["account"] == ALICE and "calendar" not in by_title["Dentist"]
     changed = data(await tools["calendar_update_event"].ainvoke(
         {"event_id": made.id, "title": "School play (2nd act)"}))
-    assert changed["event"]["calendar"] == "Family"
+    assert changed["event"]["calendar"] == "Kids"
     assert (await family.event("primary", made.id)).title == "School play (2nd act)"
     before = len(fake.requests)
     created = data(await tools["calendar_create_event"].ainvoke(
         {"title": "Haircut", "start": "2026-11-24T10:00", "end": "2026-11-24T11:00"}))
     assert created["event"]["calendar_id"] == "primary"  # "primary": Google's, the default
     assert any(r["method"] == "POST" for r in fake.requests[before:])
+    by_name = data(await tools["calendar_create_event"].ainvoke(
+        {"title": "Recital", "start": "2026-11-25T18:00", "end": "2026-11-25T19:00",
+         "calendar_id": "kids"}))  # a calendar's name as the person knows it
+    assert by_name["event"]["calendar"] == "Kids" and by_name["event"]["id"].startswith("memory:")
+    family = next(k for k in fake.calendars[ALICE] if k != "primary")
+    on_google = data(await tools["calendar_create_event"].ainvoke(
+        {"title": "Dinner", "start": "2026-11-26T18:00", "end": "2026-11-26T19:00",
+         "calendar_id": "Family"}))
+    assert on_google["event"]["calendar_id"] == family
     await h.server.stop()
 
 
