@@ -16,6 +16,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from panager.providers.google import api
+from panager.providers.google.mailbox import GoogleMailbox
 from panager.providers.google.oauth import (
     CALENDAR_SCOPE,
     GMAIL_COMPOSE_SCOPE,
@@ -119,8 +120,10 @@ class GoogleProvider:
         return None
 
     def mailbox(self, user_id: int, account: Account) -> Mailbox | None:
-        """Gmail is served by the mail tools directly for now (agent/tools/mail.py)."""
-        return None
+        """The account's Gmail (reading and composing each need their own scope)."""
+        if not account.capabilities & MAIL:
+            return None
+        return GoogleMailbox(self.service, user_id, self.timeout)
 
 
 class _GoogleCalls:

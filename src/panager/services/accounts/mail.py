@@ -6,9 +6,11 @@ See provider.py for the rules every type here follows (ids, errors, outside cont
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from email.utils import formataddr, getaddresses
 from typing import Protocol
+
+from panager.errors import ToolError
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,15 @@ class MailSummary:
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """A file attached to a message (named, never fetched by the tools)."""
+
+    name: str
+    type: str | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True)
 class Mail:
     """One message, read whole (outside content)."""
 
@@ -54,8 +65,9 @@ class Mail:
     subject: str
     date: str
     text: str
-    attachments: tuple[str, ...] = ()
+    attachments: tuple[Attachment, ...] = ()
     cc: str = ""
+    thread_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,8 @@ class DraftView:
 class Mailbox(Protocol):
     """One mailbox: search, read, draft, and send a draft the person approved as shown."""
 
+    name: str  # what its content is framed as and named by: "Gmail"
+
     async def search(self, query: str, limit: int = 10) -> list[MailSummary]:
         """Messages matching `query` (the provider's own query syntax)."""
         ...
@@ -84,9 +98,10 @@ class Mailbox(Protocol):
         ...
 
     async def draft(
-        self, to: Sequence[str], subject: str, body: str, reply_to_id: str | None = None
-    ) -> DraftView:
-        """Save a draft (not sent)."""
+        self, to: str, subject: str, body: str, reply_to_id: str | None = None
+    ) -> str:
+        """Save a draft (not sent) to `to` (addresses, comma-separated, already checked); a
+        reply in the original's thread when `reply_to_id` is given. The draft's id."""
         ...
 
     async def draft_view(self, draft_id: str) -> DraftView:
@@ -94,6 +109,16 @@ class Mailbox(Protocol):
         ...
 
     async def send_draft(self, draft_id: str, digest: str) -> str:
-        """Send the draft if it still matches `digest` (what the person approved); the
-        sent message's id. Send is always confirmed by the person."""
+        """Send the draft if it still matches `digest` (what the person approved; else a
+        `ProviderError`, nothing sent); the sent message's id. Always confirmed first."""
         ...
+
+
+def addresses(value: str, what: str) -> str:
+    """A validated address list ("a@x, B <b@y>") for a header."""
+    if "\r" in value or "\n" in value:
+        raise ToolError(f"{what} must be on one line.")
+    found = [(name, addr) for name, addr in getaddresses([value]) if addr]
+    if not found or any("@" not in addr or " " in addr for _, addr in found):
+        raise ToolError(f"{what} {value!r} is not a list of e-mail addresses.")
+    return ", ".join(formataddr(pair) for pair in found)

@@ -58,7 +58,15 @@ from panager.services.accounts.calendar import (
     busy,
     inclusive_end,
 )
-from panager.services.accounts.mail import Contact, Contacts, DraftView, Mail, Mailbox, MailSummary
+from panager.services.accounts.mail import (
+    Attachment,
+    Contact,
+    Contacts,
+    DraftView,
+    Mail,
+    Mailbox,
+    MailSummary,
+)
 from panager.services.accounts.tasks import (
     NewTask,
     Task,
@@ -69,7 +77,7 @@ from panager.services.accounts.tasks import (
 )
 
 __all__ = [  # the whole contract, importable from here (calendar.py, tasks.py, mail.py)
-    "CALENDAR", "CALL_TIMEOUT", "GOOGLE", "MAIL", "TASKS", "Account", "Calendar",
+    "CALENDAR", "CALL_TIMEOUT", "GOOGLE", "MAIL", "TASKS", "Account", "Attachment", "Calendar",
     "CalendarInfo", "Capability", "Changed", "Checked", "Contact", "Contacts", "Created",
     "DraftView", "Event", "EventChange", "Field", "FormConnect", "FormProvider", "Listing",
     "Mail", "MailSummary", "Mailbox", "NewEvent", "NewTask", "NotFound", "OAuthConnect",

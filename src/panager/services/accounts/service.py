@@ -20,6 +20,7 @@ from panager.services.accounts.provider import (
     Account,
     Calendar,
     Capability,
+    Mailbox,
     NotFound,
     Provider,
     ProviderError,
@@ -135,6 +136,13 @@ class AccountService:
         """The task account `task_id` names, else the first with `capability`."""
         serving = await self._serving(user_id, capability, lambda p, a: p.tasks(user_id, a))
         return await self._route(user_id, serving, (task_id,), capability)
+
+    async def mailbox_for(
+        self, user_id: int, capability: Capability = Capability.MAIL_READ
+    ) -> tuple[Provider, Account, Mailbox]:
+        """The person's mailbox (the first account with `capability`)."""
+        serving = await self._serving(user_id, capability, lambda p, a: p.mailbox(user_id, a))
+        return serving[0]
 
     async def calendar_for(
         self, user_id: int, calendar_id: str, event_id: str = ""
