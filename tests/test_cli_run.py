@@ -17,9 +17,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from panager.cli.run import INTENT_MISSING
 from panager.clock import SystemClock
 from panager.db.pool import open_pool
+from panager.frontends.discord.front_end import INTENT_MISSING
 from panager.services.schedules.service import ScheduleService
 from panager.services.users import UserService
 from tests.fakes.discord_server import FakeDiscord

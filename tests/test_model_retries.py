@@ -9,7 +9,8 @@ from types import SimpleNamespace
 from langchain_core.messages import HumanMessage
 
 from panager.agent.turns.threads import thread_values
-from panager.llm import _retry_after, backoff_delay
+from panager.model_retries import backoff_delay
+from panager.model_retries import retry_after as _retry_after
 from tests.fakes.openai_server import FakeOpenAI
 from tests.runtime_helpers import write_config
 

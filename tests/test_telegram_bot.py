@@ -229,7 +229,7 @@ async def test_a_rejected_token_fails_at_start(app, fake):
 async def test_link_previews_only_in_answers_not_written_from_outside_content(
     app, fake, openai, monkeypatch
 ):
-    from panager.agent.turns.runner import TurnResult
+    from panager.agent.turns.result import TurnResult
 
     tainted = {"see https://outside.example/page": True, "see https://mine.example": False}
 

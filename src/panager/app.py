@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: the composition root: `App._wire` builds every piece in order, and the
+# order is read in one file.
 """Application wiring: config → database → model → services → runtime → graph → assistant.
 
 `App.start()` builds every piece once, in the order written below, and hands
@@ -41,7 +43,9 @@ from panager.config import ConfigError, RuntimeConfig, Settings
 from panager.db import migrate
 from panager.db.breaker import CircuitBreakers
 from panager.db.pool import Pool, open_pool, resolve_database_url
-from panager.llm import ModelRouter, TextSink, invoke_with_retries, stream_with_retries
+from panager.llm import invoke_with_retries, stream_with_retries
+from panager.model_retries import TextSink
+from panager.model_router import ModelRouter
 from panager.providers.google.provider import GoogleProvider
 from panager.providers.google.service import GoogleService
 from panager.services.access import AccessService

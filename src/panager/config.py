@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: every setting (environment and YAML) and its validation, the one place
+# a setting is defined.
 """Settings from the environment (and `.env`), plus the optional YAML runtime config.
 
 Environment variables are the public contract (SPEC §1); `Settings` maps them

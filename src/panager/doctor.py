@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: 28 small checks, one function each, in the order `panager doctor`
+# prints them.
 """The `doctor` checks: config, database, pgvector, schema, model, Discord, Google, search, MCP,
 extractors, pg_dump and backups.
 

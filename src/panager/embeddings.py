@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: the `Embedder` protocol with its OpenAI and two offline backends,
+# chosen in one place.
 """Text embedders for long-term memory (SPEC §3).
 
 An :class:`Embedder` turns a batch of texts into L2-normalised vectors. Two kinds exist:

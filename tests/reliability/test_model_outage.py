@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from panager.llm import UNAVAILABLE_MESSAGE
+from panager.model_retries import UNAVAILABLE_MESSAGE
 from tests.reliability.conftest import eventually, texts_to, write_home
 from tests.reliability.test_crash_recovery import ask
 

@@ -68,7 +68,7 @@ async def _ensure_schema(url: str, pool, auto_migrate: bool) -> None:
 
 def _run(action) -> None:
     """Load settings, run `action(access)` on the database; errors become one line."""
-    from panager.cli.main import fail, run_async, settings_or_exit, setup_logging
+    from panager.cli.common import fail, run_async, settings_or_exit, setup_logging
 
     settings = settings_or_exit()
     setup_logging()
@@ -156,7 +156,7 @@ def users_block(user_id: str = typer.Argument(..., help=ID_HELP)) -> None:
 
 def _checked(parse):
     """Validate arguments before touching the database; a problem is one line."""
-    from panager.cli.main import fail
+    from panager.cli.common import fail
 
     try:
         return parse()

@@ -56,7 +56,7 @@ def backup(
     ),
 ) -> None:
     """Write an encrypted backup of the whole instance (database last, then the home files)."""
-    from panager.cli.main import fail, run_async, settings_or_exit, setup_logging
+    from panager.cli.common import fail, run_async, settings_or_exit, setup_logging
 
     settings = settings_or_exit()
     setup_logging()
@@ -94,7 +94,7 @@ def restore(
     ),
 ) -> None:
     """Restore a backup into an empty PANAGER_HOME and an empty database."""
-    from panager.cli.main import fail, run_async, settings_or_exit, setup_logging
+    from panager.cli.common import fail, run_async, settings_or_exit, setup_logging
 
     settings = settings_or_exit()
     setup_logging()

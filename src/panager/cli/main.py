@@ -6,76 +6,17 @@ Every command loads settings first; a configuration problem prints one line
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import os
-import sys
-from collections.abc import Callable, Coroutine
-from typing import Any
+from types import ModuleType
 
 import typer
 
-from panager.config import ConfigError, Settings, load_settings
+from panager.cli.common import run_async, settings_or_exit, setup_logging
 
 app = typer.Typer(
     help="Panager: a self-hosted personal assistant.", no_args_is_help=True, add_completion=False
 )
 db_app = typer.Typer(help="Database schema: upgrade and status.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-
-
-def fail(message: str, code: int = 2) -> None:
-    """Print one line to stderr and exit."""
-    typer.echo(f"panager: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def settings_or_exit() -> Settings:
-    """Load settings, turning ConfigError into a one-line exit."""
-    try:
-        settings = load_settings()
-        _ = settings.runtime
-        return settings
-    except ConfigError as exc:
-        fail(str(exc))
-    raise AssertionError("unreachable")
-
-
-def run_async(factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    """Run a coroutine; configuration and database errors become one line, never a traceback."""
-    try:
-        return asyncio.run(factory())
-    except ConfigError as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
-    except OSError as exc:
-        fail(f"cannot reach the database or a service: {exc.strerror or exc}")
-    except Exception as exc:
-        if type(exc).__name__ == "PoolTimeout":
-            where = "DATABASE_URL" if os.environ.get("DATABASE_URL") else "the embedded database"
-            fail(f"cannot connect to {where} within 30 s; check that the server is running")
-        if type(exc).__module__.startswith("psycopg"):
-            fail(f"database error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-        raise
-
-
-LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s"
-LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
-
-
-def setup_logging(debug: bool = False) -> None:
-    """Quiet logs on stderr for interactive commands; every line starts with its time."""
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format=LOG_FORMAT,
-        datefmt=LOG_DATEFMT,
-        stream=sys.stderr,
-    )
-    for noisy in ("httpx", "openai", "httpcore", "pgserver", "discord", "alembic"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # the pool retries a refused connection with a warning each time; we say it once
-    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 @app.command()
@@ -153,18 +94,17 @@ def secret() -> None:
 
 
 def register_extensions() -> None:
-    """Attach command groups that live in their own modules."""
-    for module in EXTENSION_MODULES:
-        __import__(module, fromlist=["register"]).register(app)
+    """Attach command groups that live in their own modules (imported here, at start-up, not
+    when this module is imported)."""
+    for module in extension_modules():
+        module.register(app)
 
 
-EXTENSION_MODULES: list[str] = [
-    "panager.cli.run",
-    "panager.cli.access",
-    "panager.cli.memory",
-    "panager.cli.mcp",
-    "panager.cli.backup",
-]
+def extension_modules() -> tuple[ModuleType, ...]:
+    """The command-group modules, each with `register(app)`: one line per group."""
+    from panager.cli import access, backup, mcp, memory, run
+
+    return (run, access, memory, mcp, backup)
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
 @mcp_app.command("list")
 def list_servers() -> None:
     """Each configured server: state, tools offered, tools awaiting approval."""
-    from panager.cli.main import run_async, settings_or_exit, setup_logging
+    from panager.cli.common import run_async, settings_or_exit, setup_logging
 
     settings = settings_or_exit()
     setup_logging()
@@ -40,7 +40,7 @@ def approve(
     yes: bool = typer.Option(False, "--yes", help="approve without asking (after reading)"),
 ) -> None:
     """Show the server's tools in full and approve them as it lists them now."""
-    from panager.cli.main import run_async, settings_or_exit, setup_logging
+    from panager.cli.common import run_async, settings_or_exit, setup_logging
 
     settings = settings_or_exit()
     setup_logging()

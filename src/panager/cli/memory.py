@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 @memory_app.command("status")
 def status() -> None:
     """Show the embedder the stored memories use, the configured one, and counts."""
-    from panager.cli.main import run_async, settings_or_exit, setup_logging
+    from panager.cli.common import run_async, settings_or_exit, setup_logging
 
     settings = settings_or_exit()
     setup_logging()
@@ -34,7 +34,7 @@ def reembed(
 ) -> None:
     """Re-embed every stored memory and document passage with the configured (or given)
     embedding model."""
-    from panager.cli.main import run_async, settings_or_exit, setup_logging
+    from panager.cli.common import run_async, settings_or_exit, setup_logging
 
     settings = settings_or_exit()
     setup_logging()

@@ -20,61 +20,39 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import typer
 
+from panager import platforms
 from panager.config import ConfigError, Settings
+from panager.frontends.discord.front_end import DISCORD_FRONT_END
+from panager.frontends.shared.front_end import FrontEnd, Running
+from panager.frontends.telegram.front_end import TELEGRAM_FRONT_END
+from panager.frontends.web.front_end import WEB_FRONT_END
 from panager.tasks import cancel_and_wait
 
 log = logging.getLogger("panager.run")
 
-COMPONENTS = ("discord", "telegram", "worker", "web")
+# One line per front end; nothing else in this module names one.
+FRONT_ENDS: tuple[FrontEnd, ...] = (
+    DISCORD_FRONT_END,
+    TELEGRAM_FRONT_END,
+    WEB_FRONT_END,
+)
+for _front_end in FRONT_ENDS:
+    platforms.register(_front_end.platform)
+CHATS = tuple(f for f in FRONT_ENDS if f.platform.chat)  # started before the worker
+PAGES = tuple(f for f in FRONT_ENDS if not f.platform.chat)  # started after it
+COMPONENTS = (*(f.platform.name for f in CHATS), "worker", *(f.platform.name for f in PAGES))
 STOP_TIMEOUT = 30.0
-TOKEN_REJECTED = (
-    "DISCORD_TOKEN was rejected by Discord; copy a new token from the Developer Portal "
-    "(your application → Bot → Reset Token) into DISCORD_TOKEN."
-)
-TOKEN_MISSING = (
-    "DISCORD_TOKEN is not set; create a bot (see docs/discord.md) and set DISCORD_TOKEN, "
-    "or leave discord out: --components worker,web."
-)
-TELEGRAM_TOKEN_MISSING = (
-    "TELEGRAM_BOT_TOKEN is not set; create a bot with @BotFather (see docs/telegram.md) and "
-    "set TELEGRAM_BOT_TOKEN, or leave telegram out of --components."
-)
-INTENT_MISSING = (
-    "Discord refused the Message Content intent; enable it in the Developer Portal "
-    "(your application → Bot → Privileged Gateway Intents → Message Content Intent) and restart."
-)
-
-
-class ComponentUnavailable(ConfigError):
-    """A requested component is not part of this build."""
-
-
-@dataclass
-class Running:
-    """A started component: what to watch and how to stop it."""
-
-    name: str
-    stop: Callable[[], Awaitable[None]]
-    task: asyncio.Task | None = None
-    detail: str = ""
 
 
 def default_components(settings: Settings) -> str:
-    """The bots whose tokens are set (Discord when none is), the worker and the web server."""
-    bots = [
-        name
-        for name, token in (
-            ("discord", settings.discord_token),
-            ("telegram", settings.telegram_bot_token),
-        )
-        if token
-    ]
-    return ",".join([*(bots or ["discord"]), "worker", "web"])
+    """The chat front ends whose tokens are set (the first one when none is), the worker and
+    the web server."""
+    chats = [f.platform.name for f in CHATS if f.configured(settings)]
+    pages = [f.platform.name for f in PAGES if f.configured(settings)]
+    return ",".join([*(chats or [CHATS[0].platform.name]), "worker", *pages])
 
 
 def parse_components(text: str) -> list[str]:
@@ -89,107 +67,13 @@ def parse_components(text: str) -> list[str]:
     return [c for c in COMPONENTS if c in names]
 
 
-async def rest_client(token: str):
-    """A discord.py client logged in over REST only (no gateway); errors become one line."""
-    import aiohttp
-    import discord
-
-    from panager.frontends.discord.bot import patch_discord_py
-
-    patch_discord_py()
-    client = discord.Client(intents=discord.Intents(guilds=True))
-    try:
-        await client.login(token)
-    except discord.LoginFailure:
-        await client.close()
-        raise ConfigError(TOKEN_REJECTED) from None
-    except (aiohttp.ClientError, OSError) as exc:
-        await client.close()
-        raise ConfigError(f"cannot reach Discord ({exc}); check the network.") from None
-    return client
-
-
-async def check_discord_token(token: str) -> None:
-    """Fail fast, before the database starts, when Discord rejects the token."""
-    await (await rest_client(token)).close()
-
-
-async def check_telegram(settings: Settings) -> None:
-    """Fail fast, before the database starts, when Telegram rejects the token or
-    TELEGRAM_API_URL is not a Bot API server (one line, never the token)."""
-    from panager.frontends.telegram.api import close_bot, make_bot, start_problem
-
-    token, url = settings.telegram_bot_token or "", settings.telegram_api_url
-    bot = make_bot(token, url)
-    try:
-        await bot.get_me()
-    except Exception as exc:
-        raise ConfigError(start_problem(exc, url, token)) from None
-    finally:
-        await close_bot(bot)
-
-
-async def start_discord(app) -> Running:
-    """Log the bot in (a bad token fails here, with one line) and connect the gateway."""
-    import aiohttp
-    import discord
-
-    from panager.frontends.discord.bot import PanagerBot
-
-    bot = PanagerBot(app)
-    try:
-        await bot.login(app.settings.discord_token)
-    except discord.LoginFailure:
-        await bot.close()
-        raise ConfigError(TOKEN_REJECTED) from None
-    except (aiohttp.ClientError, OSError) as exc:
-        await bot.close()
-        raise ConfigError(f"cannot reach Discord ({exc}); check the network.") from None
-    task = asyncio.create_task(bot.connect(reconnect=True), name="discord")
-    return Running("discord", bot.close, task, f"as {bot.user}")
-
-
-async def start_telegram(app) -> Running:
-    """Check the token (getMe; a bad one, or a TELEGRAM_API_URL that is not a Bot API server,
-    fails here with one line that never holds the token), then poll or take the webhook's
-    updates."""
-    from panager.frontends.telegram.api import start_problem
-    from panager.frontends.telegram.bot import TelegramFrontEnd
-
-    settings = app.settings
-    front = TelegramFrontEnd(app)
-    try:
-        await front.start()
-    except BaseException as exc:
-        try:
-            await front.close()
-        except Exception:
-            log.warning("the Telegram bot did not close cleanly")
-        if isinstance(exc, Exception):
-            problem = start_problem(exc, settings.telegram_api_url, settings.telegram_bot_token)
-            raise ConfigError(problem) from None
-        raise
-    return Running("telegram", front.close, None, f"as @{front.username}")
-
-
-async def start_telegram_delivery(app) -> list[Running]:
-    """Without the Telegram bot in this process, reminders still reach Telegram people."""
-    if not app.settings.telegram_bot_token:
-        return []
-    from panager.frontends.telegram.api import close_bot, make_bot
-    from panager.frontends.telegram.messenger import TelegramMessenger
-
-    settings = app.settings
-    bot = make_bot(settings.telegram_bot_token, settings.telegram_api_url)
-    messenger = TelegramMessenger(bot, app.deps.users)
-    app.deps.messenger.add(messenger)
-
-    async def close() -> None:
-        with contextlib.suppress(ValueError):
-            app.deps.messenger.messengers.remove(messenger)
-        await close_bot(bot)
-
-    return [Running("telegram-delivery", close)]
+def settings_problem(settings: Settings, chosen: list[str]) -> str | None:
+    """The first front end's settings problem for these components, as one line."""
+    for front_end in FRONT_ENDS:
+        problem = front_end.settings_problem(settings, chosen=front_end.platform.name in chosen)
+        if problem is not None:
+            return problem
+    return None
 
 
 async def start_worker(app) -> Running:
@@ -207,56 +91,12 @@ async def start_worker(app) -> Running:
     return Running("worker", close, task)
 
 
-async def start_rest_delivery(app) -> list[Running]:
-    """Without the bot in this process, reminders and OAuth replays still reach Discord
-    users: a logged-in client without a gateway connection sends DMs over REST."""
-    token = app.settings.discord_token
-    if not token:
-        log.warning(
-            "DISCORD_TOKEN is not set: this process cannot deliver to Discord users "
-            "(their reminders wait for a process that can)"
-        )
-        return []
-    from panager.frontends.discord.messenger import DiscordMessenger
-
-    client = await rest_client(token)
-    messenger = DiscordMessenger(client, app.deps.users)
-    app.deps.messenger.add(messenger)
-
-    async def close() -> None:
-        with contextlib.suppress(ValueError):
-            app.deps.messenger.messengers.remove(messenger)
-        await client.close()
-
-    return [Running("discord-delivery", close)]
-
-
-async def start_web_component(app) -> Running:
-    """Serve the OAuth callback and /healthz."""
-    try:
-        from panager.frontends.web.server import start_web
-    except ImportError:
-        raise ComponentUnavailable(
-            "the web server is not available in this build; leave out 'web'."
-        ) from None
-    settings = app.settings
-    try:
-        server = await start_web(app)
-    except OSError as exc:
-        raise ConfigError(
-            f"the web server cannot listen on {settings.http_host}:{settings.http_port} "
-            f"({exc.strerror or exc}); free the port or set PANAGER_HTTP_PORT."
-        ) from None
-    return Running("web", server.stop, None, f"on {server.url}")
-
-
 async def serve(settings: Settings, components: list[str], stop: asyncio.Event | None = None):
     """Start the components, run until `stop` (or a signal), then shut down in order."""
     stop = stop or asyncio.Event()
-    if "discord" in components:
-        await check_discord_token(settings.discord_token or "")
-    if "telegram" in components:
-        await check_telegram(settings)
+    for front_end in FRONT_ENDS:
+        if front_end.platform.name in components:
+            await front_end.check(settings)
     from panager.app import App  # the agent stack loads only once the tokens are known good
 
     app = await App.start(settings)
@@ -276,19 +116,19 @@ async def serve(settings: Settings, components: list[str], stop: asyncio.Event |
 
 async def _start_all(app, components: list[str]) -> list[Running]:
     running: list[Running] = []
+    chosen = [f for f in CHATS if f.platform.name in components]
     try:
-        if "discord" in components:
-            running.append(await start_discord(app))
-        elif app.settings.discord_token or "telegram" not in components:
-            running += await start_rest_delivery(app)
-        if "telegram" in components:
-            running.append(await start_telegram(app))
-        else:
-            running += await start_telegram_delivery(app)
+        for front_end in CHATS:
+            if front_end in chosen:
+                running.append(await front_end.start(app))
+            else:
+                others = [f for f in chosen if f is not front_end]
+                running += await front_end.deliver_only(app, alone=not others)
         if "worker" in components:
             running.append(await start_worker(app))
-        if "web" in components:
-            running.append(await start_web_component(app))
+        for front_end in PAGES:
+            if front_end.platform.name in components:
+                running.append(await front_end.start(app))
     except BaseException:
         await _stop_all(running)
         raise
@@ -308,13 +148,11 @@ async def _wait(stop: asyncio.Event, running: list[Running]) -> None:
 
 
 def _raise_component_failure(task: asyncio.Task) -> None:
-    import discord
-
     exc = task.exception()
-    if isinstance(exc, discord.PrivilegedIntentsRequired):
-        raise ConfigError(INTENT_MISSING)
-    if isinstance(exc, discord.LoginFailure):
-        raise ConfigError(TOKEN_REJECTED)
+    for front_end in FRONT_ENDS:
+        explained = front_end.explain(exc) if exc is not None else None
+        if explained is not None:
+            raise ConfigError(explained)
     if exc is not None:
         log.error("%s stopped with an error", task.get_name(), exc_info=exc)
         raise ConfigError(f"{task.get_name()} stopped: {type(exc).__name__}: {exc}")
@@ -364,7 +202,7 @@ def register(cli: typer.Typer) -> None:
         debug: bool = typer.Option(False, "--debug", help="verbose logs"),
     ) -> None:
         """Run the Discord and Telegram bots, scheduler worker and web server (or some)."""
-        from panager.cli.main import fail, run_async, settings_or_exit, setup_logging
+        from panager.cli.common import fail, run_async, settings_or_exit, setup_logging
 
         settings = settings_or_exit()
         setup_logging(debug)
@@ -372,15 +210,7 @@ def register(cli: typer.Typer) -> None:
             chosen = parse_components(components or default_components(settings))
         except ConfigError as exc:
             fail(str(exc))
-        if "discord" in chosen and not settings.discord_token:
-            fail(TOKEN_MISSING)
-        if "telegram" in chosen and not settings.telegram_bot_token:
-            fail(TELEGRAM_TOKEN_MISSING)
-        if settings.telegram_bot_token:  # the bot or the delivery uses it: check its shape now
-            from panager.frontends.telegram.api import check_token
-
-            try:
-                check_token(settings.telegram_bot_token)
-            except ConfigError as exc:
-                fail(str(exc))
+        problem = settings_problem(settings, chosen)
+        if problem is not None:
+            fail(problem)
         run_async(lambda: serve(settings, chosen))

@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: one decision, admission: modes, invites, standings and admin rights
+# share its queries and its lock.
 """Who may talk to Panager: access modes, admins, invites, allow and block.
 
 The decision is made here, before any model call, and front ends only relay

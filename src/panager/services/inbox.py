@@ -36,6 +36,7 @@ from panager.clock import Clock
 from panager.db.pool import Pool
 from panager.db.presence import HELD_OWNERS, OWNER_IS_GONE
 from panager.db.queries import one
+from panager.platforms import inbox_tables
 
 ACCEPT = """
 INSERT INTO {inbox}
@@ -122,7 +123,6 @@ DELETE FROM {inbox}
 """
 
 
-INBOX_TABLES = ("discord_inbox", "telegram_inbox")
 _STATEMENTS = (
     "ACCEPT",
     "CLAIM_NEXT",
@@ -142,7 +142,7 @@ _STATEMENTS = (
 
 def statements(table: str) -> dict[str, str]:
     """The inbox's SQL for one front end's table."""
-    if table not in INBOX_TABLES:
+    if table not in inbox_tables():
         raise ValueError(f"unknown inbox table {table!r}")
     return {name: globals()[name].replace("{inbox}", table) for name in _STATEMENTS}
 

@@ -31,6 +31,7 @@ from panager.clock import Clock
 from panager.db.locks import LINK_LOCK_NAMESPACE
 from panager.db.pool import Pool
 from panager.db.queries import fetch_all, fetch_one
+from panager.platforms import chat_names, named
 from panager.services.users import User
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: codes get typed on phones
@@ -38,8 +39,13 @@ CODE_LENGTH = 10  # 50 bits
 CODE_TTL = timedelta(minutes=10)
 MAX_FAILURES = 3  # wrong codes per identity per FAILURE_WINDOW
 FAILURE_WINDOW = timedelta(minutes=10)
-CHAT_PLATFORMS = ("discord", "telegram")
-NOTIFY_CHOICES = ("auto", *CHAT_PLATFORMS)
+
+
+def notify_choices() -> tuple[str, ...]:
+    """Where proactive messages may go: "auto" (the chat written from last) or a chat front
+    end by name."""
+    return ("auto", *chat_names())
+
 
 IDENTITY_LOCK = "SELECT pg_advisory_xact_lock(%s, hashtext(%s || ':' || %s::text))"
 RECENT_FAILURES = """
@@ -79,7 +85,7 @@ RETURNING *
 FIND_PERSON = "SELECT user_id FROM identities WHERE platform = %s AND platform_id = %s"
 ROUTE = """
 SELECT u.notify, i.platform, i.last_seen_at FROM users u
-  LEFT JOIN identities i ON i.user_id = u.id AND i.platform IN ('discord', 'telegram')
+  LEFT JOIN identities i ON i.user_id = u.id AND i.platform = ANY(%s)
  WHERE u.id = %s
  ORDER BY i.last_seen_at DESC NULLS LAST, i.created_at DESC
 """
@@ -128,7 +134,8 @@ def looks_like_code(text: str) -> bool:
 
 def platform_label(platform: str) -> str:
     """'Discord', 'Telegram', 'the terminal'."""
-    return {"terminal": "the terminal"}.get(platform, platform.capitalize())
+    known = named(platform)
+    return known.in_sentence if known else platform.capitalize()
 
 
 def _request(row: dict[str, Any]) -> LinkRequest:
@@ -243,7 +250,7 @@ class LinkService:
 
     async def set_notify(self, person: int, choice: str) -> None:
         """Store where proactive messages go: 'auto', 'discord' or 'telegram'."""
-        if choice not in NOTIFY_CHOICES:
+        if choice not in notify_choices():
             raise ValueError(choice)
         async with self.pool.connection() as conn:
             await conn.execute(SET_NOTIFY, (choice, person))
@@ -255,7 +262,7 @@ class LinkService:
 
 async def route_of(pool: Pool, person: int) -> tuple[str, list[str]]:
     """(notify choice, chat platforms in order): the choice first, then the last written."""
-    rows = await fetch_all(pool, ROUTE, (person,))
+    rows = await fetch_all(pool, ROUTE, (list(chat_names()), person))
     if not rows:
         return "auto", []
     choice = rows[0]["notify"]

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from panager.platforms import chat_names, named
 from panager.services.schedules.delivery import DeliveryFailed
 
 if TYPE_CHECKING:
@@ -74,13 +75,6 @@ class Messenger(Protocol):
 # The person's chat front ends ("discord", "telegram") in the order to try: their /notify
 # choice first, else the one they wrote from last (services/linking.py).
 Route = Callable[["User"], Awaitable[list[str]]]
-CHAT_PLATFORMS = ("discord", "telegram")
-FRONT_END_NAMES = {
-    "discord": "Discord",
-    "telegram": "Telegram",
-    "web": "The web page",
-    "terminal": "The terminal",
-}
 
 
 class FanoutMessenger:
@@ -122,7 +116,7 @@ class FanoutMessenger:
         if not await self._first([*ordered, *unnamed], user, text, link, key, offers):
             return False
         for shown in self.messengers:
-            if _platform(shown) not in (*CHAT_PLATFORMS, None):
+            if _platform(shown) not in (*chat_names(), None):
                 # only a copy: the message was delivered, so a failure here changes nothing
                 with contextlib.suppress(DeliveryFailed):
                     await _try_send(shown, user, text, link, key, ())
@@ -174,7 +168,8 @@ async def _try_send(
 
 def unreachable(platform: str | None) -> str:
     """The plain sentence a person sees when a front end failed ("Telegram could not be …")."""
-    return f"{FRONT_END_NAMES.get(platform or '', 'A front end')} could not be reached"
+    known = named(platform)
+    return f"{known.title if known else 'A front end'} could not be reached"
 
 
 def _platform(messenger: Messenger) -> str | None:

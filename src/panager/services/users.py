@@ -26,11 +26,9 @@ from psycopg.errors import UniqueViolation
 from panager.db.locks import IDENTITY_LOCK_NAMESPACE
 from panager.db.pool import Pool
 from panager.db.queries import one
+from panager.platforms import identity_names, named
 
 LOCAL_USER_ID = 1  # the terminal user; Discord snowflakes are far larger, so ids never collide
-PLATFORMS = ("discord", "telegram", "terminal")
-# Platforms whose platform id is also the person id of a new person (kept for compatibility).
-SAME_ID_PLATFORMS = ("discord", "terminal")
 
 FIND_IDENTITY = "SELECT user_id FROM identities WHERE platform = %s AND platform_id = %s"
 LOCK_IDENTITY = (
@@ -220,7 +218,7 @@ class UserService:
         Creation is serialised per identity (a transaction-scoped advisory lock), so two
         processes seeing a new person at once make one person, not two. A placeholder
         (created by an admin's allow/block before the person wrote) is never renamed."""
-        if platform not in PLATFORMS:
+        if platform not in identity_names():
             raise ValueError(f"unknown platform {platform!r}")
         for attempt in range(MAX_NAME_TRIES):
             try:
@@ -261,7 +259,7 @@ class UserService:
             row = await (await conn.execute(FIND_IDENTITY, (platform, platform_id))).fetchone()
             if row is not None:
                 person = row["user_id"]
-            elif platform in SAME_ID_PLATFORMS:
+            elif (described := named(platform)) is not None and described.same_id:
                 person = platform_id
             else:
                 person = one(await (await conn.execute(NEXT_PERSON_ID)).fetchone())["id"]

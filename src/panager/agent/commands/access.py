@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.services.access import (
     DEFAULT_INVITE_TTL,
     MAX_INVITE_USES,

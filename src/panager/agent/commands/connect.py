@@ -4,7 +4,7 @@ only, so its passwords are never typed in a chat — the command answers with th
 
 from __future__ import annotations
 
-from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.providers.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES, STATE_TTL
 from panager.services.accounts.provider import FormConnect
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from panager.agent.commands import CommandContext, CommandReply, available, command
+from panager.agent.commands.base import CommandContext, CommandReply, available, command
 from panager.agent.tools.profile import validate_zone_name
 from panager.agent.turns import approvals
 from panager.errors import ToolError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import time, timedelta
 
-from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.agent.models import current_model
 from panager.services.schedules.recurrence import ScheduleInputError
 from panager.services.schedules.system import SystemJobService

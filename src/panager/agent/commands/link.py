@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.agent.flows.linking import Linking
 from panager.services.linking import (
-    NOTIFY_CHOICES,
     LinkRefused,
     LinkService,
     looks_like_code,
+    notify_choices,
     platform_label,
 )
 
@@ -75,10 +75,10 @@ async def notify_command(ctx: CommandContext, args: str) -> CommandReply | str:
         where = platform_label(order[0]) if order else "the terminal or web page while open"
         return (
             f"Reminders go to: {current} (now {where}). "
-            "Change: /notify discord, /notify telegram or /notify auto (the chat you wrote last)."
+            f"Change: {_choices_text()} (the chat you wrote last)."
         )
-    if choice not in NOTIFY_CHOICES:
-        return CommandReply("Usage: /notify discord|telegram|auto", ok=False)
+    if choice not in notify_choices():
+        return CommandReply(f"Usage: /notify {'|'.join(_notify_order())}", ok=False)
     if choice != "auto" and choice not in order:
         return CommandReply(
             f"You have no {platform_label(choice)} account joined. Send /link there first.",
@@ -88,3 +88,14 @@ async def notify_command(ctx: CommandContext, args: str) -> CommandReply | str:
     if choice == "auto":
         return "Reminders now go to the chat you wrote from last."
     return f"Reminders now go to {platform_label(choice)}."
+
+
+def _notify_order() -> list[str]:
+    """The chat front ends by name, then "auto"."""
+    return [c for c in notify_choices() if c != "auto"] + ["auto"]
+
+
+def _choices_text() -> str:
+    """'/notify discord, /notify telegram or /notify auto'."""
+    shown = [f"/notify {c}" for c in _notify_order()]
+    return ", ".join(shown[:-1]) + f" or {shown[-1]}"

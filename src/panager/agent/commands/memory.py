@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.agent.flows.tidy import tidy_line
 from panager.services.memory.service import (
     MemoryHit,

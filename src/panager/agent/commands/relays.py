@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.services.relays.store import MAX_BLOCKED_NAMES, RelayService
 
 USAGE = "/relays [on|off|block NAME|unblock NAME]"

@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.messages import RemoveMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.agent.graph.effects.budget import TokenBudget
 from panager.agent.graph.effects.summary import summary_tainted
 from panager.agent.graph.effects.windows import window_for

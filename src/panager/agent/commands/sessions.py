@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.agent.turns.threads import replace_thread, thread_values
 from panager.services.sessions import (
     SessionFormatError,

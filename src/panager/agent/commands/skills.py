@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.agent.turns.threads import thread_values, update_thread
 from panager.services.skills import MAX_SKILL_BYTES, SkillError, SkillLibrary
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from panager.agent.commands import CommandContext, command
+from panager.agent.commands.base import CommandContext, command
 from panager.agent.tools import tools_by_source
 
 

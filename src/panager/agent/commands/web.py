@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.services.web_sessions import LINK_TTL
 
 LINK_LABEL = "Open Panager"

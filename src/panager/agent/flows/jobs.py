@@ -31,13 +31,15 @@ from panager.agent.tools.calendar import event_view
 from panager.agent.tools.tasks import task_view
 from panager.errors import ModelUnavailable
 from panager.framing import frame
-from panager.llm import TURN_ROUTE, TurnRoute, answered_by, decide_with_retries
+from panager.llm import decide_with_retries
+from panager.model_router import TURN_ROUTE, TurnRoute, answered_by
 from panager.services.accounts.provider import Event, Task
 from panager.services.schedules.delivery import AgentAnswer
 from panager.services.schedules.system import Heartbeat, heartbeat_of
 
 if TYPE_CHECKING:
-    from panager.agent.turns.runner import Assistant, TurnResult
+    from panager.agent.turns.result import TurnResult
+    from panager.agent.turns.runner import Assistant
     from panager.services.schedules.types import Schedule
     from panager.services.users import User
 

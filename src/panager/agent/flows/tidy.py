@@ -28,7 +28,8 @@ from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from panager.errors import ModelUnavailable
-from panager.llm import answered_by, decide_with_retries
+from panager.llm import decide_with_retries
+from panager.model_router import answered_by
 from panager.services.memory.tidy import MemoryTidy, Pair, Stated
 from panager.services.profile import SECTIONS, ProfileInputError
 

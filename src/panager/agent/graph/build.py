@@ -36,11 +36,10 @@ from panager.agent.graph.confirm_node import (
     route_after_confirm,
 )
 from panager.agent.graph.effects import ModelCall
-from panager.agent.graph.events import emit_event
 from panager.agent.graph.history import memo_counter, trim_history
 from panager.agent.graph.interrupted import RUNNING_CALL_TAINTED
 from panager.agent.graph.prompts import OUTSIDE_SECTION, build_system_prompt
-from panager.agent.graph.state import AgentState, TurnContext
+from panager.agent.graph.state import AgentState, TurnContext, emit_event
 from panager.agent.graph.taint import call_tainted, mark
 from panager.agent.graph.tools_node import ToolsNode
 from panager.errors import ContextOverflow, ModelUnavailable

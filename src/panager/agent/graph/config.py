@@ -17,7 +17,7 @@ from panager.agent.graph.effects import Effect, ModelCall
 from panager.agent.graph.state import Recall, TurnContext
 from panager.clock import Clock, SystemClock
 from panager.errors import AuthRequired
-from panager.llm import TextSink
+from panager.model_retries import TextSink
 
 ModelInvoker = Callable[[BaseChatModel, Sequence[BaseTool], list[AnyMessage]], Awaitable[AIMessage]]
 # Like ModelInvoker, streaming the reply's text into the sink (llm.stream_with_retries).

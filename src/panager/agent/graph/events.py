@@ -5,7 +5,8 @@ Order for one user message: agent_start, then per model call turn_start →
 turn_end; agent_end last. `message_delta` carries each new piece of a streamed
 answer's text (not the text so far); `message_reset` says the pieces of that
 iteration are void (the reply calls tools, or a retry starts it over);
-`message_end` always carries the final full text.
+`message_end` always carries the final full text. A node emits through
+`emit_event` (state.py), beside the `TurnContext` that holds the run's emitter.
 """
 
 from __future__ import annotations
@@ -14,10 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, get_args
-
-if TYPE_CHECKING:
-    from panager.agent.graph.state import TurnContext
+from typing import Any, Literal, get_args
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +76,3 @@ class EventEmitter:
         """Shorthand: build and emit an Event."""
         await self.emit(Event(type_, user_id, data))
 
-
-# Any: an event carries free-form data
-async def emit_event(ctx: TurnContext, type_: EventType, **data: Any) -> None:
-    """Emit an event to the run's emitter (`ctx.emitter`), if the run has one."""
-    if ctx.emitter is not None:
-        await ctx.emitter(type_, ctx.user.id, **data)

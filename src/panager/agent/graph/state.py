@@ -14,7 +14,7 @@ from langgraph.graph.message import add_messages
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
-    from panager.agent.graph.events import EventEmitter
+    from panager.agent.graph.events import EventEmitter, EventType
     from panager.services.users import User
 
 
@@ -64,3 +64,10 @@ class TurnContext:
     # each becomes a proposal the person approves later (agent/graph/confirm.py).
     unattended: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# Any: an event carries free-form data
+async def emit_event(ctx: TurnContext, type_: EventType, **data: Any) -> None:
+    """Emit an event to the run's emitter (`ctx.emitter`), if the run has one."""
+    if ctx.emitter is not None:
+        await ctx.emitter(type_, ctx.user.id, **data)

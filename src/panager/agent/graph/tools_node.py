@@ -21,10 +21,9 @@ from pydantic import ValidationError
 from panager.agent.graph.config import GraphConfig
 from panager.agent.graph.confirm import unanswered_calls
 from panager.agent.graph.confirm_node import UNPARSED_CALLS, described_for
-from panager.agent.graph.events import emit_event
 from panager.agent.graph.history import truncate_text
 from panager.agent.graph.recorders import redact
-from panager.agent.graph.state import AgentState, TurnContext
+from panager.agent.graph.state import AgentState, TurnContext, emit_event
 from panager.agent.graph.taint import CALL_TAINTED, marked
 from panager.agent.graph.tool import CURRENT_CALL, clean_args
 from panager.errors import AuthRequired, ToolError

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.tools import BaseTool
 
 from panager.agent.graph.tool import CONSEQUENTIAL, Lookup, looks_up, shown_block, shown_text, tool
+from panager.services.linking import platform_label
 from panager.services.relays.relay import UserMessageRelay
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def messaging_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     async def describe_now(args: Mapping[str, Any]) -> str:
         recipient, platforms = await relay.who(user, str(args.get("recipient", "")))
-        where = ", ".join(FRONT_ENDS.get(p, p) for p in platforms) or "their open web page"
+        where = ", ".join(platform_label(p) for p in platforms) or "their open web page"
         name = shown_text(recipient.display_name) if recipient.display_name else "(none)"
         return "\n".join([
             f"Send a direct message to @{recipient.username} (display name {name}; "
@@ -51,9 +52,6 @@ def messaging_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
         describe_now, lambda a: f"recipient {shown_text(str(a.get('recipient', '')))}",
         "the database"))
     return [send_user_message]
-
-
-FRONT_ENDS = {"discord": "Discord", "telegram": "Telegram", "terminal": "the terminal"}
 
 
 def describe_relay(args: Mapping[str, Any]) -> str:

@@ -43,6 +43,7 @@ from panager.agent.graph.tool import (
     question_words,
 )
 from panager.agent.tools import callable_tools
+from panager.agent.turns.result import TurnOwner, TurnResult
 from panager.errors import AuthRequired, ToolError
 
 if TYPE_CHECKING:
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from panager.agent.graph.state import TurnContext
-    from panager.agent.turns.runner import Assistant, TurnResult
     from panager.services.proposals import Offer, Proposal
     from panager.services.users import User
 
@@ -86,7 +86,7 @@ def shown(question: Question, reply: AnyMessage | None = None) -> str:
     return f"{said.strip()}\n\n{text}" if said.strip() else text
 
 
-async def decline(assistant: Assistant, user: User, question: Question, reason: str) -> int:
+async def decline(assistant: TurnOwner, user: User, question: Question, reason: str) -> int:
     """Answer every open call of the asking reply as declined; returns how many.
 
     Runs under the user's lock (the caller holds it). The update is made as the
@@ -102,7 +102,7 @@ async def decline(assistant: Assistant, user: User, question: Question, reason: 
 
 
 async def offer(
-    assistant: Assistant, user: User, state: dict, held: Sequence[PendingCall]
+    assistant: TurnOwner, user: User, state: dict, held: Sequence[PendingCall]
 ) -> tuple[Offer, ...]:
     """Record the calls a run held as offered on its answer (the last message)."""
     deps = assistant.deps
@@ -126,10 +126,8 @@ def _timing(proposal: Proposal, now: datetime) -> tuple[str, str]:
     return _duration(now - proposal.created_at), _duration(proposal.expires_at - now)
 
 
-async def _settled(assistant: Assistant, user: User, ident: str) -> TurnResult | Proposal:
+async def _settled(assistant: TurnOwner, user: User, ident: str) -> TurnResult | Proposal:
     """The user's proposal when it still waits, else why it cannot be decided."""
-    from panager.agent.turns.runner import TurnResult
-
     deps = assistant.deps
     if deps.proposals is None:
         return TurnResult(NO_PROPOSALS, ok=False)
@@ -143,11 +141,9 @@ async def _settled(assistant: Assistant, user: User, ident: str) -> TurnResult |
 
 
 async def ask_again(
-    assistant: Assistant, user: User, proposal: Proposal, template: str = ASK_AGAIN
+    assistant: TurnOwner, user: User, proposal: Proposal, template: str = ASK_AGAIN
 ) -> TurnResult:
     """Show the stored description and ask again: offered on this new question only."""
-    from panager.agent.turns.runner import TurnResult
-
     deps = assistant.deps
     assert deps.proposals is not None
     now = deps.clock.now()
@@ -160,13 +156,11 @@ async def ask_again(
 
 
 async def approve(
-    assistant: Assistant, user: User, proposal_id: str, on: str | None = None
+    assistant: TurnOwner, user: User, proposal_id: str, on: str | None = None
 ) -> TurnResult:
     """Run the held call `proposal_id` of `user` once, when `on` names where it was offered;
     without that (typed, or a button of another message) ask again. A second approval is
     refused."""
-    from panager.agent.turns.runner import TurnResult
-
     deps = assistant.deps
     ident = proposal_id.strip()
     found = await _settled(assistant, user, ident)
@@ -214,7 +208,7 @@ async def approve(
     return TurnResult(f"Done: {proposal.description}")
 
 
-async def described_now(assistant: Assistant, user: User, proposal: Proposal) -> str | None:
+async def described_now(assistant: TurnOwner, user: User, proposal: Proposal) -> str | None:
     """The held call's words from its object as it is now (None: its words cannot change —
     a call described from its arguments alone, or a send whose draft digest is checked
     when it runs)."""
@@ -229,7 +223,7 @@ async def described_now(assistant: Assistant, user: User, proposal: Proposal) ->
 
 
 async def changed_since_asked(
-    assistant: Assistant, user: User, ctx: TurnContext, question: Question,
+    assistant: TurnOwner, user: User, ctx: TurnContext, question: Question,
     decisions: Mapping[str, str],
 ) -> dict[str, str]:
     """The approved calls of `question` whose object changed since it was asked: their
@@ -258,11 +252,9 @@ async def changed_since_asked(
     return changed
 
 
-async def approve_shown(assistant: Assistant, user: User, proposal_id: str) -> TurnResult:
+async def approve_shown(assistant: TurnOwner, user: User, proposal_id: str) -> TurnResult:
     """Approve a held call from a place that showed it whole with its stored description
     (the web page's "Waiting for your approval" panel): offered there, then approved."""
-    from panager.agent.turns.runner import TurnResult
-
     ident = proposal_id.strip()
     found = await _settled(assistant, user, ident)
     if isinstance(found, TurnResult):
@@ -276,10 +268,8 @@ async def approve_shown(assistant: Assistant, user: User, proposal_id: str) -> T
     return await approve(assistant, user, ident, offers[0].on)
 
 
-async def deny(assistant: Assistant, user: User, proposal_id: str) -> TurnResult:
+async def deny(assistant: TurnOwner, user: User, proposal_id: str) -> TurnResult:
     """Refuse the held call `proposal_id` of `user`: it never runs."""
-    from panager.agent.turns.runner import TurnResult
-
     deps = assistant.deps
     ident = proposal_id.strip()
     found = await _settled(assistant, user, ident)
@@ -294,7 +284,7 @@ async def deny(assistant: Assistant, user: User, proposal_id: str) -> TurnResult
     return TurnResult(DENIED.format(description=denied.description))
 
 
-async def waiting(assistant: Assistant, user: User) -> list[tuple[Proposal, str, str]]:
+async def waiting(assistant: TurnOwner, user: User) -> list[tuple[Proposal, str, str]]:
     """What waits for the person's approval: each proposal with its age and time left."""
     deps = assistant.deps
     if deps.proposals is None:
@@ -314,7 +304,7 @@ def waiting_text(items: Sequence[tuple[Proposal, str, str]]) -> str:
     return "\n".join(lines)
 
 
-async def _note(assistant: Assistant, user: User, ident: str, description: str) -> None:
+async def _note(assistant: TurnOwner, user: User, ident: str, description: str) -> None:
     """Tell the thread what the person approved (skipped while a question is open)."""
     config = assistant.config_for(user)
     snapshot = await assistant.graph.aget_state(config)

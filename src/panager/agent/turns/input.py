@@ -1,9 +1,14 @@
-"""What one turn hands the graph: the cleaned text, the run's context, the new messages.
+"""What one turn hands the graph, built in one step: the text, the run's context, the new
+messages and their images.
 
-The person's message is stored under its `message_key` (a resumed turn finds it
-again); a scheduled task's text enters as quoted data behind
-`SYSTEM_TRIGGER_PREFIX`, framed with `OUTSIDE_TASK` when it was written while
-reading outside content. Images go to the model input only (agent/graph/attachments.py).
+`turn_text` cleans the text and frames it where it is not the person's own (a
+forwarded message: `outside_source`); `build_turn` then makes everything else
+at once, under the person's lock: the `TurnContext` (tools, model, emitter),
+the graph's input and the images. The person's message is stored under its
+`message_key` (a resumed turn finds it again); a scheduled task's text enters
+as quoted data behind `SYSTEM_TRIGGER_PREFIX`, framed with `OUTSIDE_TASK` when
+it was written while reading outside content. Images go to the model input
+only (agent/graph/attachments.py).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import unicodedata
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
@@ -38,6 +44,13 @@ def clean_text(text: str) -> str:
     return "".join(
         ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cs")
     ).strip()
+
+
+def turn_text(text: str, outside_source: str | None = None) -> str:
+    """The text a turn gets: cleaned, and framed as outside content when it is not the
+    sender's own words (`outside_source` names where it came from)."""
+    stripped = text.strip()
+    return clean_text(frame(outside_source, stripped) if stripped and outside_source else text)
 
 
 def _has_surrogates(text: str) -> bool:
@@ -120,3 +133,44 @@ async def turn_images(
         if found is not None:
             images.setdefault(message_id, []).append((found.mime, found.data))
     return images
+
+
+@dataclass
+class TurnInput:
+    """Everything one run of the graph is handed."""
+
+    context: TurnContext
+    inputs: dict  # the graph's input: the message(s) this turn adds
+
+    @property
+    def new_message(self) -> HumanMessage | None:
+        """The message this turn adds (None: a replay, already in the thread)."""
+        messages = self.inputs["messages"]
+        return messages[-1] if messages else None
+
+
+async def build_turn(
+    deps: AgentDeps,
+    user: User,
+    model: BaseChatModel,
+    emitter: EventEmitter,
+    text: str,
+    *,
+    is_system_trigger: bool,
+    unattended: bool,
+    tainted: bool = False,
+    replay: bool = False,
+    message_key: str | None = None,
+    attachments: Sequence[Attachment] = (),
+    sees_images: Callable[[User], bool],
+    notes: Sequence[str] = (),
+) -> TurnInput:
+    """The run's context, the graph's input and the images, in one step (`notes`: lines to
+    say after the answer, such as a schedule's model that could not be used)."""
+    ctx = await turn_context(deps, user, model, emitter, is_system_trigger, text, tainted)
+    ctx.unattended = unattended
+    if notes:
+        ctx.extra["notes"] = list(notes)
+    inputs = turn_inputs(ctx, text, replay, message_key, attachments, sees_images)
+    ctx.extra["images"] = await turn_images(deps, user, inputs["messages"], sees_images)
+    return TurnInput(ctx, inputs)

@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: `Assistant`, the one entry of a turn (lock, open question, resume,
+# invoke), read top to bottom; its input, result and approvals are already apart.
 """Running one turn for one user: the entry point every front end and the scheduler use.
 
 `Assistant.run_turn` validates the message, serialises turns per user (an
@@ -18,9 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
@@ -35,7 +36,6 @@ from panager.agent.graph.confirm import (
     CHANGED,
     EXPIRED,
     NEW_MESSAGE,
-    PendingCall,
     Question,
     check_answer,
     pending_question,
@@ -48,13 +48,14 @@ from panager.agent.graph.state import SCHEDULED_RUN, TurnContext
 from panager.agent.graph.taint import marked
 from panager.agent.models import pinned_for_run
 from panager.agent.turns import approvals
-from panager.agent.turns.input import clean_text, turn_context, turn_images, turn_inputs
+from panager.agent.turns.input import TurnInput, build_turn, turn_context, turn_text
+from panager.agent.turns.result import TurnResult
 from panager.agent.turns.threads import OPEN_QUESTION, Threads
 from panager.errors import ModelUnavailable, UserBusy
-from panager.llm import NO_MODEL_MESSAGE, TURN_ROUTE, TurnRoute, endpoint_name
+from panager.llm import NO_MODEL_MESSAGE
+from panager.model_router import TURN_ROUTE, TurnRoute, endpoint_name
 from panager.services.media.intake import Attachment
 from panager.services.media.vision import sees_images
-from panager.services.proposals import Offer
 from panager.services.users import User
 
 log = logging.getLogger(__name__)
@@ -75,21 +76,6 @@ class _InvokeOptions(TypedDict):
     """Keyword arguments every graph run gets."""
 
     durability: Durability
-
-
-@dataclass
-class TurnResult:
-    """What a front end shows after a turn."""
-
-    text: str
-    ok: bool = True
-    link: dict | None = None  # {"url", "label"} when the user must follow a link
-    tool_calls: list[str] = field(default_factory=list)
-    model_calls: int = 0
-    question: Question | None = None  # the turn stopped to ask the person (agent/graph/confirm.py)
-    proposals: tuple[PendingCall, ...] = ()  # calls an unattended run held for approval
-    offers: tuple[Offer, ...] = ()  # held calls offered on this answer (its buttons)
-    tainted: bool = False  # the answer was written with outside content: no link previews
 
 
 class Assistant:
@@ -175,6 +161,8 @@ class Assistant:
         tainted: bool = False,
         attachments: Sequence[Attachment] = (),
         pinned_model: str | None = None,
+        outside_source: str | None = None,
+        on_notes: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> TurnResult:
         """Answer `text` from `user` (or run a scheduled task when is_system_trigger).
 
@@ -185,9 +173,15 @@ class Assistant:
         trigger) runs no consequential call; `tainted` frames a system trigger's text
         (a schedule written while reading outside content).
         `attachments` come from `MediaIntake.take` (agent/graph/attachments.py says how they
-        enter the thread); the front end shows `attachment_notes` first.
+        enter the thread); what was heard and what could not be used goes to `on_notes`
+        first (the front end shows it before the answer). `outside_source`: the text is
+        not the sender's own (a forwarded message) and enters framed as outside content.
         `pinned_model`: a schedule's model (its creator's), used while the person may."""
-        text = clean_text(text)
+        if on_notes is not None and attachments:
+            notes = self.attachment_notes(user, attachments)
+            if notes:
+                await on_notes(notes)
+        text = turn_text(text, outside_source)
         refusal = self.check_message(text, attachments)
         if refusal:
             return TurnResult(refusal, ok=False)
@@ -209,13 +203,19 @@ class Assistant:
                 if isinstance(found, TurnResult):
                     return found
                 replay, message_key = found
-            ctx = await turn_context(
-                self.deps, user, model, emitter or self.emitter, is_system_trigger, text, tainted
+            if self.deps.mcp is not None:
+                await self.deps.mcp.refresh()  # approvals made elsewhere count from this turn on
+            if user.id not in self._clean_threads:
+                await self.repair_thread(user)
+            turn = await build_turn(
+                self.deps, user, model, emitter or self.emitter, text,
+                is_system_trigger=is_system_trigger,
+                unattended=is_system_trigger if unattended is None else unattended,
+                tainted=tainted, replay=replay, message_key=message_key,
+                attachments=attachments, sees_images=self.sees_images,
+                notes=[pin_note] if pin_note else (),
             )
-            ctx.unattended = is_system_trigger if unattended is None else unattended
-            if pin_note:
-                ctx.extra["notes"] = [pin_note]
-            return await self._run_locked(ctx, text, replay, message_key, attachments)
+            return await self._run(turn)
 
     async def _open_question(
         self, user: User, is_system_trigger: bool, replay: bool, resumed_key: str | None
@@ -312,24 +312,9 @@ class Assistant:
             return True, key  # the last thing in the thread: continue the turn
         return False, None  # the thread moved on since: ask again as a new message
 
-    async def _run_locked(
-        self,
-        ctx: TurnContext,
-        text: str,
-        replay: bool,
-        message_key: str | None = None,
-        attachments: Sequence[Attachment] = (),
-    ) -> TurnResult:
-        if self.deps.mcp is not None:
-            await self.deps.mcp.refresh()  # approvals made elsewhere count from this turn on
-        if ctx.user.id not in self._clean_threads:
-            await self.repair_thread(ctx.user)
-        inputs = turn_inputs(ctx, text, replay, message_key, attachments, self.sees_images)
-        ctx.extra["images"] = await turn_images(
-            self.deps, ctx.user, inputs["messages"], self.sees_images
-        )
-        new = inputs["messages"][-1] if inputs["messages"] else None
-        return await self._invoke(ctx, inputs, new)
+    async def _run(self, turn: TurnInput) -> TurnResult:
+        """Run a new turn's graph with its input (built in one step: agent/turns/input.py)."""
+        return await self._invoke(turn.context, turn.inputs, turn.new_message)
 
     async def _invoke(
         self, ctx: TurnContext, inputs: dict[str, Any] | Command, new: HumanMessage | None

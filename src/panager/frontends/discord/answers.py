@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from contextlib import AbstractAsyncContextManager
 
-    from panager.agent.turns.runner import TurnResult
+    from panager.agent.turns.result import TurnResult
     from panager.app import App
     from panager.frontends.shared.streaming import StreamedReply
     from panager.services.inbox import InboxMessage, InboxService

@@ -27,7 +27,7 @@ from panager.frontends.shared.questions import (
 if TYPE_CHECKING:
     import asyncio
 
-    from panager.agent.turns.runner import TurnResult
+    from panager.agent.turns.result import TurnResult
     from panager.app import App
     from panager.services.proposals import Offer
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import discord
 from discord import app_commands
 
-from panager.agent.commands import REGISTRY, Command, _load_modules
+from panager.agent.commands import Command, offered_in
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +26,7 @@ Handler = Callable[[discord.Interaction, str, str], Awaitable[None]]
 
 def discord_commands() -> list[Command]:
     """Registry commands offered on Discord whose names Discord accepts."""
-    _load_modules()
-    found = [c for c in REGISTRY.values() if "discord" in c.front_ends]
-    return sorted((c for c in found if NAME_PATTERN.match(c.name)), key=lambda c: c.name)
+    return [c for c in offered_in("discord") if NAME_PATTERN.match(c.name)]
 
 
 def build_tree(client: discord.Client, handler: Handler) -> app_commands.CommandTree:

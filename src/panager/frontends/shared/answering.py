@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from panager.agent.commands import CommandContext, CommandReply, dispatch, is_command, parse
-from panager.framing import frame
 
 if TYPE_CHECKING:
     from panager.agent.graph.events import Event
-    from panager.agent.turns.runner import TurnResult
+    from panager.agent.turns.result import TurnResult
     from panager.app import App
     from panager.frontends.shared.streaming import StreamedReply
     from panager.services.inbox import InboxMessage
@@ -59,11 +58,6 @@ class Incoming:
     # Where the text came from when it is not the sender's own words (a forwarded message):
     # it enters the turn framed as outside content and is never run as a command.
     outside_source: str | None = None
-
-    def words(self) -> str:
-        """The text as the turn gets it: the sender's own, or framed outside content."""
-        text = self.text.strip()
-        return frame(self.outside_source, text) if text and self.outside_source else text
 
     def command_text(self) -> str:
         """The text when it may be a command: only the sender's own words can be."""
@@ -159,12 +153,12 @@ class Answerer:
             await self.command(admission.user, text, chat, identity)
             return
         attachments = await chat.attachments(admission.user) if incoming.attachments else ()
+        if incoming.text.strip() or any(a.kind != "rejected" for a in attachments):
+            await self.turn(admission.user, chat, incoming, attachments)
+            return
         notes = self.app.assistant.attachment_notes(admission.user, attachments)
-        if notes:  # what was heard, what could not be used: before the answer
+        if notes:  # nothing to answer: only what could not be used
             await chat.note("\n".join(notes))
-        words = incoming.words()
-        if words or any(a.kind != "rejected" for a in attachments):
-            await self.turn(admission.user, words, chat, incoming, attachments)
 
     async def run_command(
         self, user: User, text: str, identity: tuple[str, int] | None = None
@@ -185,12 +179,17 @@ class Answerer:
     async def turn(
         self,
         user: User,
-        text: str,
         chat: Conversation,
         incoming: Incoming,
         attachments: Sequence[Attachment] = (),
     ) -> None:
-        """Run a turn: progress and the streamed answer follow its events."""
+        """Run a turn: one call to the runner, which says first what was heard and what could
+        not be used (`chat.note`), frames text that is not the sender's own, and answers;
+        progress and the streamed answer follow its events."""
+
+        async def note(lines: list[str]) -> None:
+            await chat.note("\n".join(lines))
+
         emitter = self.app.emitter.child()
         progress = chat.progress()
         if progress is not None:
@@ -201,11 +200,13 @@ class Answerer:
             async with chat.typing():
                 result = await self.app.assistant.run_turn(
                     user,
-                    text,
+                    incoming.text,
                     emitter=emitter,
                     message_key=incoming.key,
                     resume=incoming.resume,
                     attachments=attachments,
+                    outside_source=incoming.outside_source,
+                    on_notes=note,
                 )
             await chat.finish(reply, result)
         finally:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal
 from panager.agent.graph.confirm import APPROVE, DENY, Question
 
 if TYPE_CHECKING:
-    from panager.agent.turns.runner import TurnResult
+    from panager.agent.turns.result import TurnResult
     from panager.app import App
     from panager.services.proposals import Offer
     from panager.services.users import User

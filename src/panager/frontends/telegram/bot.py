@@ -37,7 +37,7 @@ from aiogram.exceptions import (
 )
 from aiogram.types import BotCommand, BotCommandScopeAllPrivateChats, Update
 
-from panager.agent.commands import REGISTRY, _load_modules
+from panager.agent.commands import offered_in
 from panager.db.leader import Leadership
 from panager.frontends.shared.answering import Answerer
 from panager.frontends.shared.intake import (
@@ -98,12 +98,10 @@ def webhook_url(app: App) -> str | None:
 
 def telegram_commands() -> list[BotCommand]:
     """The shared commands offered in Telegram's command menu."""
-    _load_modules()
-    found = [c for c in REGISTRY.values() if "telegram" in c.front_ends and not c.admin_only]
     return [
         BotCommand(command=c.name, description=(c.help or c.usage)[:256])
-        for c in sorted(found, key=lambda c: c.name)
-        if re.match(COMMAND_NAME, c.name)
+        for c in offered_in("telegram")
+        if not c.admin_only and re.match(COMMAND_NAME, c.name)
     ]
 
 

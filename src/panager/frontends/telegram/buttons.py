@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from panager.frontends.telegram.bot import TelegramFrontEnd
+    from panager.frontends.telegram.host import TelegramHost
     from panager.services.inbox import InboxMessage
     from panager.services.users import User
 
@@ -26,13 +26,13 @@ MAX_CALLBACK_DATA = 64
 NOT_YOURS = "This button isn't for you."
 STALE = "This button is no longer active."
 # (front end, presser, the press's row, the data after the prefix) -> the notice to show
-ButtonHandler = Callable[["TelegramFrontEnd", "User", "InboxMessage", str], Awaitable[str]]
+ButtonHandler = Callable[["TelegramHost", "User", "InboxMessage", str], Awaitable[str]]
 
 
 class Buttons:
     """The handlers of button presses, by the prefix of their callback data."""
 
-    def __init__(self, front: TelegramFrontEnd) -> None:
+    def __init__(self, front: TelegramHost) -> None:
         self.front = front
         self.handlers: dict[str, ButtonHandler] = {}
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from panager.frontends.shared.answering import ATTACHMENT_NOTE, Incoming
 from panager.frontends.shared.streaming import StreamedReply
+from panager.frontends.telegram.host import TelegramHost, row_surface
 from panager.frontends.telegram.questions import proposal_keyboard, result_keyboard
 from panager.frontends.telegram.surface import TelegramSurface
 from panager.services.media.intake import Attachment, refused
@@ -31,8 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from contextlib import AbstractAsyncContextManager
 
-    from panager.agent.turns.runner import TurnResult
-    from panager.frontends.telegram.bot import TelegramFrontEnd
+    from panager.agent.turns.result import TurnResult
     from panager.services.inbox import InboxMessage
     from panager.services.proposals import Offer
     from panager.services.users import User
@@ -58,23 +58,14 @@ def incoming(row: InboxMessage) -> Incoming:
 class TelegramChat:
     """The private chat one stored update came from."""
 
-    def __init__(self, front: TelegramFrontEnd, row: InboxMessage) -> None:
+    def __init__(self, front: TelegramHost, row: InboxMessage) -> None:
         self.front = front
         self.row = row
         self.payload: dict[str, Any] = row.payload or {}
 
     def surface(self, *, previews: bool) -> TelegramSurface:
         """The messages of one reply in this chat, remembered on the inbox row."""
-        return TelegramSurface(
-            self.front.bot,
-            self.row.channel_id,
-            previews=previews,
-            posted=self.payload.get("posted"),
-            remember=self._remember,
-        )
-
-    async def _remember(self, posted: list[int]) -> None:
-        await self.front.inbox.remember(self.row.message_id, {"posted": posted})
+        return row_surface(self.front, self.row, previews=previews)
 
     async def reply(
         self, text: str, link: dict | None = None, offers: Sequence[Offer] = ()

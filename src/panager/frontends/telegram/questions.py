@@ -25,11 +25,11 @@ from panager.frontends.shared.questions import (
 )
 from panager.frontends.shared.streaming import StreamedReply
 from panager.frontends.telegram.buttons import Buttons
+from panager.frontends.telegram.host import TelegramHost, row_surface
 
 if TYPE_CHECKING:
     from panager.agent.graph.confirm import Question
-    from panager.agent.turns.runner import TurnResult
-    from panager.frontends.telegram.bot import TelegramFrontEnd
+    from panager.agent.turns.result import TurnResult
     from panager.services.inbox import InboxMessage
     from panager.services.proposals import Offer
     from panager.services.users import User
@@ -70,7 +70,7 @@ def result_keyboard(result: TurnResult) -> InlineKeyboardMarkup | None:
     return proposal_keyboard(result.offers)
 
 
-async def handle_press(front: TelegramFrontEnd, user: User, row: InboxMessage, rest: str
+async def handle_press(front: TelegramHost, user: User, row: InboxMessage, rest: str
                        ) -> str:
     """A pressed Approve/Deny (its prefix is in the row's data): act, then post the answer."""
     data = str((row.payload or {}).get("data") or "")
@@ -85,7 +85,7 @@ async def handle_press(front: TelegramFrontEnd, user: User, row: InboxMessage, r
             )
         except Exception as exc:
             log.info("could not remove the buttons of a question: %s", exc)
-    surface = front.chat(row).surface(previews=False)
+    surface = row_surface(front, row, previews=False)
     await StreamedReply(surface).finish(
         result.text, result.link, buttons=result_keyboard(result), previews=not result.tainted
     )

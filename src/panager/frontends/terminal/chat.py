@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: the REPL, the console it draws on and the messenger that prints into
+# the same session share one prompt session.
 """The terminal front end: `panager chat` (REPL) and `panager ask` (one turn).
 
 Input: prompt_toolkit on a terminal, plain lines when stdin is a pipe (scripts

@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: one MCP server's lifecycle (start, backoff, calls, redaction) is one
+# state machine.
 """One MCP server: its process (or HTTP session), kept alive, called with a timeout.
 
 A supervisor task owns the connection (the SDK's transports are task-scoped context

@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: `MemoryService` (save, update, recall, history); retrieval, fusion,
+# rerank and queries are already apart.
 """Per-user long-term memory on pgvector: save, update, hybrid search, list, forget, clear.
 
 Retrieval is hybrid: nearest vectors (HNSW or an exact scan, cosine) and a

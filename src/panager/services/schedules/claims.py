@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: the claim and fence statements of the scheduler, which must agree with
+# each other, kept side by side.
 """The claim protocol workers use: claim with a lease, fence, record, report.
 
 Delivery of one occurrence goes through these steps, each one short

@@ -3,7 +3,10 @@
 No I/O. `plan_occurrence` applies the missed-run rules: an occurrence is sent
 on time, sent late within the grace window (and marked late), or recorded as
 missed; a recurring schedule jumps to its newest due occurrence and never
-replays a backlog.
+replays a backlog. `plan` makes every decision about one claimed schedule at
+once — the occurrence, the schedule's next occurrence after it, its label in
+the schedule's zone — so the worker and what it records (outcomes.py) read one
+`Plan` instead of asking these rules again at each step.
 """
 
 from __future__ import annotations
@@ -30,12 +33,6 @@ class Occurrence:
     missed_from: datetime | None = None  # first skipped occurrence, recorded as missed
     missed: int = 0  # how many occurrences were skipped
     next_run: datetime | None = None  # where to go when nothing is delivered
-
-
-def due_of(occ: Occurrence) -> datetime:
-    """The time of an occurrence being delivered (the worker's process() hands on only those)."""
-    assert occ.deliver is not None
-    return occ.deliver
 
 
 def next_after(schedule: Schedule, when: datetime) -> datetime | None:
@@ -69,6 +66,39 @@ def plan_occurrence(
             missed=older,
         )
     return Occurrence(None, missed_from=due, missed=older + 1, next_run=next_after(schedule, now))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything decided about one claimed schedule, once (see the module doc)."""
+
+    occurrence: Occurrence
+    due: datetime  # the occurrence sent now (nothing sent: the claimed due time)
+    late: bool = False  # sent later than LATE_AFTER after `due`
+    following: datetime | None = None  # the schedule's next occurrence after `due`
+    label: str = ""  # `due` in the schedule's zone ('Tue 25 Nov 09:00')
+    reminder: str = ""  # a reminder's words (reminder_text), used when a run wrote none
+
+    def words(self, text: str, *, resent: bool) -> str:
+        """The delivered text: as written, plus a late or re-sent note when needed."""
+        notes = []
+        if self.late:
+            notes.append(f"⏰ Late: this was due {self.label}.")
+        if resent:
+            notes.append("(Sent again after an interruption — you may already have received it.)")
+        return "\n".join([text, *notes]) if notes else text
+
+
+def plan(schedule: Schedule, now: datetime, grace: timedelta) -> Plan:
+    """The occurrence to send now (or the miss to record) and, for one to send, the next
+    occurrence after it and its label."""
+    occurrence = plan_occurrence(schedule, now, grace)
+    if occurrence.deliver is None:
+        assert schedule.next_run_at is not None  # a claimed schedule is due
+        return Plan(occurrence, schedule.next_run_at)
+    due = occurrence.deliver
+    return Plan(occurrence, due, occurrence.late, next_after(schedule, due),
+                local_label(due, schedule.timezone), reminder_text(schedule))
 
 
 def newest_due(schedule: Schedule, now: datetime, grace: timedelta) -> tuple[datetime, int]:
@@ -110,16 +140,6 @@ def reminder_text(schedule: Schedule) -> str:
     if schedule.tainted:
         return quoted_for_person(TAINTED_REMINDER, schedule.message)
     return schedule.message
-
-
-def compose(schedule: Schedule, text: str, due: datetime, *, late: bool, resent: bool) -> str:
-    """The delivered text: as written, plus a late or re-sent note when needed."""
-    notes = []
-    if late:
-        notes.append(f"⏰ Late: this was due {local_label(due, schedule.timezone)}.")
-    if resent:
-        notes.append("(Sent again after an interruption — you may already have received it.)")
-    return "\n".join([text, *notes]) if notes else text
 
 
 def missed_report(runs: Sequence[MissedRun], grace: timedelta) -> str:

@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: the system jobs (heartbeat, briefing, webhooks) share their schedule
+# rows, limits and budget rules.
 """System jobs: schedules Panager runs for a person — heartbeat, briefing, webhook calls.
 
 They live in `schedules` like the person's own reminders, so the same workers claim

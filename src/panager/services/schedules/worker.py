@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: one claim loop and the path of one claimed schedule; its decisions
+# (occurrences.py), records (outcomes.py), reports and wake-ups already sit beside it.
 """The scheduler worker: claim due schedules, deliver them, record what happened.
 
 Any number of workers, in any number of processes or machines, can run
@@ -56,14 +58,7 @@ from panager.services.schedules.delivery import (
     PermanentFailure,
 )
 from panager.services.schedules.liveness import worker_liveness
-from panager.services.schedules.occurrences import (
-    Occurrence,
-    compose,
-    due_of,
-    plan_occurrence,
-    reminder_text,
-    short,
-)
+from panager.services.schedules.occurrences import Plan, plan, short
 from panager.services.schedules.outcomes import Outcomes
 from panager.services.schedules.reports import MissedReports
 from panager.services.schedules.service import (
@@ -327,26 +322,26 @@ class SchedulerWorker:
             del self._handling[schedule.id]
 
     async def _process(self, schedule: Schedule, user: User | None) -> str:
-        occurrence = plan_occurrence(schedule, self.clock.now(), self.grace)
-        if occurrence.missed:
+        planned = plan(schedule, self.clock.now(), self.grace)  # every decision, once
+        if planned.occurrence.missed:
             self._missed_pending = True
             self._wake.set()  # report it soon, not at the next due time
-        if occurrence.deliver is None:
-            return await self.outcomes.skip(schedule, occurrence)
-        if occurrence.missed:
-            await self.outcomes.missed(schedule, occurrence)
+        if planned.occurrence.deliver is None:
+            return await self.outcomes.skip(schedule, planned)
+        if planned.occurrence.missed:
+            await self.outcomes.missed(schedule, planned)
         try:
-            return await self._deliver(schedule, user, occurrence)
+            return await self._deliver(schedule, user, planned)
         except UserBusy:
-            return await self.outcomes.hand_back(schedule, occurrence)
+            return await self.outcomes.hand_back(schedule, planned)
         except Exception as exc:  # the run's ticket tells whether it may have arrived
             ticket = self._handling.get(schedule.id)
-            return await self.outcomes.attempt_failed(schedule, occurrence, exc, ticket)
+            return await self.outcomes.attempt_failed(schedule, planned, exc, ticket)
 
-    async def _deliver(self, schedule: Schedule, user: User | None, occ: Occurrence) -> str:
+    async def _deliver(self, schedule: Schedule, user: User | None, planned: Plan) -> str:
         if user is None or user.status == "blocked":
             raise PermanentFailure("the user is blocked or no longer exists")
-        due = due_of(occ)
+        due = planned.due
         output: str | None = None
         offers: tuple[Offer, ...] = ()
         if schedule.kind != "reminder":
@@ -356,27 +351,27 @@ class SchedulerWorker:
                 output, offers = answer.text, answer.offers
             else:
                 output, offers = stored
-        request = RunRequest(schedule, due, occ.late, output, offers)
+        request = RunRequest(schedule, due, planned.late, output, offers)
         ticket = await self._begin.submit(request)
         if ticket is None:
             ticket = await self.claims.take_over(request, worker=self.id, now=self.clock.now())
         if ticket is None:
-            return await self.outcomes.not_ours(schedule, due)
+            return await self.outcomes.not_ours(schedule, planned)
         self._handling[schedule.id] = ticket
         if schedule.kind in SYSTEM_KINDS and not (ticket.output or output):
             # a system job with nothing to say (a quiet heartbeat): done, nothing sent
-            await self.outcomes.delivered(schedule, ticket, due)
+            await self.outcomes.delivered(schedule, ticket, planned)
             return "quiet"
         if ticket.output:  # an earlier attempt's answer: exactly its offers
             text, offers = ticket.output, ticket.offers
         else:
-            text = output or reminder_text(schedule)
-        text = compose(schedule, text, due, late=occ.late, resent=ticket.interrupted)
+            text = output or planned.reminder
+        text = planned.words(text, resent=ticket.interrupted)
         timeout = self.lease.total_seconds() / 2  # a send never outlives the lease
         send = self.delivery.send(user, text, key=f"run{ticket.id}", offers=offers)
         if not await asyncio.wait_for(send, timeout):
-            return await self.outcomes.no_route(schedule, occ, unsure=ticket.interrupted)
-        await self.outcomes.delivered(schedule, ticket, due)  # patiently: it went out
+            return await self.outcomes.no_route(schedule, planned, unsure=ticket.interrupted)
+        await self.outcomes.delivered(schedule, ticket, planned)  # patiently: it went out
         return "delivered"
 
     async def _begin_batch(self, requests: list[RunRequest]) -> list[RunTicket | None]:

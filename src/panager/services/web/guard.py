@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: the address guard stays in one module on purpose: one place to audit
+# what web_fetch may reach (docs/security.md).
 """The address guard: which URLs a fetch may reach, and the one place that decides it.
 
 A fetch tool is the classic way into a server's private network (cloud metadata

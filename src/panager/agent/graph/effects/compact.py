@@ -338,7 +338,8 @@ class Compact:
         removed: Sequence[AnyMessage],
         budget: int | None,
     ) -> tuple[str, list[str]]:
-        from panager.llm import answered_by, invoke_with_retries
+        from panager.llm import invoke_with_retries
+        from panager.model_router import answered_by
 
         if self.background_model is not None:  # `background_model`: summaries run there
             model = self.background_model

@@ -34,7 +34,7 @@ from panager.agent.graph.effects.loop_detect import LoopDetect
 from panager.agent.graph.effects.trim import TrimToolResults
 from panager.agent.graph.effects.windows import context_window_for
 from panager.config import ConfigError, EffectSpec, RuntimeConfig
-from panager.llm import answered_by
+from panager.model_router import answered_by
 
 if TYPE_CHECKING:
     from panager.clock import Clock

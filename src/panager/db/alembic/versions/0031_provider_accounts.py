@@ -8,13 +8,13 @@
   Google's link stays in `google_accounts`: nothing a person linked before changes.
 
 Revision ID: 0031
-Revises: 0030
+Revises: 0033 (0033 reached main first; this one follows it)
 """
 
 from alembic import op
 
 revision = "0031"
-down_revision = "0030"
+down_revision = "0033"
 branch_labels = None
 depends_on = None
 

@@ -29,7 +29,7 @@ from panager.agent.commands import CommandContext, dispatch, is_command
 from panager.agent.graph.attachments import ATTACHMENTS_NAME, attached_text
 from panager.agent.graph.confirm import APPROVE, DENY, offer_key, question_text
 from panager.agent.turns import approvals
-from panager.agent.turns.runner import TurnResult
+from panager.agent.turns.result import TurnResult
 from panager.frontends.web.pages import form_of, page
 from panager.frontends.web.render import HEADERS, message_page, render
 from panager.frontends.web.sse import frame, translate
