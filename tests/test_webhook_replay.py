@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from panager.services.google.sealing import Sealer
+from panager.services.accounts.sealing import Sealer
 from panager.services.schedules.system import call_signature
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.runtime_helpers import write_config

@@ -46,10 +46,14 @@ from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import invoke_with_retries, stream_with_retries
 from panager.model_retries import TextSink
 from panager.model_router import ModelRouter
+from panager.providers.google.provider import GoogleProvider
+from panager.providers.google.service import GoogleService
 from panager.services.access import AccessService
+from panager.services.accounts.connections import Connections
+from panager.services.accounts.provider import Provider
+from panager.services.accounts.sealing import Sealer
+from panager.services.accounts.service import AccountService
 from panager.services.backup.scheduled import BackupJob, Notify
-from panager.services.google.sealing import Sealer
-from panager.services.google.service import GoogleService
 from panager.services.linking import chat_route
 from panager.services.mcp.hub import McpHub
 from panager.services.mcp.pins import PinStore
@@ -81,6 +85,27 @@ SECRET_KEY_MISSING = (
     "PANAGER_SECRET_KEY is not set: it is required once Google is configured "
     "(generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
 )
+
+
+@dataclass(frozen=True)
+class Wired:
+    """What a provider is built from (the services wired before it)."""
+
+    settings: Settings
+    pool: Pool
+    clock: Clock
+    google: GoogleService | None  # Google's linking and calls; None when not configured
+    connections: Connections | None  # form-connected accounts; None without the secret key
+
+
+def google_provider(wired: Wired) -> Provider | None:
+    """Google, when its OAuth client is configured."""
+    return GoogleProvider(wired.google) if wired.google is not None else None
+
+
+# Every provider a person can connect — one line each, in order: the first calendar
+# account is where "primary" and new events go until the person picks another.
+PROVIDERS: list[Callable[[Wired], Provider | None]] = [google_provider]
 
 
 class SchemaBehind(ConfigError):
@@ -169,6 +194,13 @@ class App:
             limits=ScheduleLimits.from_config(config),
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
+        connections = (
+            Connections(pool, clock, Sealer(settings.secret_key)) if settings.secret_key else None
+        )
+        wired = Wired(settings, pool, clock, google, connections)
+        accounts = AccountService(
+            [made for factory in PROVIDERS if (made := factory(wired)) is not None]
+        )
         web, search = _web_services(config)
         messenger = FanoutMessenger(route=chat_route(pool))
         documents = DocumentService(pool, memory, clock, config.document_quota_bytes)
@@ -222,6 +254,8 @@ class App:
             runtime=runtime,
             memory=memory,
             google=google,
+            accounts=accounts,
+            connections=connections,
             relay=relay,
             web=web,
             search=search,

@@ -13,8 +13,8 @@ from __future__ import annotations
 # The command modules, one line each: importing one registers its commands.
 from panager.agent.commands import (  # noqa: F401
     access,
+    connect,
     core,
-    google,
     jobs,
     link,
     memory,

@@ -30,7 +30,7 @@ from psycopg.types.json import Jsonb
 from panager.clock import Clock
 from panager.db.pool import Pool
 from panager.db.queries import execute, fetch_all, fetch_one, one
-from panager.services.google.sealing import InvalidToken, Sealer
+from panager.services.accounts.sealing import InvalidToken, Sealer
 from panager.services.schedules.recurrence import ScheduleInputError, plan_schedule
 from panager.services.schedules.service import NOTIFY_CHANNEL
 from panager.services.schedules.types import Schedule, new_schedule_id, schedule_from_row

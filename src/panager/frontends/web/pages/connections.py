@@ -1,13 +1,22 @@
-"""Connections: Google linked or not; connect (the usual consent link) and disconnect."""
+"""Connections: Google linked or not (connect through the consent link, disconnect), and
+every form-connect provider's accounts: its form, typed here only, checked before anything is
+stored, its secret fields sealed (services/accounts/connections.py) and never shown back."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from aiohttp import web
 
-from panager.frontends.web.pages import page, see_other
+from panager.frontends.web.pages import form_of, page, see_other
 from panager.frontends.web.render import render
-from panager.services.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES
+from panager.providers.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES
+from panager.services.accounts.connections import split_fields
+from panager.services.accounts.provider import FormConnect, FormProvider, ProviderError
 from panager.services.web_sessions import WebSession
+
+log = logging.getLogger(__name__)
 
 
 class ConnectionsPage:
@@ -23,9 +32,30 @@ class ConnectionsPage:
             web.post("/connections/google/connect", gate.page(self.connect)),
             web.post("/connections/google/mail", gate.page(self.connect_mail)),
             web.post("/connections/google/disconnect", gate.page(self.disconnect)),
+            web.post("/connections/{provider}/add", gate.page(self.add)),
+            web.post("/connections/{provider}/{key}/remove", gate.page(self.remove)),
         ]
 
-    async def index(self, request: web.Request, session: WebSession) -> web.Response:
+    def _form_providers(self) -> list[Any]:
+        accounts = self.app.deps.accounts
+        providers = accounts.providers if accounts is not None else []
+        return [p for p in providers
+                if isinstance(p.connect, FormConnect) and isinstance(p, FormProvider)]
+
+    async def _forms(self, session: WebSession) -> list[dict]:
+        connections = self.app.deps.connections
+        found = []
+        for provider in self._form_providers():
+            stored = (await connections.accounts(session.user.id, provider.name)
+                      if connections is not None else [])
+            found.append({"provider": provider, "fields": provider.connect.fields,
+                          "accounts": stored})
+        return found
+
+    async def index(
+        self, request: web.Request, session: WebSession, error: str | None = None,
+        typed: dict[str, str] | None = None,
+    ) -> web.Response:
         """The state of each connection."""
         google = self.app.deps.google
         account = await google.account(session.user.id) if google is not None else None
@@ -33,7 +63,37 @@ class ConnectionsPage:
         has_mail = bool(account and set(MAIL_SCOPES) <= set(account.scopes))
         return render("connections.html", **page(
             session, "connections", "Connections", request, configured=google is not None,
-            not_configured=NOT_CONFIGURED, account=account, scopes=scopes, has_mail=has_mail))
+            not_configured=NOT_CONFIGURED, account=account, scopes=scopes, has_mail=has_mail,
+            forms=await self._forms(session), form_error=error, typed=typed or {},
+            sealing=self.app.deps.connections is not None), status=400 if error else 200)
+
+    async def add(self, request: web.Request, session: WebSession) -> web.Response:
+        """Check what was typed with the provider; store the account only when it works."""
+        name = request.match_info["provider"]
+        provider = next((p for p in self._form_providers() if p.name == name), None)
+        connections = self.app.deps.connections
+        if provider is None or connections is None:
+            raise see_other("/connections")
+        values = await form_of(request)
+        plain = {f.name: values.get(f.name, "") for f in provider.connect.fields if not f.secret}
+        try:
+            secret, plain = split_fields(provider.connect, values)
+            checked = await provider.check(session.user.id, {**plain, **secret})
+        except (ValueError, ProviderError) as exc:
+            return await self.index(request, session, f"{provider.title}: {exc}",
+                                    {"provider": name, **plain})
+        await connections.add(session.user.id, name, checked.label, secret,
+                              {**plain, **checked.settings})
+        log.info("%s account connected for user %s", provider.title, session.user.id)
+        raise see_other("/connections", "connected")
+
+    async def remove(self, request: web.Request, session: WebSession) -> web.Response:
+        """Delete one form-connected account and its sealed credentials."""
+        connections = self.app.deps.connections
+        if connections is not None:
+            await connections.remove(session.user.id, request.match_info["provider"],
+                                     request.match_info["key"])
+        raise see_other("/connections", "removed")
 
     async def connect(self, request: web.Request, session: WebSession) -> web.Response:
         """On to Google's consent page through a fresh single-use link."""

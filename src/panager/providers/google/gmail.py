@@ -20,7 +20,6 @@ import hashlib
 import json
 import re
 from email.message import EmailMessage
-from email.utils import formataddr, getaddresses
 from html.parser import HTMLParser
 from typing import Any
 
@@ -216,16 +215,6 @@ def read(clients: Any, message_id: str) -> dict:
 
 
 # -- drafts -------------------------------------------------------------------------------
-
-
-def addresses(value: str, what: str) -> str:
-    """A validated address list ("a@x, B <b@y>") for a header."""
-    if "\r" in value or "\n" in value:
-        raise ToolError(f"{what} must be on one line.")
-    found = [(name, addr) for name, addr in getaddresses([value]) if addr]
-    if not found or any("@" not in addr or " " in addr for _, addr in found):
-        raise ToolError(f"{what} {value!r} is not a list of e-mail addresses.")
-    return ", ".join(formataddr(pair) for pair in found)
 
 
 def _raw(message: EmailMessage) -> str:

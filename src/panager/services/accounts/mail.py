@@ -1,0 +1,124 @@
+"""Contacts and mail in the provider contract: `Contacts` (search) and `Mailbox` (search,
+read, draft, and send a draft the person approved as shown).
+
+See provider.py for the rules every type here follows (ids, errors, outside content).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from email.utils import formataddr, getaddresses
+from typing import Protocol
+
+from panager.errors import ToolError
+
+
+@dataclass(frozen=True)
+class Contact:
+    """One person in an address book (outside content: the server's text)."""
+
+    id: str  # provider-qualified
+    name: str
+    account: str = ""
+    emails: tuple[str, ...] = ()
+    phones: tuple[str, ...] = ()
+
+
+class Contacts(Protocol):
+    """One account's address book."""
+
+    async def search(self, query: str, limit: int = 10) -> list[Contact]:
+        """Contacts whose name, address or number contains `query`."""
+        ...
+
+
+# -- mail ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MailSummary:
+    """One message in a search result."""
+
+    id: str  # provider-qualified
+    sender: str
+    subject: str
+    date: str
+    snippet: str = ""
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file attached to a message (named, never fetched by the tools)."""
+
+    name: str
+    type: str | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class Mail:
+    """One message, read whole (outside content)."""
+
+    id: str
+    sender: str
+    to: str
+    subject: str
+    date: str
+    text: str
+    attachments: tuple[Attachment, ...] = ()
+    cc: str = ""
+    thread_id: str = ""
+
+
+@dataclass(frozen=True)
+class DraftView:
+    """A draft exactly as the server holds it now; `digest` pins what was shown."""
+
+    id: str
+    to: str
+    subject: str
+    body: str
+    digest: str
+    cc: str = ""
+    bcc: str = ""
+    attachments: tuple[str, ...] = ()
+
+
+class Mailbox(Protocol):
+    """One mailbox: search, read, draft, and send a draft the person approved as shown."""
+
+    name: str  # what its content is framed as and named by: "Gmail"
+
+    async def search(self, query: str, limit: int = 10) -> list[MailSummary]:
+        """Messages matching `query` (the provider's own query syntax)."""
+        ...
+
+    async def read(self, message_id: str) -> Mail:
+        """One message, whole."""
+        ...
+
+    async def draft(
+        self, to: str, subject: str, body: str, reply_to_id: str | None = None
+    ) -> str:
+        """Save a draft (not sent) to `to` (addresses, comma-separated, already checked); a
+        reply in the original's thread when `reply_to_id` is given. The draft's id."""
+        ...
+
+    async def draft_view(self, draft_id: str) -> DraftView:
+        """A draft as held now (for the send question)."""
+        ...
+
+    async def send_draft(self, draft_id: str, digest: str) -> str:
+        """Send the draft if it still matches `digest` (what the person approved; else a
+        `ProviderError`, nothing sent); the sent message's id. Always confirmed first."""
+        ...
+
+
+def addresses(value: str, what: str) -> str:
+    """A validated address list ("a@x, B <b@y>") for a header."""
+    if "\r" in value or "\n" in value:
+        raise ToolError(f"{what} must be on one line.")
+    found = [(name, addr) for name, addr in getaddresses([value]) if addr]
+    if not found or any("@" not in addr or " " in addr for _, addr in found):
+        raise ToolError(f"{what} {value!r} is not a list of e-mail addresses.")
+    return ", ".join(formataddr(pair) for pair in found)
