@@ -51,7 +51,7 @@ SEALED = (
     ("google_accounts", "user_id", "token_ciphertext"),
     ("oauth_states", "state_hash", "code_verifier"),
     ("webhooks", "id", "signing_secret"),
-    ("provider_accounts", "id", "secret_ciphertext"),  # from 0031 on
+    ("provider_accounts", "id", "secret_ciphertext"),  # from 0032 on
 )
 
 

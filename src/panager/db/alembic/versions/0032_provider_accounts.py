@@ -7,14 +7,14 @@
   back), and non-secret settings (server URL, chosen calendars, pinned certificate).
   Google's link stays in `google_accounts`: nothing a person linked before changes.
 
-Revision ID: 0031
-Revises: 0033 (0033 reached main first; this one follows it)
+Revision ID: 0032
+Revises: 0031
 """
 
 from alembic import op
 
-revision = "0031"
-down_revision = "0033"
+revision = "0032"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 

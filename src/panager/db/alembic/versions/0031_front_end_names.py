@@ -9,13 +9,13 @@ names exist is decided where front ends register (panager/platforms.py:
 one). A new front end's own migration is then its inbox table only, when it
 stores messages.
 
-Revision ID: 0033
+Revision ID: 0031
 Revises: 0030
 """
 
 from alembic import op
 
-revision = "0033"
+revision = "0031"
 down_revision = "0030"
 branch_labels = None
 depends_on = None
