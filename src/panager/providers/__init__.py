@@ -1,0 +1,1 @@
+"""Every outside account a person connects: one package per provider."""
