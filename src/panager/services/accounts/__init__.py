@@ -1,0 +1,1 @@
+"""Accounts a person connects to outside providers: the contract, connections, sealing."""
