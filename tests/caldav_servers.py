@@ -27,6 +27,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import httpx
+import pytest
 
 USERS = {"alice": "alice-app-password", "bob": "bob-app-password"}
 
@@ -236,3 +237,10 @@ def dav_servers() -> Iterator[dict[str, DavServer]]:
 
 def worker_name() -> str:
     return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+@pytest.fixture(scope="session")
+def caldav_servers() -> Iterator[dict[str, DavServer]]:
+    """Radicale and Xandikos, started once per test session per worker."""
+    with dav_servers() as started:
+        yield started

@@ -19,7 +19,7 @@ import pytest
 from panager.clock import FakeClock
 from panager.config import Settings
 
-pytest_plugins = ["tests.hang_report"]  # what a test about to time out waits for
+pytest_plugins = ["tests.hang_report", "tests.caldav_servers"]  # what a test about to time out waits for
 
 TEST_DATABASE_URL = os.environ.get("PANAGER_TEST_DATABASE_URL") or os.environ.get("DATABASE_URL")
 # one template per pytest-xdist worker: workers may share one server (DATABASE_URL)
