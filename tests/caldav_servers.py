@@ -191,7 +191,7 @@ def start_radicale(folder: Path, users: dict[str, str] = USERS) -> DavServer:
     import radicale
     import radicale.config
 
-    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "collections" / "collection-root").mkdir(parents=True, exist_ok=True)
     htpasswd = folder / "users"
     htpasswd.write_text("".join(f"{u}:{p}\n" for u, p in users.items()))
     configuration = radicale.config.load()
