@@ -65,6 +65,7 @@ from panager.services.schedules.worker import SchedulerWorker, WorkerOptions
 from panager.services.usage import UsageService
 from panager.services.users import LOCAL_USER_ID, User, UserService
 from panager.services.web.fetch import WebFetcher
+from panager.providers.caldav.provider import CalDavProvider
 from panager.services.web.guard import AddressGuard, AllowList
 from panager.services.web.search import SearchProvider, make_search
 from panager.services.web_sessions import WebSessionService
@@ -99,6 +100,7 @@ class App:
     google_link: GoogleLinkFlow | None  # None when Google is not configured
     closers: list[Closer] = field(default_factory=list)  # run newest first by stop()
     backups: BackupJob | None = None  # scheduled backups (`backup:` in the config)
+    caldav: CalDavProvider | None = None  # CalDAV accounts; None without PANAGER_SECRET_KEY
 
     @classmethod
     async def start(
@@ -164,6 +166,7 @@ class App:
             limits=ScheduleLimits.from_config(config),
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
+        caldav = _caldav(pool, settings, config, clock)
         web, search = _web_services(config)
         messenger = FanoutMessenger(route=chat_route(pool))
         documents = DocumentService(pool, memory, clock, config.document_quota_bytes)
@@ -225,6 +228,7 @@ class App:
             proposals=proposals,
             media=media,
             profiles=profiles,
+            calendars=caldav,
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():
@@ -253,7 +257,7 @@ class App:
             backups = BackupJob(pool, clock, settings, config.backup, url, notify)
         return cls(
             settings, clock, url, pool, checkpointer, model, deps, graph_config, assistant,
-            emitter, google_link, closers, backups,
+            emitter, google_link, closers, backups, caldav,
         )  # fmt: skip
 
     async def stop(self) -> None:
@@ -359,6 +363,17 @@ def _web_services(config: RuntimeConfig) -> tuple[WebFetcher | None, SearchProvi
     if config.web_fetch:
         web = WebFetcher(AddressGuard(allow=AllowList.parse(config.web_fetch_allow)))
     return web, make_search(config.web_search)
+
+
+def _caldav(
+    pool: Pool, settings: Settings, config: RuntimeConfig, clock: Clock
+) -> CalDavProvider | None:
+    """CalDAV accounts (passwords sealed with PANAGER_SECRET_KEY, so none without it), every
+    request behind the same address guard and allow list as web_fetch."""
+    if not settings.secret_key:
+        return None
+    guard = AddressGuard(allow=AllowList.parse(config.web_fetch_allow))
+    return CalDavProvider(pool, settings.secret_key, guard, clock=clock)
 
 
 async def _start_mcp(settings: Settings, config: RuntimeConfig, pool: Pool) -> McpHub | None:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from panager.config import RuntimeConfig, Settings
     from panager.db.pool import Pool
     from panager.services.access import AccessService
+    from panager.services.accounts.connected import ConnectedCalendars
     from panager.services.google.service import GoogleService
     from panager.services.mcp.hub import McpHub
     from panager.services.media.intake import MediaIntake
@@ -60,3 +61,4 @@ class AgentDeps:
     proposals: ProposalService | None = None  # calls unattended runs held for approval
     media: MediaIntake | None = None  # attachments (images, voice, documents)
     profiles: ProfileService | None = None  # the standing profile in every prompt
+    calendars: ConnectedCalendars | None = None  # CalDAV accounts; None without a secret key

@@ -27,6 +27,7 @@ from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
 from panager.agent.graph.history import schema_tokens
+from panager.agent.tools.calendars import merged
 from panager.agent.graph.tool import (
     CONSEQUENTIAL,
     ORDINARY,
@@ -244,10 +245,16 @@ def google_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     @tool(classify=ORDINARY)
     async def calendar_list_events(start: str | None = None, end: str | None = None) -> str:
-        """List the user's Google Calendar events (all calendars) with ids; start/end ISO
-        8601, a bare date is the whole day; default the next 7 days."""
+        """List the user's calendar events (Google and CalDAV, all calendars, each named) with
+        ids; start/end ISO 8601, a bare date is the whole day; default the next 7 days."""
         lo, hi = list_window(start, end, zone, deps.clock.now())
-        return await read(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
+        if deps.calendars is None or not await deps.calendars.connected(user.id):
+            return await read(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
+        google = None
+        if deps.google is not None and await deps.google.account(user.id) is not None:
+            google = run(CALENDAR_SCOPE, api.list_events, time_min=lo, time_max=hi, zone=zone)
+        listing = await merged(google, deps.calendars, user.id, lo, hi, zone)
+        return frame("Calendars (Google, CalDAV)", listing)
 
     @tool(classify=create_event_class, describe=describe_create_event)
     async def calendar_create_event(
@@ -491,6 +498,10 @@ async def offered_google_tools(
     unlisted = [t for t in tools if t.name in GOOGLE_TOOL_NAMES]
     if linked:
         offered.append(google_load_tool(offered, unlisted))
-    elif deps.google is not None:
+        return offered, unlisted
+    if deps.calendars is not None and await deps.calendars.connected(user.id):
+        # CalDAV without Google: the merged listing reads the connected calendars
+        offered.extend(t for t in unlisted if t.name == "calendar_list_events")
+    if deps.google is not None:
         offered.append(google_connect_tool(deps, user))
     return offered, unlisted

@@ -174,6 +174,10 @@ class CalDavProvider:
     def calendar(self, user_id: int, account: Account) -> Calendar | None:
         return _LazyCalendar(self, user_id, account)
 
+    async def connected(self, user_id: int) -> list[tuple[Account, Calendar]]:
+        """`ConnectedCalendars`: every CalDAV account of the person with its calendars."""
+        return [(a, _LazyCalendar(self, user_id, a)) for a in await self.accounts(user_id)]
+
     def tasks(self, user_id: int, account: Account) -> Tasks | None:
         return None
 
