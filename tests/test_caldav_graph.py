@@ -1,0 +1,70 @@
+"""Through the graph: a person with Google and a CalDAV account asks what is on Thursday and
+gets both calendars' events in one answer, each with its calendar named."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import ToolMessage
+
+from panager.framing import unframe
+from tests.fakes.google_server import FakeGoogle
+from tests.fakes.scripted_model import ScriptedChatModel, call
+from tests.google_helpers import ALICE, start_harness
+
+pytestmark = pytest.mark.timeout(90)
+
+THURSDAY = "2026-11-26"  # the test clock's Saturday 2026-11-21, then Thursday
+
+
+@pytest.fixture(autouse=True)
+def _plain_http_oauth(monkeypatch):
+    monkeypatch.setenv("OAUTHLIB_INSECURE_TRANSPORT", "1")
+
+
+def answer_with_calendars(messages) -> str:
+    """Script step: the answer a model writes from the listing it was given."""
+    _source, result = unframe(messages[-1].content)
+    return "Thursday: " + "; ".join(
+        f"{e['title']} at {e['start'][11:16]} ({e['calendar']})" for e in result["events"]
+    )
+
+
+async def test_thursday_lists_google_and_caldav_events_each_named(
+    make_app, caldav_servers, tmp_path
+) -> None:
+    server = caldav_servers["radicale"]
+    family = server.make_calendar("alice", "graph-family", "Family")
+    server.put("alice", family, "swim", (
+        "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//Phone//EN\r\nBEGIN:VEVENT\r\nUID:swim\r\n"
+        "DTSTAMP:20261101T000000Z\r\nDTSTART:20261126T160000Z\r\nDTEND:20261126T170000Z\r\n"
+        "RRULE:FREQ=WEEKLY\r\nSUMMARY:Swimming with Mia\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
+    ))
+    config = tmp_path / "config.yaml"
+    config.write_text("web_fetch_allow: ['127.0.0.1']\n")
+    model = ScriptedChatModel(script=[
+        call("calendar_list_events", {"start": THURSDAY, "end": THURSDAY}),
+        answer_with_calendars,
+    ])
+    async with FakeGoogle() as fake:
+        fake.add_event(ALICE, summary="Dentist", start="2026-11-26T09:00:00Z",
+                       end="2026-11-26T10:00:00Z")
+        h = await start_harness(make_app, fake, model, config_path=config)
+        user = await h.app.local_user()
+        await h.link(user)
+        assert h.app.caldav is not None
+        _, said = await h.app.caldav.add(user.id, {
+            "url": server.url, "username": "alice", "password": server.users["alice"]})
+        assert said.startswith("connected: ")
+
+        result = await h.app.assistant.run_turn(user, "what's on Thursday?")
+
+        assert result.text == (
+            "Thursday: Dentist at 09:00 (Google Calendar); "
+            "Swimming with Mia at 16:00 (Family (alice @ 127.0.0.1))"
+        )
+        snap = await h.app.assistant.graph.aget_state(h.app.assistant.config_for(user))
+        tool = [m for m in snap.values["messages"] if isinstance(m, ToolMessage)][-1]
+        source, listing = unframe(tool.content)  # outside content, framed where it entered
+        assert source.startswith("Calendars") and listing["count"] == 2
+        swim = listing["events"][1]
+        assert swim["id"].startswith("caldav:") and swim["recurring"] and swim["version"]
