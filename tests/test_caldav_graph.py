@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import ToolMessage
 
+from panager.agent.commands import CommandContext, dispatch
 from panager.framing import unframe
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call
@@ -68,3 +69,20 @@ async def test_thursday_lists_google_and_caldav_events_each_named(
         assert source.startswith("Calendars") and listing["count"] == 2
         swim = listing["events"][1]
         assert swim["id"].startswith("caldav:") and swim["recurring"] and swim["version"]
+
+
+async def test_connect_caldav_answers_with_the_connections_link(make_app) -> None:
+    app = await make_app(secret_key="a-secret", public_url="https://panager.example")
+    user = await app.local_user()
+    ctx = CommandContext(user=user, assistant=app.assistant, front_end="discord")
+
+    reply = await dispatch(ctx, "/connect caldav")
+    assert reply.ok and reply.link == {
+        "url": "https://panager.example/connections#caldav", "label": "Open Connections"}
+    assert "never typed into a chat" in reply.text
+    removal = await dispatch(ctx, "/disconnect caldav")
+    assert removal.ok and removal.link["url"].endswith("/connections#caldav")
+
+    bare = await make_app(public_url="https://panager.example")  # no PANAGER_SECRET_KEY
+    reply = await dispatch(CommandContext(user=user, assistant=bare.assistant), "/connect caldav")
+    assert not reply.ok and "PANAGER_SECRET_KEY" in reply.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
+from panager.agent.commands.caldav import connect_caldav, disconnect_caldav
 from panager.services.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES, STATE_TTL
 
 LINK_LABEL = "Connect Google"
@@ -21,12 +22,14 @@ def _names(scopes: tuple[str, ...]) -> str:
 
 @command(
     "connect",
-    "/connect google [mail]",
+    "/connect google [mail] | caldav",
     "link Google Calendar and Tasks; `mail` adds Gmail (read, drafts, approved sends)",
 )
 async def connect_command(ctx: CommandContext, args: str) -> CommandReply:
     """Hand out a consent link (valid for a few minutes, usable once)."""
     words = args.strip().lower().split()
+    if words == ["caldav"]:
+        return connect_caldav(ctx)
     mail = words == ["google", "mail"]
     problem = None if mail else _provider_problem(args, "connect")
     if problem is not None:
@@ -63,6 +66,8 @@ async def connect_command(ctx: CommandContext, args: str) -> CommandReply:
 @command("disconnect", "/disconnect google", "unlink Google (revokes and deletes tokens)")
 async def disconnect_command(ctx: CommandContext, args: str) -> CommandReply:
     """Revoke the grant at Google and delete the stored tokens."""
+    if args.strip().lower() == "caldav":
+        return disconnect_caldav(ctx)
     problem = _provider_problem(args, "disconnect")
     if problem is not None:
         return problem
