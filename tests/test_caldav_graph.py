@@ -3,14 +3,17 @@ gets both calendars' events in one answer, each with its calendar named."""
 
 from __future__ import annotations
 
+from datetime import time, timedelta
+
 import pytest
 from langchain_core.messages import ToolMessage
 
 from panager.agent.commands import CommandContext, dispatch
-from panager.framing import unframe
+from panager.framing import OUTSIDE_OPEN, unframe
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.google_helpers import ALICE, start_harness
+from tests.scheduler_helpers import RecordingMessenger, worker
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -86,3 +89,35 @@ async def test_connect_caldav_answers_with_the_connections_link(make_app) -> Non
     bare = await make_app(public_url="https://panager.example")  # no PANAGER_SECRET_KEY
     reply = await dispatch(CommandContext(user=user, assistant=bare.assistant), "/connect caldav")
     assert not reply.ok and "PANAGER_SECRET_KEY" in reply.text
+
+
+async def test_the_heartbeat_reads_caldav_calendars(make_app, caldav_servers, clock, tmp_path):
+    """No Google at all: a CalDAV meeting 20 minutes after the next check is announced."""
+    server = caldav_servers["xandikos"]
+    config = tmp_path / "config.yaml"
+    config.write_text("web_fetch_allow: ['127.0.0.1']\n")
+    model = ScriptedChatModel()
+    app = await make_app(model=model, secret_key="a-secret", config_path=config)
+    user = await app.local_user()
+    await app.caldav.add(user.id, {
+        "url": server.url, "username": "alice", "password": server.users["alice"]})
+    calendar = server.make_calendar("alice", "beat", "Club")
+    await app.deps.system_jobs.set_heartbeat(user, timedelta(minutes=30), time(0), time(23, 59))
+    start = clock.now() + timedelta(minutes=30 + 20)
+    stamp = "%Y%m%dT%H%M%SZ"
+    server.put("alice", calendar, "chess", (
+        "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//Phone//EN\r\nBEGIN:VEVENT\r\nUID:chess\r\n"
+        f"DTSTAMP:20261101T000000Z\r\nDTSTART:{start:{stamp}}\r\n"
+        f"DTEND:{start + timedelta(hours=1):{stamp}}\r\nSUMMARY:Chess club\r\n"
+        "END:VEVENT\r\nEND:VCALENDAR\r\n"))
+    model.add(call("HeartbeatDecision", {"notify": True, "message": "Chess club in 20 minutes."}))
+    recorder = RecordingMessenger()
+    app.deps.messenger.add(recorder)
+
+    clock.advance(minutes=30)
+    assert await worker(app).run_once() == 1
+
+    assert [s[1] for s in recorder.sent] == ["Chess club in 20 minutes."]
+    sent_to_model = model.requests[0][-1].content
+    assert "Chess club" in sent_to_model and "Club (alice @ 127.0.0.1)" in sent_to_model
+    assert OUTSIDE_OPEN in sent_to_model  # framed as data

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from panager.agent.flows.tidy import MemoryTidyJob
 from panager.agent.graph.confirm import held_text
+from panager.agent.tools.calendars import connected_listings
 from panager.errors import ModelUnavailable
 from panager.framing import frame
 from panager.llm import answered_by, decide_with_retries
@@ -184,12 +186,28 @@ class SystemJobs:
         self, user: User, now: datetime, until: datetime, zone: ZoneInfo
     ) -> list[Item]:
         operation = partial(api.list_events, time_min=now, time_max=until, zone=zone)
-        found = await self._google(user, CALENDAR_SCOPE, operation)
+        found, connected = await asyncio.gather(
+            self._google(user, CALENDAR_SCOPE, operation),
+            self._connected(user, now, until, zone),
+        )
         return [
             Item(f"event:{e.get('id')}:{e.get('start')}", "event", _brief(e), urgent=True)
-            for e in found.get("events", [])
+            for e in [*found.get("events", []), *connected]
             if not e.get("all_day")
         ]
+
+    async def _connected(
+        self, user: User, now: datetime, until: datetime, zone: ZoneInfo
+    ) -> list[dict]:
+        """Events of the person's CalDAV calendars; [] when none or failing (never fatal)."""
+        try:
+            views, _unreadable, _ = await connected_listings(
+                self.deps.calendars, user.id, now, until, zone
+            )
+        except Exception:  # a heartbeat never fails on a calendar; the next check tries again
+            log.info("heartbeat: a connected calendar failed for user %s", user.id, exc_info=True)
+            return []
+        return views
 
     async def _tasks(self, user: User, today: date, zone: ZoneInfo) -> list[Item]:
         operation = partial(api.list_tasks, show_completed=False, zone=zone)
@@ -260,7 +278,7 @@ def _json_or_text(payload: str) -> Any:
 
 
 def _brief(item: dict) -> dict:
-    keep = ("title", "start", "end", "location", "due", "notes")
+    keep = ("title", "start", "end", "location", "due", "notes", "calendar")
     return {k: item[k] for k in keep if item.get(k)}
 
 
