@@ -244,3 +244,10 @@ def caldav_servers() -> Iterator[dict[str, DavServer]]:
     """Radicale and Xandikos, started once per test session per worker."""
     with dav_servers() as started:
         yield started
+
+
+def caldav_of(app: Any) -> Any:
+    """The running app's CalDAV provider (registered in panager.app.PROVIDERS)."""
+    provider = app.deps.accounts.provider("caldav")
+    assert provider is not None, "CalDAV is registered when PANAGER_SECRET_KEY is set"
+    return provider

@@ -12,7 +12,7 @@ import aiohttp
 from panager.agent.tools import build_tools
 from panager.framing import unframe
 from panager.frontends.web.server import WebServer, start_web
-from panager.services.google.service import CALLBACK_PATH, START_PATH, GoogleEndpoints
+from panager.providers.google.service import CALLBACK_PATH, START_PATH, GoogleEndpoints
 from tests.fakes.google_server import FakeGoogle
 
 SECRET = "test-secret-key-for-google-tests"

@@ -30,7 +30,7 @@ from panager.db.pool import open_pool, resolve_database_url
 from panager.services.backup.archive import SESSION_FORMAT, TABLES, make_backup
 from panager.services.backup.crypto import MAGIC, BackupRefused, KeySource, key_fingerprint
 from panager.services.backup.restore import restore_backup
-from panager.services.google.sealing import Sealer
+from panager.services.accounts.sealing import Sealer
 from panager.services.sessions import SessionStore
 from tests.discord_helpers import running_bot
 from tests.fakes.discord_server import FakeDiscord

@@ -11,6 +11,8 @@ import pytest
 from panager.clock import FakeClock
 from panager.db.pool import open_pool
 from panager.providers.caldav.provider import CHECKS_PER_HOUR, CalDavProvider
+from panager.services.accounts.connections import Connections
+from panager.services.accounts.sealing import Sealer
 from panager.services.accounts.provider import ProviderError
 from panager.services.web.guard import AddressGuard, AllowList
 
@@ -32,7 +34,8 @@ async def pool(db_url):
 
 def provider(pool, clock=None) -> CalDavProvider:
     guard = AddressGuard(allow=AllowList.parse(["127.0.0.1"]))
-    return CalDavProvider(pool, KEY, guard, clock=clock or FakeClock())
+    clock = clock or FakeClock()
+    return CalDavProvider(pool, Connections(pool, clock, Sealer(KEY)), guard, clock=clock)
 
 
 async def test_connect_checks_at_once_seals_and_lists(pool, caldav_servers) -> None:
@@ -51,10 +54,12 @@ async def test_connect_checks_at_once_seals_and_lists(pool, caldav_servers) -> N
 
     async with pool.connection() as conn:
         rows = await (await conn.execute(
-            "SELECT password_sealed, label FROM caldav_accounts WHERE user_id = 1 ORDER BY id"
+            "SELECT secret_ciphertext, settings::text AS settings FROM provider_accounts "
+            "WHERE user_id = 1 AND provider = 'caldav' ORDER BY id"
         )).fetchall()
     assert len(rows) == 2
-    assert all(radicale.users["alice"] not in r["password_sealed"] for r in rows)
+    assert all(radicale.users["alice"] not in r["secret_ciphertext"] + r["settings"]
+               for r in rows)
     assert [a.label for a in await caldav.accounts(1)] == ["alice @ 127.0.0.1"] * 2
     assert await caldav.accounts(2) == []  # another person sees none of them
 
@@ -68,9 +73,8 @@ async def test_wrong_password_is_one_line_and_nothing_stored(pool, caldav_server
         f"The calendar server at {server.url} refused the user name or password."
     )
     async with pool.connection() as conn:
-        for table in ("caldav_accounts", "caldav_calendars"):
-            row = await (await conn.execute(f"SELECT count(*) AS n FROM {table}")).fetchone()
-            assert row["n"] == 0
+        row = await (await conn.execute("SELECT count(*) AS n FROM provider_accounts")).fetchone()
+        assert row["n"] == 0
 
 
 async def test_checks_are_limited_to_ten_an_hour(pool, caldav_servers) -> None:
@@ -112,10 +116,10 @@ async def test_chosen_calendars_and_default_then_removal(pool, caldav_servers) -
     assert [(e.title, e.calendar.name, e.calendar.default) for e in listing.events] == [
         ("Dinner", "Home", True)]
 
-    assert await caldav.remove(2, account_id) is None
-    assert await caldav.remove(1, account_id) == "alice @ 127.0.0.1"
-    async with pool.connection() as conn:
-        row = await (await conn.execute("SELECT count(*) AS n FROM caldav_calendars")).fetchone()
+    assert not await caldav.remove(2, account_id)  # not ben's account
+    assert await caldav.remove(1, account_id)
+    async with pool.connection() as conn:  # the cached calendar names went with the row
+        row = await (await conn.execute("SELECT count(*) AS n FROM provider_accounts")).fetchone()
     assert row["n"] == 0 and await caldav.accounts(1) == []
 
 

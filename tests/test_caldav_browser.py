@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.caldav_servers import caldav_of
 from tests.browser_helpers import Browsers, shot
 from tests.web_helpers import ALICE, web_harness
 
@@ -24,7 +25,7 @@ async def test_add_choose_and_remove_a_caldav_account(
     make_app, browsers, caldav_servers, tmp_path
 ) -> None:
     server = caldav_servers["radicale"]
-    server.make_calendar("alice", "web-family", "Family <b>bold</b>")
+    server.make_calendar("alice", "web-family", "Kids <b>bold</b>")
     server.make_calendar("alice", "web-work", "Work")
     config = tmp_path / "config.yaml"
     config.write_text("web_fetch_allow: ['127.0.0.1']\n")
@@ -45,31 +46,31 @@ async def test_add_choose_and_remove_a_caldav_account(
         assert await page.input_value("input[name=url]") == server.url  # what was typed is kept
         assert await page.input_value("input[name=password]") == ""  # but never the password
         async with h.app.pool.connection() as conn:
-            row = await (await conn.execute("SELECT count(*) AS n FROM caldav_accounts")).fetchone()
+            row = await (await conn.execute("SELECT count(*) AS n FROM provider_accounts")).fetchone()
         assert row["n"] == 0
 
         await page.fill("input[name=password]", server.users["alice"])
         await page.click("form[action='/connections/caldav/add'] button")
         notice = await page.inner_text("#caldav .notice")
-        stored = (await h.app.caldav.stored(ALICE))[0]
+        stored = (await caldav_of(h.app).stored(ALICE))[0]
         assert notice == f"connected: {len(stored.calendars)} calendars"
         names = await page.locator("#caldav tbody td:nth-child(3)").all_inner_texts()
-        assert "Family <b>bold</b>" in names  # the server's text, shown as text
+        assert "Kids <b>bold</b>" in names  # the server's text, shown as text
         assert await page.locator("#caldav tbody b").count() == 0
         assert server.users["alice"] not in await page.content()
 
         await page.uncheck("input[aria-label='read Work']")
-        await page.check("input[aria-label='default Family <b>bold</b>']")
+        await page.check("input[aria-label='default Kids <b>bold</b>']")
         await shot(page, "connections-caldav")
-        await page.click(f"form[action='/connections/caldav/{stored.id}/calendars'] button")
+        await page.click(f"form[action='/connections/caldav/{stored.key}/calendars'] button")
         await page.wait_for_url("**/connections?done=saved")
-        chosen = (await h.app.caldav.stored(ALICE))[0]
-        family = next(c.path for c in chosen.calendars if c.name.startswith("Family"))
+        chosen = (await caldav_of(h.app).stored(ALICE))[0]
+        family = next(c.path for c in chosen.calendars if c.name == "Kids <b>bold</b>")
         assert chosen.default == family and "/alice/web-work/" not in (chosen.read or ())
 
-        await page.click(f"form[action='/connections/caldav/{stored.id}/remove'] button")
+        await page.click(f"form[action='/connections/caldav/{stored.key}/remove'] button")
         await page.wait_for_url("**/connections?done=deleted")
-        assert await h.app.caldav.stored(ALICE) == []
+        assert await caldav_of(h.app).stored(ALICE) == []
         assert browsers.errors == []
     finally:
         await context.close()

@@ -10,6 +10,7 @@ from langchain_core.messages import ToolMessage
 
 from panager.agent.commands import CommandContext, dispatch
 from panager.framing import OUTSIDE_OPEN, unframe
+from tests.caldav_servers import caldav_of
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.google_helpers import ALICE, start_harness
@@ -25,11 +26,16 @@ def _plain_http_oauth(monkeypatch):
     monkeypatch.setenv("OAUTHLIB_INSECURE_TRANSPORT", "1")
 
 
+def named(event: dict) -> list[str]:
+    """The calendar and account a listed event names (Google's primary: its account)."""
+    return [event[k] for k in ("calendar", "account") if event.get(k)]
+
+
 def answer_with_calendars(messages) -> str:
     """Script step: the answer a model writes from the listing it was given."""
     _source, result = unframe(messages[-1].content)
     return "Thursday: " + "; ".join(
-        f"{e['title']} at {e['start'][11:16]} ({e['calendar']})" for e in result["events"]
+        f"{e['title']} at {e['start'][11:16]} ({', '.join(named(e))})" for e in result["events"]
     )
 
 
@@ -55,23 +61,23 @@ async def test_thursday_lists_google_and_caldav_events_each_named(
         h = await start_harness(make_app, fake, model, config_path=config)
         user = await h.app.local_user()
         await h.link(user)
-        assert h.app.caldav is not None
-        _, said = await h.app.caldav.add(user.id, {
+        assert caldav_of(h.app) is not None
+        _, said = await caldav_of(h.app).add(user.id, {
             "url": server.url, "username": "alice", "password": server.users["alice"]})
         assert said.startswith("connected: ")
 
         result = await h.app.assistant.run_turn(user, "what's on Thursday?")
 
         assert result.text == (
-            "Thursday: Dentist at 09:00 (Google Calendar); "
-            "Swimming with Mia at 16:00 (Family (alice @ 127.0.0.1))"
+            f"Thursday: Dentist at 09:00 ({ALICE}); "
+            "Swimming with Mia at 16:00 (Family, alice @ 127.0.0.1)"
         )
         snap = await h.app.assistant.graph.aget_state(h.app.assistant.config_for(user))
         tool = [m for m in snap.values["messages"] if isinstance(m, ToolMessage)][-1]
         source, listing = unframe(tool.content)  # outside content, framed where it entered
-        assert source.startswith("Calendars") and listing["count"] == 2
+        assert source == "Google Calendar, CalDAV Calendar" and listing["count"] == 2
         swim = listing["events"][1]
-        assert swim["id"].startswith("caldav:") and swim["recurring"] and swim["version"]
+        assert swim["id"].startswith("caldav:") and swim["recurring"]
 
 
 async def test_connect_caldav_answers_with_the_connections_link(make_app) -> None:
@@ -99,7 +105,7 @@ async def test_the_heartbeat_reads_caldav_calendars(make_app, caldav_servers, cl
     model = ScriptedChatModel()
     app = await make_app(model=model, secret_key="a-secret", config_path=config)
     user = await app.local_user()
-    await app.caldav.add(user.id, {
+    await caldav_of(app).add(user.id, {
         "url": server.url, "username": "alice", "password": server.users["alice"]})
     calendar = server.make_calendar("alice", "beat", "Club")
     await app.deps.system_jobs.set_heartbeat(user, timedelta(minutes=30), time(0), time(23, 59))
@@ -119,5 +125,5 @@ async def test_the_heartbeat_reads_caldav_calendars(make_app, caldav_servers, cl
 
     assert [s[1] for s in recorder.sent] == ["Chess club in 20 minutes."]
     sent_to_model = model.requests[0][-1].content
-    assert "Chess club" in sent_to_model and "Club (alice @ 127.0.0.1)" in sent_to_model
+    assert "Chess club" in sent_to_model and '"calendar":"Club"' in sent_to_model
     assert OUTSIDE_OPEN in sent_to_model  # framed as data

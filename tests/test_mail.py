@@ -17,7 +17,7 @@ from panager.agent.tools import build_tools, tools_for_turn
 from panager.agent.tools.mail import MAIL_TOOL_NAMES
 from panager.errors import ToolError
 from panager.framing import holds_outside, unframe
-from panager.services.google.service import (
+from panager.providers.google.service import (
     CALENDAR_SCOPE,
         GMAIL_READ_SCOPE,
     MAIL_SCOPES,

@@ -92,7 +92,7 @@ async def test_a_google_link_finishes_only_in_the_browser_that_continued_it(
     for Mallory's own link from Bob's browser is refused and binds nothing."""
     from urllib.parse import parse_qs, urlsplit
 
-    from panager.services.google.service import START_PATH
+    from panager.providers.google.service import START_PATH
     from tests.browser_helpers import shot
     from tests.fakes.google_server import FakeGoogle
     from tests.google_helpers import start_harness

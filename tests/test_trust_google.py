@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 import pytest
 from yarl import URL
 
-from panager.services.google.service import START_PATH
+from panager.providers.google.service import START_PATH
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.google_helpers import ALICE, BOB, start_harness
@@ -121,7 +121,7 @@ async def test_malformed_signatures_are_a_400_page_never_a_500(fake, make_app, c
 
 async def test_surrogates_are_cleaned_in_sealing_and_tool_arguments():
     from panager.agent.graph.tool import clean_args
-    from panager.services.google.sealing import Sealer
+    from panager.services.accounts.sealing import Sealer
 
     assert Sealer("k" * 40).verify("m", "\ud800abc") is False
     assert clean_args({"a": ["x\ud800y"], "b": 1}) == {"a": ["x\ufffdy"], "b": 1}

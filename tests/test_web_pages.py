@@ -256,8 +256,8 @@ async def test_connections_page_links_and_unlinks_google(make_app):
 
 
 async def test_connections_page_adds_gmail_to_a_linked_account(make_app):
-    from panager.services.google.oauth import CALENDAR_SCOPE, TASKS_SCOPE
-    from panager.services.google.service import MAIL_SCOPES
+    from panager.providers.google.oauth import CALENDAR_SCOPE, TASKS_SCOPE
+    from panager.providers.google.service import MAIL_SCOPES
     from tests.fakes.google_server import FakeGoogle
     from tests.google_helpers import google_settings
 

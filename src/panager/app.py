@@ -42,9 +42,15 @@ from panager.db import migrate
 from panager.db.breaker import CircuitBreakers
 from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import ModelRouter, TextSink, invoke_with_retries, stream_with_retries
+from panager.providers.caldav.provider import CalDavProvider
+from panager.providers.google.provider import GoogleProvider
+from panager.providers.google.service import GoogleService
 from panager.services.access import AccessService
+from panager.services.accounts.connections import Connections
+from panager.services.accounts.provider import Provider
+from panager.services.accounts.sealing import Sealer
+from panager.services.accounts.service import AccountService
 from panager.services.backup.scheduled import BackupJob, Notify
-from panager.services.google.service import GoogleService
 from panager.services.linking import chat_route
 from panager.services.mcp.hub import McpHub
 from panager.services.mcp.pins import PinStore
@@ -65,7 +71,6 @@ from panager.services.schedules.worker import SchedulerWorker, WorkerOptions
 from panager.services.usage import UsageService
 from panager.services.users import LOCAL_USER_ID, User, UserService
 from panager.services.web.fetch import WebFetcher
-from panager.providers.caldav.provider import CalDavProvider
 from panager.services.web.guard import AddressGuard, AllowList
 from panager.services.web.search import SearchProvider, make_search
 from panager.services.web_sessions import WebSessionService
@@ -77,6 +82,36 @@ SECRET_KEY_MISSING = (
     "PANAGER_SECRET_KEY is not set: it is required once Google is configured "
     "(generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
 )
+
+
+@dataclass(frozen=True)
+class Wired:
+    """What a provider is built from (the services wired before it)."""
+
+    settings: Settings
+    pool: Pool
+    clock: Clock
+    google: GoogleService | None  # Google's linking and calls; None when not configured
+    connections: Connections | None  # form-connected accounts; None without the secret key
+
+
+def google_provider(wired: Wired) -> Provider | None:
+    """Google, when its OAuth client is configured."""
+    return GoogleProvider(wired.google) if wired.google is not None else None
+
+
+def caldav_provider(wired: Wired) -> Provider | None:
+    """CalDAV, when passwords can be sealed (PANAGER_SECRET_KEY); every request behind the
+    address guard with web_fetch's allow list."""
+    if wired.connections is None:
+        return None
+    guard = AddressGuard(allow=AllowList.parse(wired.settings.runtime.web_fetch_allow))
+    return CalDavProvider(wired.pool, wired.connections, guard, clock=wired.clock)
+
+
+# Every provider a person can connect — one line each, in order: the first calendar
+# account is where "primary" and new events go until the person picks another.
+PROVIDERS: list[Callable[[Wired], Provider | None]] = [google_provider, caldav_provider]
 
 
 class SchemaBehind(ConfigError):
@@ -100,7 +135,6 @@ class App:
     google_link: GoogleLinkFlow | None  # None when Google is not configured
     closers: list[Closer] = field(default_factory=list)  # run newest first by stop()
     backups: BackupJob | None = None  # scheduled backups (`backup:` in the config)
-    caldav: CalDavProvider | None = None  # CalDAV accounts; None without PANAGER_SECRET_KEY
 
     @classmethod
     async def start(
@@ -166,7 +200,13 @@ class App:
             limits=ScheduleLimits.from_config(config),
         )
         google = GoogleService(pool, settings, clock) if settings.google_configured else None
-        caldav = _caldav(pool, settings, config, clock)
+        connections = (
+            Connections(pool, clock, Sealer(settings.secret_key)) if settings.secret_key else None
+        )
+        wired = Wired(settings, pool, clock, google, connections)
+        accounts = AccountService(
+            [made for factory in PROVIDERS if (made := factory(wired)) is not None]
+        )
         web, search = _web_services(config)
         messenger = FanoutMessenger(route=chat_route(pool))
         documents = DocumentService(pool, memory, clock, config.document_quota_bytes)
@@ -220,6 +260,8 @@ class App:
             runtime=runtime,
             memory=memory,
             google=google,
+            accounts=accounts,
+            connections=connections,
             relay=relay,
             web=web,
             search=search,
@@ -228,7 +270,6 @@ class App:
             proposals=proposals,
             media=media,
             profiles=profiles,
-            calendars=caldav,
         )
         emitter = EventEmitter()
         for subscriber in runtime.subscribers():
@@ -257,7 +298,7 @@ class App:
             backups = BackupJob(pool, clock, settings, config.backup, url, notify)
         return cls(
             settings, clock, url, pool, checkpointer, model, deps, graph_config, assistant,
-            emitter, google_link, closers, backups, caldav,
+            emitter, google_link, closers, backups,
         )  # fmt: skip
 
     async def stop(self) -> None:
@@ -363,17 +404,6 @@ def _web_services(config: RuntimeConfig) -> tuple[WebFetcher | None, SearchProvi
     if config.web_fetch:
         web = WebFetcher(AddressGuard(allow=AllowList.parse(config.web_fetch_allow)))
     return web, make_search(config.web_search)
-
-
-def _caldav(
-    pool: Pool, settings: Settings, config: RuntimeConfig, clock: Clock
-) -> CalDavProvider | None:
-    """CalDAV accounts (passwords sealed with PANAGER_SECRET_KEY, so none without it), every
-    request behind the same address guard and allow list as web_fetch."""
-    if not settings.secret_key:
-        return None
-    guard = AddressGuard(allow=AllowList.parse(config.web_fetch_allow))
-    return CalDavProvider(pool, settings.secret_key, guard, clock=clock)
 
 
 async def _start_mcp(settings: Settings, config: RuntimeConfig, pool: Pool) -> McpHub | None:

@@ -13,6 +13,7 @@ import importlib
 from collections.abc import Awaitable, Callable
 
 from panager.config import Settings
+from panager.services.accounts.connections import sealed_count
 from panager.services.media.vision import sees_images
 
 Check = Callable[[Settings, dict], Awaitable[tuple[bool | None, str]]]
@@ -371,8 +372,15 @@ def secret_weakness(secret: str) -> str | None:
 
 
 async def check_secret(settings: Settings, found: dict) -> tuple[bool | None, str]:
-    """PANAGER_SECRET_KEY is strong (it seals Google tokens and signs links)."""
+    """PANAGER_SECRET_KEY is strong (it seals Google tokens and connected accounts'
+    credentials, and signs links); missing while sealed credentials are stored is a failure."""
     if not settings.secret_key:
+        stored = await sealed_count(found["pool"]) if found.get("pool") is not None else 0
+        if stored:
+            return False, (
+                f"PANAGER_SECRET_KEY is not set, but {stored} sealed credential(s) are stored "
+                "(Google links, connected accounts): set the key they were sealed with"
+            )
         return None, "PANAGER_SECRET_KEY not set (needed once Google is configured)"
     weakness = secret_weakness(settings.secret_key)
     if weakness:

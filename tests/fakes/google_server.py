@@ -31,7 +31,8 @@ Behaviour kept from Google on purpose (production code must cope with it):
 * recurring timed events need ``start.timeZone``; ``timeMin``/``timeMax`` need an offset;
   ``orderBy=startTime`` needs ``singleEvents=true``; client-chosen event ids must be
   base32hex (``[a-v0-9]{5,1024}``); deleting twice answers 410; ``get`` returns deleted
-  events with ``status: cancelled``.
+  events with ``status: cancelled``; a write with ``If-Match`` naming an older etag
+  answers 412.
 * a task's ``due`` keeps only the date; task lists omit ``items`` when empty; a deleted
   task stays readable by ``get`` with ``deleted: true``.
 * result pages are small (:attr:`FakeGoogle.page_size`, 5 by default) so pagination runs.
@@ -98,6 +99,7 @@ _STATUS = {
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
     409: "ALREADY_EXISTS",
+    412: "FAILED_PRECONDITION",
 }
 _UNAUTHENTICATED = (
     "Request had invalid authentication credentials. Expected OAuth 2 access token, login "
@@ -885,6 +887,7 @@ class _CalendarMixin:
     def _events_write(self, request: web.Request, *, replace: bool) -> web.Response:
         cal = self._calendar(request[_ACCOUNT], request.match_info["calendarId"])
         before = self._existing_event(cal, request.match_info["eventId"])
+        _check_match(request, before)
         body = _strip(request[_BODY] or {}, _EVENT_SERVER_FIELDS)
         if replace:
             event = {k: copy.deepcopy(v) for k, v in before.items() if k in _EVENT_SERVER_FIELDS}
@@ -902,6 +905,7 @@ class _CalendarMixin:
         event = self._existing_event(cal, request.match_info["eventId"])
         if event["status"] == "cancelled":
             raise GoogleApiError(410, "deleted", "Resource has been deleted")
+        _check_match(request, event)
         cal["events"].setdefault(event["id"], event)
         for other in cal["events"].values():
             if event["id"] in (other["id"], other.get("recurringEventId")):
@@ -1022,6 +1026,13 @@ class _CalendarMixin:
             event = self._new_event(account, cal, body, fields.get("id") or self._new_event_id())
             cal["events"][event["id"]] = event
             return copy.deepcopy(event)
+
+
+def _check_match(request: web.Request, event: dict) -> None:
+    """``If-Match: <etag>`` on a write: Google answers 412 when the event changed since."""
+    wanted = request.headers.get("If-Match")
+    if wanted and wanted != event["etag"]:
+        raise GoogleApiError(412, "conditionNotMet", "Precondition Failed")
 
 
 def _as_time(value: str | dict) -> dict:

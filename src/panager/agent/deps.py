@@ -2,7 +2,8 @@
 
 Every field is created in exactly one place (`App.start`); nothing here builds a
 service on demand. `memory` and `google` are None where the feature is off (a
-bare graph in a test; Google not configured); so are `web` and `search`.
+bare graph in a test; Google not configured); so are `web` and `search`; `accounts`
+holds every registered provider (Google among them when configured).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ if TYPE_CHECKING:
     from panager.clock import Clock
     from panager.config import RuntimeConfig, Settings
     from panager.db.pool import Pool
+    from panager.providers.google.service import GoogleService
     from panager.services.access import AccessService
-    from panager.services.accounts.connected import ConnectedCalendars
-    from panager.services.google.service import GoogleService
+    from panager.services.accounts.connections import Connections
+    from panager.services.accounts.service import AccountService
     from panager.services.mcp.hub import McpHub
     from panager.services.media.intake import MediaIntake
     from panager.services.memory.service import MemoryService
@@ -53,6 +55,8 @@ class AgentDeps:
     runtime: AgentRuntime  # effects, compactor, skills, sessions, activity (commands)
     memory: MemoryService | None = None
     google: GoogleService | None = None  # None when Google is not configured
+    accounts: AccountService | None = None  # the providers (calendars, tasks, mail), see app.py
+    connections: Connections | None = None  # form-connected accounts, sealed; None without a key
     relay: UserMessageRelay | None = None  # send_user_message; None unless enabled
     web: WebFetcher | None = None  # web_fetch; None when turned off (or in a bare test graph)
     search: SearchProvider | None = None  # web_search; None unless a provider is configured
@@ -61,4 +65,3 @@ class AgentDeps:
     proposals: ProposalService | None = None  # calls unattended runs held for approval
     media: MediaIntake | None = None  # attachments (images, voice, documents)
     profiles: ProfileService | None = None  # the standing profile in every prompt
-    calendars: ConnectedCalendars | None = None  # CalDAV accounts; None without a secret key

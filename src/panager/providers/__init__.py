@@ -1,1 +1,1 @@
-"""Every outside account a person connects: one package per provider."""
+"""Every outside account a person connects: one package per provider (see docs/providers.md)."""

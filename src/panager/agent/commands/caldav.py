@@ -11,7 +11,8 @@ CONNECTIONS_PATH = "/connections#caldav"
 
 def connect_caldav(ctx: CommandContext) -> CommandReply:
     """Where a CalDAV account is added: typed on the web page only, checked there at once."""
-    if ctx.deps.calendars is None:
+    accounts = ctx.deps.accounts
+    if accounts is None or accounts.provider("caldav") is None:
         return CommandReply(
             "CalDAV accounts need PANAGER_SECRET_KEY set on the server (passwords are stored "
             "sealed with it); ask the person running Panager.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
 from panager.agent.commands.caldav import connect_caldav, disconnect_caldav
-from panager.services.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES, STATE_TTL
+from panager.providers.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES, STATE_TTL
 
 LINK_LABEL = "Connect Google"
 

@@ -33,11 +33,11 @@ from langchain_core.messages import (
 
 from panager.agent.graph.config import AuthHandler
 from panager.agent.graph.state import TurnContext
-from panager.agent.tools.google import GOOGLE_CONNECT, GOOGLE_TOOL_NAMES
+from panager.agent.tools.calendar import GOOGLE_CONNECT, GOOGLE_TOOL_NAMES
 from panager.agent.tools.mail import MAIL_TOOL_NAMES
 from panager.errors import AuthRequired
-from panager.services.google.calls import GoogleAuthRequired
-from panager.services.google.service import SCOPE_NAMES, GoogleService
+from panager.providers.google.calls import GoogleAuthRequired
+from panager.providers.google.service import SCOPE_NAMES, GoogleService
 
 if TYPE_CHECKING:
     from panager.agent.turns.runner import Assistant

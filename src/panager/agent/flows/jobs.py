@@ -14,13 +14,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import date, datetime
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
@@ -28,12 +27,12 @@ from pydantic import BaseModel, Field
 
 from panager.agent.flows.tidy import MemoryTidyJob
 from panager.agent.graph.confirm import held_text
-from panager.agent.tools.calendars import connected_listings
+from panager.agent.tools.calendar import event_view
+from panager.agent.tools.tasks import task_view
 from panager.errors import ModelUnavailable
 from panager.framing import frame
 from panager.llm import answered_by, decide_with_retries
-from panager.services.google import api
-from panager.services.google.service import CALENDAR_SCOPE, TASKS_SCOPE
+from panager.services.accounts.provider import Event, Task
 from panager.services.schedules.delivery import AgentAnswer
 from panager.services.schedules.system import Heartbeat, heartbeat_of
 
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
     from panager.services.users import User
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BRIEFING_INSTRUCTION = (
     "Morning briefing. Give the user a short overview of their day: today's calendar "
@@ -171,50 +171,49 @@ class SystemJobs:
             user, now, horizon
         )
 
-    async def _google(self, user: User, scope: str, operation: Any) -> dict:
-        """A Google read for the heartbeat; {} when Google is off, unlinked or failing."""
-        google = self.deps.google
-        if google is None or await google.account(user.id) is None:
-            return {}
+    async def _read(self, user: User, read: Callable[[], Awaitable[list[T]]]) -> list[T]:
+        """A calendar or task read for the heartbeat; [] when none is connected or failing."""
+        accounts = self.deps.accounts
+        if accounts is None or not (await accounts.capabilities(user.id)):
+            return []
         try:
-            return await google.call(user.id, scope, operation)
-        except Exception:  # a heartbeat never fails on Google; the next check tries again
-            log.info("heartbeat: Google unavailable for user %s", user.id, exc_info=True)
-            return {}
+            return await read()
+        except Exception:  # a heartbeat never fails on a provider; the next check tries again
+            log.info("heartbeat: calendars or tasks unavailable for user %s", user.id,
+                     exc_info=True)
+            return []
 
     async def _events(
         self, user: User, now: datetime, until: datetime, zone: ZoneInfo
     ) -> list[Item]:
-        operation = partial(api.list_events, time_min=now, time_max=until, zone=zone)
-        found, connected = await asyncio.gather(
-            self._google(user, CALENDAR_SCOPE, operation),
-            self._connected(user, now, until, zone),
-        )
+        accounts = self.deps.accounts
+
+        async def read() -> list[Event]:
+            assert accounts is not None
+            found: list[Event] = []
+            for _, _, cal in await accounts.calendars(user.id):
+                found += (await cal.events(now, until, zone)).events
+            return found
+
+        shown = [event_view(e, zone) for e in await self._read(user, read)]
         return [
             Item(f"event:{e.get('id')}:{e.get('start')}", "event", _brief(e), urgent=True)
-            for e in [*found.get("events", []), *connected]
+            for e in shown
             if not e.get("all_day")
         ]
 
-    async def _connected(
-        self, user: User, now: datetime, until: datetime, zone: ZoneInfo
-    ) -> list[dict]:
-        """Events of the person's CalDAV calendars; [] when none or failing (never fatal)."""
-        try:
-            views, _unreadable, _ = await connected_listings(
-                self.deps.calendars, user.id, now, until, zone
-            )
-        except Exception:  # a heartbeat never fails on a calendar; the next check tries again
-            log.info("heartbeat: a connected calendar failed for user %s", user.id, exc_info=True)
-            return []
-        return views
-
     async def _tasks(self, user: User, today: date, zone: ZoneInfo) -> list[Item]:
-        operation = partial(api.list_tasks, show_completed=False, zone=zone)
-        found = await self._google(user, TASKS_SCOPE, operation)
+        accounts = self.deps.accounts
+
+        async def read() -> list[Task]:
+            assert accounts is not None
+            _, _, tasks = await accounts.tasks_for(user.id)
+            return (await tasks.tasks(False)).tasks
+
+        shown = [task_view(t, zone) for t in await self._read(user, read)]
         return [
             Item(f"task:{t.get('id')}:{t.get('due')}", "task", _brief(t))
-            for t in found.get("tasks", [])
+            for t in shown
             if t.get("due") and t["due"] <= today.isoformat()
         ]
 
@@ -278,7 +277,7 @@ def _json_or_text(payload: str) -> Any:
 
 
 def _brief(item: dict) -> dict:
-    keep = ("title", "start", "end", "location", "due", "notes", "calendar")
+    keep = ("title", "start", "end", "location", "due", "notes", "calendar", "account")
     return {k: item[k] for k in keep if item.get(k)}
 
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
+from panager.agent.tools.calendar import calendar_tools, offered_calendar_tools
 from panager.agent.tools.documents import document_tools
-from panager.agent.tools.google import google_tools, offered_google_tools
 from panager.agent.tools.mail import mail_tools, offered_mail_tools
 from panager.agent.tools.mcp import SOURCE_KEY, mcp_tools
 from panager.agent.tools.memory import memory_tools
@@ -23,7 +23,9 @@ from panager.agent.tools.offer import compact_core
 from panager.agent.tools.profile import profile_tools
 from panager.agent.tools.schedule import schedule_tools
 from panager.agent.tools.search import DEFERRED_KEY, TURN_TOOLS_KEY
+from panager.agent.tools.tasks import task_tools
 from panager.agent.tools.web import web_tools
+from panager.services.accounts.service import Connected
 from panager.services.users import User
 
 ToolFactory = Callable[[AgentDeps, User], list[BaseTool]]
@@ -33,7 +35,8 @@ TOOL_FACTORIES: list[ToolFactory] = [
     schedule_tools,
     memory_tools,
     document_tools,
-    google_tools,
+    task_tools,
+    calendar_tools,
     mail_tools,
     messaging_tools,
     web_tools,
@@ -71,10 +74,12 @@ async def tools_for_turn(
     deps: AgentDeps, user: User, window: int | None = None
 ) -> tuple[list[BaseTool], list[BaseTool]]:
     """(offered, unlisted) for one turn in a context `window` (tokens): only tools that can
-    work are offered, and a small window gets a compact core (offer.py); the unlisted ones
-    still run when called (link, reason or result)."""
-    tools, no_scope = await offered_mail_tools(deps, user, await all_tools(deps, user), [])
-    offered, unlisted = await offered_google_tools(deps, user, tools, window)
+    work are offered (the person's capabilities, asked once), and a small window gets a
+    compact core (offer.py); the unlisted ones still run when called (link, reason or
+    result)."""
+    connected = await deps.accounts.connected(user.id) if deps.accounts else Connected()
+    tools, no_scope = offered_mail_tools(connected, await all_tools(deps, user), [])
+    offered, unlisted = offered_calendar_tools(deps, user, tools, connected, window)
     unlisted.extend(no_scope)
     offered, unlisted = compact_core(offered, unlisted, window)
     _attach_turn_tools(offered)

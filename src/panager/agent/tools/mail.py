@@ -7,11 +7,12 @@ is consequential and asked about on every call, tainted or not
 (`always_ask`): the question shows the draft as Gmail holds it at that moment
 (To, Cc, Bcc, subject, full body) and records its digest under the call's key;
 the send, after Approve, fetches the draft again and goes ahead only when the
-digest is unchanged — and only once per question (`services/google/shown.py`).
+digest is unchanged — and only once per question (`services/accounts/shown.py`).
 A call with no recorded question (nobody was asked) sends nothing.
 
-The four schemas are offered only to a person whose link has the Gmail scopes
-(`offered_mail_tools`); otherwise they stay unlisted and a call ends in the
+The four schemas are offered only to a person whose accounts have the mail
+capabilities (`offered_mail_tools`, from the capabilities read once per turn);
+otherwise they stay unlisted and a call ends in the
 usual link (asking for Gmail on top of what was granted) and replay.
 """
 
@@ -35,13 +36,15 @@ from panager.agent.graph.tool import (
 )
 from panager.errors import ToolError
 from panager.framing import frame
-from panager.services.google import gmail
-from panager.services.google.service import (
+from panager.providers.google import gmail
+from panager.providers.google.service import (
     GMAIL_COMPOSE_SCOPE,
     GMAIL_READ_SCOPE,
     NOT_CONFIGURED,
 )
-from panager.services.google.shown import DraftsShown
+from panager.services.accounts.provider import Capability
+from panager.services.accounts.service import Connected
+from panager.services.accounts.shown import DraftsShown
 from panager.services.users import User
 
 READ_TOOLS = frozenset({"email_search", "email_read"})
@@ -150,27 +153,15 @@ def mail_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     return [email_search, email_read, email_draft, email_send]
 
 
-async def mail_scopes(deps: AgentDeps, user: User) -> frozenset[str]:
-    """The Gmail scopes of the person's connected link (none when unlinked or unknown)."""
-    if deps.google is None:
-        return frozenset()
-    try:
-        account = await deps.google.account(user.id)
-    except Exception:
-        return frozenset()
-    if account is None or not account.connected:
-        return frozenset()
-    return frozenset(account.scopes) & {GMAIL_READ_SCOPE, GMAIL_COMPOSE_SCOPE}
-
-
-async def offered_mail_tools(
-    deps: AgentDeps, user: User, offered: list[BaseTool], unlisted: list[BaseTool]
+def offered_mail_tools(
+    connected: Connected, offered: list[BaseTool], unlisted: list[BaseTool]
 ) -> tuple[list[BaseTool], list[BaseTool]]:
-    """(offered, unlisted): the mail tools offered only for the Gmail scopes granted; the
-    others stay unlisted (a call still ends in the link asking for Gmail)."""
-    scopes = await mail_scopes(deps, user)
-    allowed = (READ_TOOLS if GMAIL_READ_SCOPE in scopes else frozenset()) | (
-        COMPOSE_TOOLS if GMAIL_COMPOSE_SCOPE in scopes else frozenset()
+    """(offered, unlisted): the mail tools offered only for the mail capabilities the
+    person's accounts have (`connected`, read once this turn); the others stay unlisted (a
+    call still ends in the link asking for Gmail)."""
+    can = connected.capabilities
+    allowed = (READ_TOOLS if Capability.MAIL_READ in can else frozenset()) | (
+        COMPOSE_TOOLS if Capability.MAIL_DRAFT in can else frozenset()
     )
     held = [t for t in offered if t.name in MAIL_TOOL_NAMES and t.name not in allowed]
     offered[:] = [t for t in offered if t not in held]  # in place: google_load extends it

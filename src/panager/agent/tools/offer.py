@@ -4,7 +4,7 @@ The system prompt and the tool schemas go with every model call. At a 4,096-toke
 window (the default of common local servers) the full set — schedules, memory,
 documents, web, profile, Google — took about 35% of it before the first word of
 history (BENCHMARKS.md, "Small context windows"). So, in a window where the offered
-schemas take more than FIXED_SHARE of it (google.py: Google's eight go behind
+schemas take more than FIXED_SHARE of it (calendar.py: the calendar eight go behind
 `google_load` first), the tools a turn rarely needs are deferred behind one
 `tool_search`: the person's documents, the web, Gmail, the profile's long-form
 update and any MCP server's tools (an MCP `tool_search` is merged into this one). The
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from langchain_core.tools import BaseTool
 
 from panager.agent.graph.history import schema_tokens
-from panager.agent.tools.google import FIXED_SHARE, PROMPT_TOKENS
+from panager.agent.tools.calendar import FIXED_SHARE, PROMPT_TOKENS
 from panager.agent.tools.mcp import SOURCE_KEY
 from panager.agent.tools.search import DEFERRED_KEY, TOOL_SEARCH, search_tool
 

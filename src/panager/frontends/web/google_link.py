@@ -32,7 +32,7 @@ from panager.frontends.web.oauth_pages import (
     SECURITY_HEADERS,
     render_page,
 )
-from panager.services.google.service import (
+from panager.providers.google.service import (
     CALLBACK_PATH,
     START_PATH,
     STATE_TTL,
@@ -42,7 +42,7 @@ from panager.services.google.service import (
 
 if TYPE_CHECKING:
     from panager.app import App
-    from panager.frontends.web.server import WebServer
+    from panager.frontends.web.running import WebServer
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import html
 
 from aiohttp import web
 
-from panager.services.google.service import SCOPE_NAMES, STATE_TTL, LinkOutcome
+from panager.providers.google.service import SCOPE_NAMES, STATE_TTL, LinkOutcome
 
 _MINUTES = int(STATE_TTL.total_seconds() // 60)
 _AGAIN = "Send /connect google to Panager for a new link."

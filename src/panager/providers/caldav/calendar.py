@@ -11,6 +11,7 @@ shown the event as it is now (`Changed`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import datetime as dt
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -191,7 +192,7 @@ class CalDavCalendar:
             title=occurrence.title,
             start=occurrence.start,
             end=occurrence.end,
-            version=obj.etag or "",
+            version=_version(obj, occurrence),
             description=occurrence.description,
             location=occurrence.location,
             series_id=self._qualified(path) if occurrence.recurrence_id else None,
@@ -279,7 +280,7 @@ class CalDavCalendar:
             if not calendar[0].writable:
                 raise ReadOnly(f"The calendar {calendar[1].name!r} of {self.label} is read-only.")
             obj = await self._get(dav, calendar, path)
-            if version and obj.etag and obj.etag != version:
+            if version and self._version_now(calendar, obj, recurrence, zone) != version:
                 raise self._changed(calendar, obj, recurrence, zone)
             parsed = ical.parse(obj.ics)
             uid = _uid(parsed)
@@ -306,7 +307,7 @@ class CalDavCalendar:
                 obj = await self._get(dav, calendar, path)
             except NotFound:
                 return False
-            if version and obj.etag and obj.etag != version:
+            if version and self._version_now(calendar, obj, recurrence, zone) != version:
                 raise self._changed(calendar, obj, recurrence, zone)
             try:
                 if recurrence is None:
@@ -319,6 +320,15 @@ class CalDavCalendar:
                 fresh = await self._get(dav, calendar, path)
                 raise self._changed(calendar, fresh, recurrence, zone) from None
             return True
+
+    def _version_now(
+        self, calendar: tuple[DavCalendar, CalendarInfo], obj: DavObject, recurrence: str | None,
+        zone: ZoneInfo,
+    ) -> str | None:
+        try:
+            return self._from_object(calendar, obj, recurrence, zone).version
+        except NotFound:
+            return None
 
     def _changed(
         self, calendar: tuple[DavCalendar, CalendarInfo], obj: DavObject, recurrence: str | None,
@@ -366,6 +376,23 @@ def _translated(exc: BaseException) -> BaseException:
     if isinstance(exc, CalDavError | Refused):
         return ProviderError(str(exc))
     return exc
+
+
+def _version(obj: DavObject, occurrence: ical.Occurrence) -> str:
+    """A whole event's version is its ETag. One instance of a series has its own: the
+    object's ETag changes when any instance does, so an instance's version is a digest of
+    what it says now — a change to another instance leaves it, a phone's change to it (or
+    to the whole series) does not. The write itself still sends the object's ETag."""
+    if occurrence.recurrence_id is None:
+        return obj.etag or ""
+    fields = (occurrence.title, _utc(occurrence.start), _utc(occurrence.end),
+              occurrence.description,
+              occurrence.location, occurrence.attendees, occurrence.status, occurrence.busy)
+    return "i:" + hashlib.sha256(repr(fields).encode()).hexdigest()[:24]
+
+
+def _utc(value: ical.When) -> str:
+    return (value.astimezone(dt.UTC) if isinstance(value, dt.datetime) else value).isoformat()
 
 
 def _uid(parsed: object) -> str:

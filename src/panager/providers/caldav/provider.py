@@ -1,23 +1,28 @@
 """The CalDAV provider: accounts typed on the Connections page, checked at once, sealed.
 
-- Any number of accounts per person (`caldav_accounts`): the address entered (a full
-  CalDAV URL, or just `https://host/` for servers with `/.well-known/caldav`), a user name,
-  an app password sealed with PANAGER_SECRET_KEY, and a pinned certificate fingerprint for
-  a server with its own certificate.
-- `connect` checks before anything is stored: discovery and the calendar list through the
-  door (`door.py`); a wrong password is one line and nothing is kept. At most 10 checks an
-  hour per person (`caldav_checks`), so Panager is no password-guessing or port-scanning
-  proxy.
-- The person picks which calendars are read and which one new events go to
-  (`choose`); `remove` deletes the account and the calendar names cached with it.
+- Any number of accounts per person, kept by the seam's form-connect store
+  (`services/accounts/connections.py`, table `provider_accounts`): the app password
+  sealed with PANAGER_SECRET_KEY; as plain settings the address entered (a full CalDAV
+  URL, or just `https://host/` for servers with `/.well-known/caldav`), the user name,
+  a pinned certificate fingerprint for a server with its own certificate, the calendars
+  the last check found (names as the server sent them), which are read and which one
+  new events go to. Removing the account deletes the row, and with it all of that.
+- `add` checks before anything is stored: discovery and the calendar list through the
+  door (`door.py`); a wrong password is one line and nothing is kept. At most 10 checks
+  an hour per person (`caldav_checks`), so Panager is no password-guessing or
+  port-scanning proxy.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo
+
+from psycopg.types.json import Jsonb
 
 from panager.clock import Clock, SystemClock
 from panager.db.pool import Pool
@@ -31,23 +36,33 @@ from panager.providers.caldav.door import (
     normalise_fingerprint,
     peer_fingerprint,
 )
+from panager.services.accounts.connections import Connections, StoredAccount
 from panager.services.accounts.provider import (
     CALENDAR,
     Account,
     Calendar,
+    Capability,
     Checked,
     Contacts,
+    Created,
+    Event,
+    EventChange,
     Field,
     FormConnect,
+    Listing,
     Mailbox,
+    NewEvent,
     ProviderError,
     Tasks,
 )
-from panager.services.google.sealing import Sealer
 from panager.services.web.guard import AddressGuard, Dialer, Refused, direct, parse_url
 
 CHECKS_PER_HOUR = 10
 TITLE = "CalDAV"
+NOT_CONNECTED = (
+    "No CalDAV calendar is connected: add one on the web page's Connections page "
+    "(/connect caldav gives its link)."
+)
 FIELDS = (
     Field("url", "Server address", hint="https://caldav.example.com/ — or the full CalDAV URL"),
     Field("username", "User name"),
@@ -58,35 +73,14 @@ FIELDS = (
                "first try"),
 )
 
-ADD = """
-INSERT INTO caldav_accounts (user_id, url, username, password_sealed, fingerprint, label)
-VALUES (%s, %s, %s, %s, %s, %s)
-ON CONFLICT (user_id, url, username) DO UPDATE
-   SET password_sealed = EXCLUDED.password_sealed, fingerprint = EXCLUDED.fingerprint
-RETURNING id
-"""
-ACCOUNTS = """
-SELECT id, url, username, password_sealed, fingerprint, label, read_calendars,
-       default_calendar
-  FROM caldav_accounts WHERE user_id = %s ORDER BY id
-"""
-CALENDARS = """
-SELECT account_id, path, name, writable FROM caldav_calendars
- WHERE user_id = %s ORDER BY account_id, name
-"""
-CLEAR_CALENDARS = "DELETE FROM caldav_calendars WHERE account_id = %s AND user_id = %s"
-ADD_CALENDAR = """
-INSERT INTO caldav_calendars (account_id, user_id, path, name, writable) VALUES (%s, %s, %s, %s, %s)
-ON CONFLICT (account_id, path) DO UPDATE SET name = EXCLUDED.name, writable = EXCLUDED.writable
-"""
-REMOVE = "DELETE FROM caldav_accounts WHERE id = %s AND user_id = %s RETURNING label"
-CHOOSE = """
-UPDATE caldav_accounts SET read_calendars = %s, default_calendar = %s
- WHERE id = %s AND user_id = %s RETURNING id
-"""
 COUNT_CHECKS = "SELECT count(*) AS n FROM caldav_checks WHERE user_id = %s AND at > %s"
 ADD_CHECK = "INSERT INTO caldav_checks (user_id, at) VALUES (%s, %s)"
 FORGET_CHECKS = "DELETE FROM caldav_checks WHERE user_id = %s AND at <= %s"
+CHECK_LOCK = "SELECT pg_advisory_xact_lock(hashtext('caldav_checks'), %s)"
+SETTINGS = """
+UPDATE provider_accounts SET settings = settings || %s, updated_at = %s
+ WHERE user_id = %s AND provider = %s AND key = %s RETURNING key
+"""
 
 
 @dataclass(frozen=True)
@@ -97,10 +91,10 @@ class StoredCalendar:
 
 
 @dataclass(frozen=True)
-class StoredAccount:
+class CalDavAccount:
     """One CalDAV account as the Connections page shows it (no password)."""
 
-    id: int
+    key: str
     url: str
     username: str
     label: str
@@ -108,6 +102,7 @@ class StoredAccount:
     read: frozenset[str] | None
     default: str | None
     calendars: tuple[StoredCalendar, ...]
+    connected: bool = True
 
 
 class NeedsFingerprint(ProviderError):
@@ -118,8 +113,27 @@ class NeedsFingerprint(ProviderError):
         self.fingerprint = fingerprint
 
 
+def _account(stored: StoredAccount) -> CalDavAccount:
+    settings = dict(stored.settings)
+    read = settings.get("read")
+    return CalDavAccount(
+        key=stored.key,
+        url=str(settings.get("url", "")),
+        username=str(settings.get("username", "")),
+        label=stored.label,
+        fingerprint=settings.get("fingerprint") or None,
+        read=frozenset(read) if read is not None else None,
+        default=settings.get("default") or None,
+        calendars=tuple(
+            StoredCalendar(str(c.get("path")), str(c.get("name")), bool(c.get("writable")))
+            for c in settings.get("calendars", [])
+        ),
+        connected=stored.connected,
+    )
+
+
 class CalDavProvider:
-    """CalDAV accounts: connect, list, choose calendars, remove; their calendars."""
+    """CalDAV accounts: add (checked), list, choose calendars, remove; their calendars."""
 
     name = NAME
     title = TITLE
@@ -129,7 +143,7 @@ class CalDavProvider:
     def __init__(
         self,
         pool: Pool,
-        secret_key: str,
+        connections: Connections,
         guard: AddressGuard,
         *,
         clock: Clock | None = None,
@@ -137,7 +151,7 @@ class CalDavProvider:
         deadline: float = 15.0,
     ) -> None:
         self.pool = pool
-        self._sealer = Sealer(secret_key)
+        self.connections = connections
         self.guard = guard
         self.clock = clock or SystemClock()
         self.dial = dial
@@ -145,38 +159,20 @@ class CalDavProvider:
 
     # -- accounts ---------------------------------------------------------------------------
 
-    async def stored(self, user_id: int) -> list[StoredAccount]:
-        async with self.pool.connection() as conn:
-            rows = await (await conn.execute(ACCOUNTS, (user_id,))).fetchall()
-            cached = await (await conn.execute(CALENDARS, (user_id,))).fetchall()
-        by_account: dict[int, list[StoredCalendar]] = {}
-        for row in cached:
-            by_account.setdefault(row["account_id"], []).append(
-                StoredCalendar(row["path"], row["name"], row["writable"])
-            )
-        return [
-            StoredAccount(
-                id=row["id"], url=row["url"], username=row["username"], label=row["label"],
-                fingerprint=row["fingerprint"],
-                read=frozenset(row["read_calendars"]) if row["read_calendars"] is not None
-                else None,
-                default=row["default_calendar"],
-                calendars=tuple(by_account.get(row["id"], ())),
-            )
-            for row in rows
-        ]
+    async def stored(self, user_id: int) -> list[CalDavAccount]:
+        return [_account(a) for a in await self.connections.accounts(user_id, NAME)]
 
     async def accounts(self, user_id: int) -> list[Account]:
         return [
-            Account(NAME, str(a.id), a.label, CALENDAR) for a in await self.stored(user_id)
+            Account(NAME, a.key, a.label, CALENDAR, a.connected)
+            for a in await self.connections.accounts(user_id, NAME)
         ]
+
+    async def require(self, user_id: int, capability: Capability) -> None:
+        raise ProviderError(NOT_CONNECTED)
 
     def calendar(self, user_id: int, account: Account) -> Calendar | None:
         return _LazyCalendar(self, user_id, account)
-
-    async def connected(self, user_id: int) -> list[tuple[Account, Calendar]]:
-        """`ConnectedCalendars`: every CalDAV account of the person with its calendars."""
-        return [(a, _LazyCalendar(self, user_id, a)) for a in await self.accounts(user_id)]
 
     def tasks(self, user_id: int, account: Account) -> Tasks | None:
         return None
@@ -188,20 +184,26 @@ class CalDavProvider:
         return None
 
     async def open_calendar(self, user_id: int, key: str) -> CalDavCalendar:
-        async with self.pool.connection() as conn:
-            rows = await (await conn.execute(ACCOUNTS, (user_id,))).fetchall()
-        for row in rows:
-            if str(row["id"]) == key:
-                login = Login(row["username"], self._sealer.open(row["password_sealed"]))
-                read = frozenset(row["read_calendars"]) if row["read_calendars"] is not None \
-                    else None
-                return CalDavCalendar(
-                    key, row["label"], self._door_factory(row["url"], login, row["fingerprint"]),
-                    Choice(read=read, default=row["default_calendar"]),
+        """The account's calendar with its password unsealed (only here, for the call)."""
+        for stored in await self.connections.accounts(user_id, NAME):
+            if stored.key != key:
+                continue
+            secret = self.connections.secret(stored)
+            if secret is None:
+                raise ProviderError(
+                    f"The password of {stored.label} cannot be opened (PANAGER_SECRET_KEY "
+                    "changed?); remove the account and add it again."
                 )
+            account = _account(stored)
+            login = Login(account.username, secret.get("password", ""))
+            return CalDavCalendar(
+                key, account.label, self.door_factory(account.url, login, account.fingerprint),
+                Choice(read=account.read, default=account.default),
+            )
         raise ProviderError("That CalDAV account is no longer connected.")
 
-    def _door_factory(self, url: str, login: Login, fingerprint: str | None):  # noqa: ANN202
+    def door_factory(self, url: str, login: Login, fingerprint: str | None
+                     ) -> Callable[[], Door]:
         def open_door() -> Door:
             return Door(url, login, self.guard, fingerprint=fingerprint, dial=self.dial,
                         deadline=self.deadline)
@@ -210,38 +212,28 @@ class CalDavProvider:
     # -- connecting -------------------------------------------------------------------------
 
     async def check(self, user_id: int, values: Mapping[str, str]) -> Checked:
-        """Try the values (rate-limited); ProviderError as one line when they do not work."""
+        """`FormProvider.check`: try the values (rate-limited); nothing is stored."""
         url, login, fingerprint = _values(values)
         calendars = await self._discover(user_id, url, login, fingerprint)
         return Checked(
             label=_label(url, login.username),
             summary=_summary(calendars),
             capabilities=CALENDAR,
-            settings={"url": url, "username": login.username, "fingerprint": fingerprint or ""},
+            settings=_settings(url, login.username, fingerprint, calendars),
         )
 
-    async def add(self, user_id: int, values: Mapping[str, str]) -> tuple[int, str]:
-        """Check the values, then store the account sealed: (account id, "connected: …")."""
+    async def add(self, user_id: int, values: Mapping[str, str]) -> tuple[str, str]:
+        """Check the values, then store the account sealed: (its key, "connected: …")."""
         url, login, fingerprint = _values(values)
         calendars = await self._discover(user_id, url, login, fingerprint)
-        label = _label(url, login.username)
-        async with self.pool.connection() as conn, conn.transaction():
-            row = await (await conn.execute(ADD, (
-                user_id, url, login.username, self._sealer.seal(login.password), fingerprint,
-                label,
-            ))).fetchone()
-            assert row is not None
-            await self._cache(conn, row["id"], user_id, calendars)
-        return row["id"], f"connected: {_summary(calendars)}"
-
-    async def _cache(self, conn, account_id: int, user_id: int,  # noqa: ANN001
-                     calendars: list[DavCalendar]) -> None:
-        await conn.execute(CLEAR_CALENDARS, (account_id, user_id))
-        for calendar in calendars:
-            await conn.execute(ADD_CALENDAR, (
-                account_id, user_id, urlsplit(calendar.url).path, calendar.name[:200],
-                calendar.writable,
-            ))
+        for existing in await self.stored(user_id):
+            if existing.url == url and existing.username == login.username:
+                await self.connections.remove(user_id, NAME, existing.key)  # typed again
+        stored = await self.connections.add(
+            user_id, NAME, _label(url, login.username), {"password": login.password},
+            _settings(url, login.username, fingerprint, calendars),
+        )
+        return stored.key, f"connected: {_summary(calendars)}"
 
     async def _discover(
         self, user_id: int, url: str, login: Login, fingerprint: str | None
@@ -268,43 +260,33 @@ class CalDavProvider:
 
     async def _count_check(self, user_id: int) -> None:
         now = self.clock.now()
-        hour_ago = now - dt.timedelta(hours=1)
         async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('caldav_checks'), %s)",
-                               (user_id,))
+            await conn.execute(CHECK_LOCK, (user_id,))
             await conn.execute(FORGET_CHECKS, (user_id, now - dt.timedelta(days=1)))
-            row = await (await conn.execute(COUNT_CHECKS, (user_id, hour_ago))).fetchone()
+            row = await (await conn.execute(
+                COUNT_CHECKS, (user_id, now - dt.timedelta(hours=1))
+            )).fetchone()
             if row is not None and row["n"] >= CHECKS_PER_HOUR:
                 raise ProviderError(
-                    f"Too many connection checks (at most {CHECKS_PER_HOUR} an hour); try again "
-                    "later."
+                    f"Too many connection checks (at most {CHECKS_PER_HOUR} an hour); try "
+                    "again later."
                 )
             await conn.execute(ADD_CHECK, (user_id, now))
 
-    async def refresh(self, user_id: int, account_id: int) -> str:
-        """Check a stored account again and cache its calendars (counts as a check)."""
-        calendar = await self.open_calendar(user_id, str(account_id))
-        await self._count_check(user_id)
-        async with calendar._door() as dav:
-            found = await dav.calendars()
-        async with self.pool.connection() as conn, conn.transaction():
-            await self._cache(conn, account_id, user_id, found)
-        return f"connected: {_summary(found)}"
-
     async def choose(
-        self, user_id: int, account_id: int, read: frozenset[str] | None, default: str | None
+        self, user_id: int, key: str, read: frozenset[str] | None, default: str | None
     ) -> bool:
+        """Which calendars are read (None: all) and the default for new events."""
+        change = {"read": sorted(read) if read is not None else None, "default": default}
         async with self.pool.connection() as conn:
-            row = await (await conn.execute(CHOOSE, (
-                sorted(read) if read is not None else None, default, account_id, user_id,
-            ))).fetchone()
+            row = await (await conn.execute(
+                SETTINGS, (Jsonb(change), self.clock.now(), user_id, NAME, key)
+            )).fetchone()
         return row is not None
 
-    async def remove(self, user_id: int, account_id: int) -> str | None:
-        """Delete the account and what was cached with it; its label, None when not found."""
-        async with self.pool.connection() as conn:
-            row = await (await conn.execute(REMOVE, (account_id, user_id))).fetchone()
-        return row["label"] if row else None
+    async def remove(self, user_id: int, key: str) -> bool:
+        """Delete the account: its sealed password and its cached calendars go with it."""
+        return await self.connections.remove(user_id, NAME, key)
 
 
 class _LazyCalendar:
@@ -321,22 +303,25 @@ class _LazyCalendar:
             self._open = await self._provider.open_calendar(self._user_id, self._account.key)
         return self._open
 
-    async def calendars(self):  # type: ignore[no-untyped-def]
+    async def calendars(self) -> list[Any]:
         return await (await self._calendar()).calendars()
 
-    async def events(self, start, end, zone):  # type: ignore[no-untyped-def]
+    async def events(self, start: dt.datetime, end: dt.datetime, zone: ZoneInfo) -> Listing:
         return await (await self._calendar()).events(start, end, zone)
 
-    async def event(self, calendar_id, event_id):  # type: ignore[no-untyped-def]
+    async def event(self, calendar_id: str, event_id: str) -> Event:
         return await (await self._calendar()).event(calendar_id, event_id)
 
-    async def create(self, calendar_id, event, zone):  # type: ignore[no-untyped-def]
+    async def create(self, calendar_id: str, event: NewEvent, zone: ZoneInfo) -> Created:
         return await (await self._calendar()).create(calendar_id, event, zone)
 
-    async def update(self, calendar_id, event_id, change, version, zone):  # type: ignore[no-untyped-def]
-        return await (await self._calendar()).update(calendar_id, event_id, change, version, zone)
+    async def update(
+        self, calendar_id: str, event_id: str, change: EventChange, version: str, zone: ZoneInfo
+    ) -> Event:
+        return await (await self._calendar()).update(calendar_id, event_id, change, version,
+                                                     zone)
 
-    async def delete(self, calendar_id, event_id, version):  # type: ignore[no-untyped-def]
+    async def delete(self, calendar_id: str, event_id: str, version: str) -> bool:
         return await (await self._calendar()).delete(calendar_id, event_id, version)
 
 
@@ -358,6 +343,21 @@ def _values(values: Mapping[str, str]) -> tuple[str, Login, str | None]:
     except ValueError as exc:
         raise ProviderError(str(exc)) from None
     return str(parsed), Login(username, password), fingerprint
+
+
+def _settings(url: str, username: str, fingerprint: str | None,
+              calendars: list[DavCalendar]) -> dict[str, Any]:
+    return {
+        "url": url,
+        "username": username,
+        "fingerprint": fingerprint,
+        "calendars": [
+            {"path": urlsplit(c.url).path, "name": c.name[:200], "writable": c.writable}
+            for c in calendars
+        ],
+        "read": None,
+        "default": None,
+    }
 
 
 def _label(url: str, username: str) -> str:

@@ -10,8 +10,12 @@ provider-neutral:
   so Google keeps showing them as before and ids written before providers
   existed (threads, held proposals) keep working; `"google:<id>"` is read
   too. Every other provider qualifies its ids. A provider's ids carry
-  whatever it needs (a CalDAV id may hold the account and the object's
-  href); nothing outside the provider looks inside them.
+  whatever it needs (a CalDAV id may hold the object's href); nothing outside
+  the provider looks inside them, except one rule: a provider with several
+  accounts per person starts its own ids with the account's key
+  (`"caldav:<key>:<rest>"`, `account_of`), so an id finds its account. Event
+  and calendar ids alike; `"primary"` is any calendar's way to say "the
+  account's default calendar".
 - **Times**: an `Event`'s `start`/`end` are aware datetimes, or dates for an
   all-day event; `end` is exclusive (RFC 5545 DTEND: an all-day event on the
   25th ends on the 26th). Listings are expanded: one `Event` per occurrence,
@@ -86,6 +90,16 @@ def split_id(ident: str, known: Iterable[str] = ()) -> tuple[str, str]:
     if sep and (head == GOOGLE or head in known):
         return head, rest
     return GOOGLE, text
+
+
+def account_of(raw: str, accounts: Sequence[Account]) -> Account | None:
+    """Which of one provider's `accounts` holds the item with its own id `raw`: the one
+    whose key starts it (`"<key>:…"`), or the only one."""
+    for account in accounts:
+        if account.key and raw.startswith(account.key + ":"):
+            return account
+    keyless = [a for a in accounts if not a.key]
+    return keyless[0] if len(keyless) == 1 else None
 
 
 # -- errors -------------------------------------------------------------------------------------
@@ -546,6 +560,12 @@ class Provider(Protocol):
 
     async def accounts(self, user_id: int) -> list[Account]:
         """The person's accounts of this provider (connected or not)."""
+        ...
+
+    async def require(self, user_id: int, capability: Capability) -> None:
+        """Raise what a call needing `capability` meets when no connected account of this
+        provider has it: an OAuth provider's `AuthRequired` (the turn ends with its link),
+        a form provider's one sentence pointing at the Connections page."""
         ...
 
     def calendar(self, user_id: int, account: Account) -> Calendar | None:

@@ -33,6 +33,7 @@ from psycopg import sql
 from panager.config import Settings
 from panager.db import migrate
 from panager.db.pool import open_pool
+from panager.services.accounts.sealing import InvalidToken, Sealer
 from panager.services.backup.archive import DATABASE, FILES, MANIFEST, table_facts, tools_for
 from panager.services.backup.crypto import (
     BackupRefused,
@@ -43,7 +44,6 @@ from panager.services.backup.crypto import (
     read_header,
 )
 from panager.services.backup.pgtools import PgTools, libpq_target
-from panager.services.google.sealing import InvalidToken, Sealer
 
 SECRET_FILE = "restored-secret-key"
 # Columns that hold values sealed with PANAGER_SECRET_KEY: (table, key column, column).

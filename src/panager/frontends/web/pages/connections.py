@@ -7,9 +7,9 @@ from aiohttp import web
 
 from panager.frontends.web.pages import form_of, not_found, page, see_other
 from panager.frontends.web.render import render
-from panager.providers.caldav.provider import NeedsFingerprint
+from panager.providers.caldav.provider import CalDavProvider, NeedsFingerprint
 from panager.services.accounts.provider import ProviderError
-from panager.services.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES
+from panager.providers.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES
 from panager.services.web_sessions import WebSession
 
 
@@ -27,8 +27,10 @@ class ConnectionsPage:
             web.post("/connections/google/mail", gate.page(self.connect_mail)),
             web.post("/connections/google/disconnect", gate.page(self.disconnect)),
             web.post("/connections/caldav/add", gate.page(self.caldav_add)),
-            web.post(r"/connections/caldav/{id:\d+}/calendars", gate.page(self.caldav_choose)),
-            web.post(r"/connections/caldav/{id:\d+}/remove", gate.page(self.caldav_remove)),
+            web.post(r"/connections/caldav/{key:[0-9a-f]+}/calendars",
+                     gate.page(self.caldav_choose)),
+            web.post(r"/connections/caldav/{key:[0-9a-f]+}/remove",
+                     gate.page(self.caldav_remove)),
         ]
 
     async def index(self, request: web.Request, session: WebSession,
@@ -38,7 +40,7 @@ class ConnectionsPage:
         account = await google.account(session.user.id) if google is not None else None
         scopes = [SCOPE_NAMES.get(s, s) for s in account.scopes] if account else []
         has_mail = bool(account and set(MAIL_SCOPES) <= set(account.scopes))
-        provider = self.app.caldav
+        provider = self._caldav()
         accounts = await provider.stored(session.user.id) if provider is not None else []
         status = 200 if not caldav.get("caldav_error") else 400
         response = render("connections.html", **page(
@@ -50,9 +52,14 @@ class ConnectionsPage:
         response.set_status(status)
         return response
 
+    def _caldav(self) -> CalDavProvider | None:
+        accounts = self.app.deps.accounts
+        found = accounts.provider("caldav") if accounts is not None else None
+        return found if isinstance(found, CalDavProvider) else None
+
     async def caldav_add(self, request: web.Request, session: WebSession) -> web.Response:
         """Check the typed account at once; store it sealed only when it works."""
-        provider = self.app.caldav
+        provider = self._caldav()
         if provider is None:
             raise see_other("/connections")
         form = await form_of(request)
@@ -69,23 +76,23 @@ class ConnectionsPage:
 
     async def caldav_choose(self, request: web.Request, session: WebSession) -> web.Response:
         """Which calendars are read, and which one new events go to."""
-        provider = self.app.caldav
+        provider = self._caldav()
         if provider is None:
             raise see_other("/connections")
-        account_id = int(request.match_info["id"])
+        key = request.match_info["key"]
         form = await request.post()
         read = frozenset(str(v) for v in form.getall("read", []))
         default = str(form.get("default", "")) or None
-        if not await provider.choose(session.user.id, account_id, read, default):
+        if not await provider.choose(session.user.id, key, read, default):
             return not_found(session, "account")
         raise see_other("/connections", "saved")
 
     async def caldav_remove(self, request: web.Request, session: WebSession) -> web.Response:
         """Delete the account, its sealed password and its cached calendars."""
-        provider = self.app.caldav
+        provider = self._caldav()
         if provider is None:
             raise see_other("/connections")
-        if await provider.remove(session.user.id, int(request.match_info["id"])) is None:
+        if not await provider.remove(session.user.id, request.match_info["key"]):
             return not_found(session, "account")
         raise see_other("/connections", "deleted")
 

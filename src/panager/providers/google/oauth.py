@@ -36,7 +36,7 @@ from urllib.parse import urlencode
 
 from panager.clock import Clock
 from panager.db.pool import Pool
-from panager.services.google.sealing import InvalidToken, Sealer
+from panager.services.accounts.sealing import InvalidToken, Sealer
 
 if TYPE_CHECKING:
     from google_auth_oauthlib.flow import Flow

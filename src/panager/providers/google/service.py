@@ -25,8 +25,8 @@ import psycopg
 from panager.clock import Clock
 from panager.config import Settings
 from panager.db.pool import Pool
-from panager.services.google.calls import GET_ACCOUNT, GoogleCalls
-from panager.services.google.oauth import (
+from panager.providers.google.calls import GET_ACCOUNT, GoogleCalls
+from panager.providers.google.oauth import (
     CALENDAR_SCOPE,
     CALLBACK_PATH,
     GMAIL_COMPOSE_SCOPE,
@@ -43,7 +43,7 @@ from panager.services.google.oauth import (
     OAuthFlow,
     Tokens,
 )
-from panager.services.google.sealing import Sealer
+from panager.services.accounts.sealing import Sealer
 
 __all__ = [
     "CALENDAR_SCOPE",
@@ -275,7 +275,7 @@ class GoogleService:
 
     def _primary_email(self, tokens: Tokens, scopes: tuple[str, ...]) -> str | None:
         """The account's address (the primary calendar's id); None when unavailable."""
-        from panager.services.google.api import GoogleClients
+        from panager.providers.google.api import GoogleClients
 
         if CALENDAR_SCOPE not in scopes:
             return None
@@ -363,6 +363,11 @@ class GoogleService:
         return texts
 
     # -- API calls ------------------------------------------------------------------------
+
+    async def require(self, user_id: int, scope: str) -> None:
+        """Raise what a call under `scope` would meet now: the link to connect, reconnect
+        or allow the missing access (`GoogleAuthRequired`), or a `ToolError`."""
+        await self.calls.usable_tokens(user_id, scope)
 
     async def call(self, user_id: int, scope: str, operation: Callable[[Any], T]) -> T:
         """Run `operation(GoogleClients)` in a thread with the user's own credentials."""

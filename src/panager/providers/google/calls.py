@@ -24,14 +24,14 @@ from googleapiclient.errors import HttpError
 from panager.clock import Clock
 from panager.db.pool import Pool
 from panager.errors import AuthRequired, ToolError
-from panager.services.google.oauth import (
+from panager.providers.google.oauth import (
     MAIL_SCOPES,
     SCOPE_NAMES,
     GoogleEndpoints,
     OAuthFlow,
     Tokens,
 )
-from panager.services.google.sealing import InvalidToken, Sealer
+from panager.services.accounts.sealing import InvalidToken, Sealer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -88,7 +88,7 @@ class GoogleCalls:
 
     async def call(self, user_id: int, scope: str, operation: Callable[[Any], T]) -> T:
         """Run `operation(GoogleClients)` in a thread with the user's own credentials."""
-        tokens = await self._usable_tokens(user_id, scope)
+        tokens = await self.usable_tokens(user_id, scope)
         credentials = self.credentials(tokens)
         try:
             return await asyncio.to_thread(self._run, credentials, operation)
@@ -120,7 +120,8 @@ class GoogleCalls:
             )
             return None
 
-    async def _usable_tokens(self, user_id: int, scope: str) -> Tokens:
+    async def usable_tokens(self, user_id: int, scope: str) -> Tokens:
+        """The user's tokens for a call under `scope`, or the link/refusal to raise."""
         async with self.pool.connection() as conn:
             row = await (await conn.execute(GET_ACCOUNT, (user_id,))).fetchone()
         if row is None:
@@ -152,7 +153,7 @@ class GoogleCalls:
         )
 
     def _run(self, credentials: Credentials, operation: Callable[[Any], T]) -> T:
-        from panager.services.google.api import GoogleClients
+        from panager.providers.google.api import GoogleClients
 
         clients = GoogleClients(credentials, self.endpoints)
         try:

@@ -1,0 +1,1 @@
+"""Google: Calendar, Tasks and Gmail over OAuth, behind the provider contract."""

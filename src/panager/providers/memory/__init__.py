@@ -1,0 +1,1 @@
+"""The in-memory provider (tests, demos): what one provider package looks like."""

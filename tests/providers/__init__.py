@@ -1,0 +1,1 @@
+"""Provider tests: the contract suite every provider passes, and its drivers."""
