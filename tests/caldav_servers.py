@@ -20,6 +20,7 @@ import os
 import socketserver
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,7 @@ def _xml_text(text: str) -> str:
 def _serve(name: str, app: Callable[..., Any], users: dict[str, str], home: Callable[[str], str],
            log: bool = True) -> DavServer:
     server = DavServer(name=name, url="", users=users, home=home)
+    latency = float(os.environ.get("PANAGER_BENCH_DAV_LATENCY", "0") or 0)  # bench/caldav.py
 
     def recorded(environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
         user = _basic_user(environ)
@@ -137,6 +139,8 @@ def _serve(name: str, app: Callable[..., Any], users: dict[str, str], home: Call
         # for the client to close a kept-alive connection
         length = int(environ.get("CONTENT_LENGTH") or 0)
         environ["wsgi.input"] = io.BytesIO(environ["wsgi.input"].read(length) if length else b"")
+        if latency:
+            time.sleep(latency)  # a network's round trip (a thread per request: others go on)
         return app(environ, start_response)
 
     wsgi = make_server("127.0.0.1", 0, recorded, server_class=_ThreadedServer,
