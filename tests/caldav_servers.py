@@ -34,7 +34,7 @@ USERS = {"alice": "alice-app-password", "bob": "bob-app-password"}
 
 
 class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

@@ -27,10 +27,10 @@ from alembic.script import ScriptDirectory
 
 from panager.db import migrate
 from panager.db.pool import open_pool, resolve_database_url
+from panager.services.accounts.sealing import Sealer
 from panager.services.backup.archive import SESSION_FORMAT, TABLES, make_backup
 from panager.services.backup.crypto import MAGIC, BackupRefused, KeySource, key_fingerprint
 from panager.services.backup.restore import restore_backup
-from panager.services.accounts.sealing import Sealer
 from panager.services.sessions import SessionStore
 from tests.discord_helpers import running_bot
 from tests.fakes.discord_server import FakeDiscord

@@ -12,8 +12,8 @@ from panager.clock import FakeClock
 from panager.db.pool import open_pool
 from panager.providers.caldav.provider import CHECKS_PER_HOUR, CalDavProvider
 from panager.services.accounts.connections import Connections
-from panager.services.accounts.sealing import Sealer
 from panager.services.accounts.provider import ProviderError
+from panager.services.accounts.sealing import Sealer
 from panager.services.web.guard import AddressGuard, AllowList
 
 pytestmark = pytest.mark.timeout(60)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.caldav_servers import caldav_of
 from tests.browser_helpers import Browsers, shot
+from tests.caldav_servers import caldav_of
 from tests.web_helpers import ALICE, web_harness
 
 pytestmark = pytest.mark.timeout(180)

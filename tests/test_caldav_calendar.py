@@ -146,7 +146,7 @@ def test_expansion_cap_is_two_thousand_instances() -> None:
 
 
 async def test_update_with_stale_version_is_refused_and_shows_the_new_one(account) -> None:
-    server, url, calendar = account
+    _server, _url, calendar = account
     made = (await calendar.create("primary", NewEvent(
         "Piano lesson", dt.datetime(2026, 12, 4, 16, 0, tzinfo=BERLIN),
         dt.datetime(2026, 12, 4, 17, 0, tzinfo=BERLIN)), BERLIN)).event

@@ -11,8 +11,8 @@ shown the event as it is now (`Changed`).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import datetime as dt
+import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit

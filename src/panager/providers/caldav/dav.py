@@ -203,7 +203,9 @@ class CalDav:
             )
         return found
 
-    async def events(self, calendar_url: str, start: dt.datetime, end: dt.datetime) -> list[DavObject]:
+    async def events(
+        self, calendar_url: str, start: dt.datetime, end: dt.datetime
+    ) -> list[DavObject]:
         """Every event object with an instance in [start, end) (series whole, unexpanded)."""
         answer = await self.door.request(
             "REPORT",

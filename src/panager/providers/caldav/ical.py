@@ -7,10 +7,12 @@ computes a recurrence. Floating times (no zone) are read in the person's zone.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import itertools
 from collections.abc import Iterator
+from typing import Any
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
@@ -20,6 +22,7 @@ import recurring_ical_events
 from panager.providers.caldav.door import CalDavError
 
 PRODID = "-//Panager//CalDAV//EN"
+Component = Any  # icalendar's components: their properties' declared types are a wide union
 When = dt.date | dt.datetime
 
 
@@ -39,7 +42,7 @@ class Occurrence:
     status: str
 
 
-def parse(ics: str) -> icalendar.Calendar:
+def parse(ics: str) -> Component:
     try:
         return icalendar.Calendar.from_ical(ics)
     except (ValueError, KeyError, IndexError) as exc:
@@ -66,7 +69,7 @@ def _in_zone(value: When, zone: ZoneInfo) -> When:
     return value
 
 
-def _end_of(component: icalendar.cal.Component, start: When) -> When:
+def _end_of(component: Component, start: When) -> When:
     if component.get("DTEND") is not None:
         end: When = component["DTEND"].dt
         return end
@@ -75,7 +78,7 @@ def _end_of(component: icalendar.cal.Component, start: When) -> When:
     return start + dt.timedelta(days=1) if not isinstance(start, dt.datetime) else start
 
 
-def _series_uids(calendar: icalendar.Calendar) -> set[str]:
+def _series_uids(calendar: Component) -> set[str]:
     """UIDs that recur: a master with RRULE/RDATE, or any overridden instance."""
     found: set[str] = set()
     for event in calendar.walk("VEVENT"):
@@ -84,12 +87,12 @@ def _series_uids(calendar: icalendar.Calendar) -> set[str]:
     return found
 
 
-def _text(component: icalendar.cal.Component, name: str) -> str | None:
+def _text(component: Component, name: str) -> str | None:
     value = component.get(name)
     return str(value) if value is not None and str(value).strip() else None
 
 
-def attendees_of(component: icalendar.cal.Component) -> tuple[str, ...]:
+def attendees_of(component: Component) -> tuple[str, ...]:
     raw = component.get("ATTENDEE")
     values = raw if isinstance(raw, list) else [raw] if raw is not None else []
     out = []
@@ -100,7 +103,7 @@ def attendees_of(component: icalendar.cal.Component) -> tuple[str, ...]:
 
 
 def occurrences(
-    calendar: icalendar.Calendar, start: dt.datetime, end: dt.datetime, zone: ZoneInfo, cap: int
+    calendar: Component, start: dt.datetime, end: dt.datetime, zone: ZoneInfo, cap: int
 ) -> tuple[list[Occurrence], bool]:
     """The instances overlapping [start, end), at most `cap`, and whether there were more."""
     series = _series_uids(calendar)
@@ -114,7 +117,7 @@ def occurrences(
     return out, len(found) > cap
 
 
-def _between(query: object, start: dt.datetime, end: dt.datetime) -> Iterator[icalendar.Event]:
+def _between(query: object, start: dt.datetime, end: dt.datetime) -> Iterator[Component]:
     """Instances overlapping [start, end) in time order, a window at a time, so a dense rule
     over a long range stops at the cap without expanding the rest (`after` is far slower)."""
     seen: set[tuple[str, str]] = set()
@@ -138,7 +141,7 @@ def _moment(value: When, like: dt.datetime) -> dt.datetime:
     return moment.replace(tzinfo=like.tzinfo) if moment.tzinfo is None else moment
 
 
-def _occurrence(component: icalendar.Event, series: set[str], zone: ZoneInfo) -> Occurrence:
+def _occurrence(component: Component, series: set[str], zone: ZoneInfo) -> Occurrence:
     uid = str(component.get("UID", ""))
     start = _in_zone(component["DTSTART"].dt, zone)
     end = _in_zone(_end_of(component, component["DTSTART"].dt), zone)
@@ -175,7 +178,7 @@ def stable_uid(calendar_path: str, title: str, start: When, end: When) -> str:
     return hashlib.sha256(raw).hexdigest()[:32] + "@panager"
 
 
-def _put_time(component: icalendar.cal.Component, name: str, value: When, zone: ZoneInfo) -> None:
+def _put_time(component: Component, name: str, value: When, zone: ZoneInfo) -> None:
     if name in component:
         del component[name]
     if isinstance(value, dt.datetime):
@@ -213,16 +216,15 @@ def new_object(
     return calendar.to_ical().decode("utf-8")
 
 
-def _add_zones(calendar: icalendar.Calendar) -> None:
-    try:
+def _add_zones(calendar: Component) -> None:
+    # a zone icalendar cannot describe keeps its TZID alone (servers know IANA names)
+    with contextlib.suppress(ValueError, KeyError, AttributeError):
         calendar.add_missing_timezones()
-    except (ValueError, KeyError, AttributeError):
-        pass  # a zone icalendar cannot describe: the TZID alone (servers know IANA names)
 
 
 def find_component(
-    calendar: icalendar.Calendar, uid: str, recurrence: str | None
-) -> icalendar.Event | None:
+    calendar: Component, uid: str, recurrence: str | None
+) -> Component | None:
     """The master (recurrence None) or the override for `recurrence`, if present."""
     for event in calendar.walk("VEVENT"):
         if str(event.get("UID", "")) != uid:
@@ -236,7 +238,7 @@ def find_component(
 
 
 def instance(
-    calendar: icalendar.Calendar, uid: str, recurrence: str, zone: ZoneInfo
+    calendar: Component, uid: str, recurrence: str, zone: ZoneInfo
 ) -> Occurrence | None:
     """One instance of a series as the object holds it now (None: cancelled or absent)."""
     value = rid_value(recurrence)
@@ -255,8 +257,42 @@ def instance(
     return None
 
 
+def _new_override(
+    calendar: Component, uid: str, recurrence: str, zone: ZoneInfo
+) -> Component:
+    """An overriding VEVENT for one instance of a series (its RECURRENCE-ID in the master's
+    zone), copied from the master at the instance's times, added to `calendar`."""
+    current = instance(calendar, uid, recurrence, zone)
+    master = find_component(calendar, uid, None)
+    if current is None or master is None:
+        raise CalDavError("That occurrence is no longer in the series.")
+    target: Component = icalendar.Event()
+    for name in ("UID", "SUMMARY", "DESCRIPTION", "LOCATION", "TRANSP", "STATUS"):
+        if master.get(name) is not None:
+            target.add(name, master[name])
+    target.add("dtstamp", dt.datetime.now(dt.UTC))
+    attendees = master.get("ATTENDEE")
+    for attendee in attendees if isinstance(attendees, list) else (
+        [attendees] if attendees is not None else []
+    ):
+        target.add("attendee", attendee)
+    master_start = master["DTSTART"].dt
+    rid = rid_value(recurrence)
+    if isinstance(rid, dt.datetime) and isinstance(master_start, dt.datetime):
+        if master_start.tzinfo is not None:
+            target.add("recurrence-id", rid.astimezone(master_start.tzinfo))
+        else:
+            target.add("recurrence-id", rid.astimezone(zone).replace(tzinfo=None))
+    else:
+        target.add("recurrence-id", rid)
+    _put_time(target, "DTSTART", current.start, zone)
+    _put_time(target, "DTEND", current.end, zone)
+    calendar.add_component(target)
+    return target
+
+
 def edit(
-    calendar: icalendar.Calendar,
+    calendar: Component,
     uid: str,
     recurrence: str | None,
     zone: ZoneInfo,
@@ -270,31 +306,7 @@ def edit(
     """Change the master, or one instance (an override is made for it when needed)."""
     target = find_component(calendar, uid, recurrence)
     if target is None and recurrence is not None:
-        current = instance(calendar, uid, recurrence, zone)
-        master = find_component(calendar, uid, None)
-        if current is None or master is None:
-            raise CalDavError("That occurrence is no longer in the series.")
-        target = icalendar.Event()
-        for name in ("UID", "SUMMARY", "DESCRIPTION", "LOCATION", "TRANSP", "STATUS"):
-            if master.get(name) is not None:
-                target.add(name, master[name])
-        target.add("dtstamp", dt.datetime.now(dt.UTC))
-        for attendee in master.get("ATTENDEE", []) if isinstance(
-            master.get("ATTENDEE"), list
-        ) else ([master["ATTENDEE"]] if master.get("ATTENDEE") is not None else []):
-            target.add("attendee", attendee)
-        master_start = master["DTSTART"].dt
-        rid = rid_value(recurrence)
-        if isinstance(rid, dt.datetime) and isinstance(master_start, dt.datetime):
-            if master_start.tzinfo is not None:
-                target.add("recurrence-id", rid.astimezone(master_start.tzinfo))
-            else:
-                target.add("recurrence-id", rid.astimezone(zone).replace(tzinfo=None))
-        else:
-            target.add("recurrence-id", rid)
-        _put_time(target, "DTSTART", current.start, zone)
-        _put_time(target, "DTEND", current.end, zone)
-        calendar.add_component(target)
+        target = _new_override(calendar, uid, recurrence, zone)
     if target is None:
         raise CalDavError("The event is no longer on the server.")
     old_start = target["DTSTART"].dt
@@ -321,7 +333,9 @@ def edit(
     _add_zones(calendar)
 
 
-def cancel_instance(calendar: icalendar.Calendar, uid: str, recurrence: str, zone: ZoneInfo) -> None:
+def cancel_instance(
+    calendar: Component, uid: str, recurrence: str, zone: ZoneInfo
+) -> None:
     """Remove one instance of a series: an EXDATE on the master, any override dropped."""
     master = find_component(calendar, uid, None)
     if master is None:
@@ -342,7 +356,7 @@ def cancel_instance(calendar: icalendar.Calendar, uid: str, recurrence: str, zon
     master.add("exdate", value)
 
 
-def _replace(component: icalendar.cal.Component, name: str, value: object) -> None:
+def _replace(component: Component, name: str, value: object) -> None:
     if name in component:
         del component[name]
     component.add(name, value)

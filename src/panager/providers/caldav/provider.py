@@ -52,6 +52,7 @@ from panager.services.accounts.provider import (
     Listing,
     Mailbox,
     NewEvent,
+    OAuthConnect,
     ProviderError,
     Tasks,
 )
@@ -135,10 +136,10 @@ def _account(stored: StoredAccount) -> CalDavAccount:
 class CalDavProvider:
     """CalDAV accounts: add (checked), list, choose calendars, remove; their calendars."""
 
-    name = NAME
-    title = TITLE
-    connect = FormConnect(FIELDS)
-    capabilities = CALENDAR
+    name: str = NAME
+    title: str = TITLE
+    connect: OAuthConnect | FormConnect = FormConnect(FIELDS)
+    capabilities: frozenset[Capability] = CALENDAR
 
     def __init__(
         self,

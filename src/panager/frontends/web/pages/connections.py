@@ -8,8 +8,8 @@ from aiohttp import web
 from panager.frontends.web.pages import form_of, not_found, page, see_other
 from panager.frontends.web.render import render
 from panager.providers.caldav.provider import CalDavProvider, NeedsFingerprint
-from panager.services.accounts.provider import ProviderError
 from panager.providers.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES
+from panager.services.accounts.provider import ProviderError
 from panager.services.web_sessions import WebSession
 
 
