@@ -41,8 +41,9 @@ async def test_add_choose_and_remove_a_caldav_account(
         await page.fill("input[name=username]", "alice")
         await page.fill("input[name=password]", "not-the-password")
         await page.click("form[action='/connections/caldav/add'] button")
-        error = await page.inner_text("#caldav .error")
-        assert error == f"The calendar server at {server.url} refused the user name or password."
+        error = await page.inner_text(".error")
+        assert error == (
+            f"CalDAV: The calendar server at {server.url} refused the user name or password.")
         assert await page.input_value("input[name=url]") == server.url  # what was typed is kept
         assert await page.input_value("input[name=password]") == ""  # but never the password
         async with h.app.pool.connection() as conn:
@@ -51,12 +52,12 @@ async def test_add_choose_and_remove_a_caldav_account(
 
         await page.fill("input[name=password]", server.users["alice"])
         await page.click("form[action='/connections/caldav/add'] button")
-        notice = await page.inner_text("#caldav .notice")
+        notice = await page.inner_text("p.notice[role=status]")
         stored = (await caldav_of(h.app).stored(ALICE))[0]
-        assert notice == f"connected: {len(stored.calendars)} calendars"
-        names = await page.locator("#caldav tbody td:nth-child(3)").all_inner_texts()
+        assert notice == f"CalDAV: connected: {len(stored.calendars)} calendars"
+        names = await page.locator("form.caldav-calendars tbody td:nth-child(3)").all_inner_texts()
         assert "Kids <b>bold</b>" in names  # the server's text, shown as text
-        assert await page.locator("#caldav tbody b").count() == 0
+        assert await page.locator("form.caldav-calendars tbody b").count() == 0
         assert server.users["alice"] not in await page.content()
 
         await page.uncheck("input[aria-label='read Work']")
@@ -69,7 +70,7 @@ async def test_add_choose_and_remove_a_caldav_account(
         assert chosen.default == family and "/alice/web-work/" not in (chosen.read or ())
 
         await page.click(f"form[action='/connections/caldav/{stored.key}/remove'] button")
-        await page.wait_for_url("**/connections?done=deleted")
+        await page.wait_for_url("**/connections?done=removed")
         assert await caldav_of(h.app).stored(ALICE) == []
         assert browsers.errors == []
     finally:

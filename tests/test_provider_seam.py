@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from panager.agent.commands import CommandContext, dispatch
 from panager.agent.graph.tool import LOOKUP_KEY
 from panager.agent.tools import build_tools, tools_for_turn
 from panager.db import migrate
@@ -75,7 +76,7 @@ async def test_google_and_a_second_provider_list_together_and_route_by_id(make_a
     h, user = await linked(make_app, fake)
     memory = MemoryProvider()
     h.app.deps.accounts.register(memory)
-    account = memory.add_account(user.id, "family@memory", calendars=("Family",))
+    account = memory.add_account(user.id, "family@memory", calendars=("Kids",))
     family = memory.calendar(user.id, account)
     made = (await family.create("primary", NewEvent(
         "School play", h.app.clock.now().replace(hour=15, minute=0),
@@ -87,19 +88,28 @@ async def test_google_and_a_second_provider_list_together_and_route_by_id(make_a
     source, shown = unframe(listed)
     assert source == "Google Calendar, In-memory Calendar"
     by_title = {e["title"]: e for e in shown["events"]}
-    assert by_title["School play"]["calendar"] == "Family"
+    assert by_title["School play"]["calendar"] == "Kids"
     assert by_title["School play"]["account"] == "family@memory"
     assert by_title["School play"]["id"] == made.id and made.id.startswith("memory:")
     assert by_title["Dentist"]["account"] == ALICE and "calendar" not in by_title["Dentist"]
     changed = data(await tools["calendar_update_event"].ainvoke(
         {"event_id": made.id, "title": "School play (2nd act)"}))
-    assert changed["event"]["calendar"] == "Family"
+    assert changed["event"]["calendar"] == "Kids"
     assert (await family.event("primary", made.id)).title == "School play (2nd act)"
     before = len(fake.requests)
     created = data(await tools["calendar_create_event"].ainvoke(
         {"title": "Haircut", "start": "2026-11-24T10:00", "end": "2026-11-24T11:00"}))
     assert created["event"]["calendar_id"] == "primary"  # "primary": Google's, the default
     assert any(r["method"] == "POST" for r in fake.requests[before:])
+    by_name = data(await tools["calendar_create_event"].ainvoke(
+        {"title": "Recital", "start": "2026-11-25T18:00", "end": "2026-11-25T19:00",
+         "calendar_id": "kids"}))  # a calendar's name as the person knows it
+    assert by_name["event"]["calendar"] == "Kids" and by_name["event"]["id"].startswith("memory:")
+    family = next(k for k in fake.calendars[ALICE] if k != "primary")
+    on_google = data(await tools["calendar_create_event"].ainvoke(
+        {"title": "Dinner", "start": "2026-11-26T18:00", "end": "2026-11-26T19:00",
+         "calendar_id": "Family"}))
+    assert on_google["event"]["calendar_id"] == family
     await h.server.stop()
 
 
@@ -176,3 +186,40 @@ async def test_form_connects_are_sealed_and_the_doctor_wants_their_key(make_app,
     assert not await connections.remove(user.id, "memory", stored.key)
     ok, line = await check_secret(no_key, {"pool": app.pool})
     assert ok is None and "not set" in line
+
+
+async def test_a_form_connect_is_typed_on_the_connections_page_only_and_checked_first(
+    make_app,
+):
+    from tests.web_helpers import ALICE as WEB_ALICE
+    from tests.web_helpers import web_harness
+
+    h = await web_harness(make_app, secret_key=SECRET)
+    memory = MemoryProvider(password="right-app-password")
+    h.app.deps.accounts.register(memory)
+    client = await h.client(WEB_ALICE)
+    status, body = await client.get("/connections")
+    assert status == 200 and "In-memory" in body and 'type="password"' in body
+    status, body = await client.post("/connections/memory/add",
+                                     {"label": "Home <b>", "password": "wrong"})
+    assert status == 400 and "refused this password" in body
+    assert "wrong" not in body and "Home &lt;b&gt;" in body  # the name kept, escaped
+    async with h.app.pool.connection() as conn:
+        assert await (await conn.execute("SELECT * FROM provider_accounts")).fetchall() == []
+    status, body = await client.post("/connections/memory/add",
+                                     {"label": "Home", "password": "right-app-password"})
+    assert status == 200 and "Connected." in body and "<strong>Home</strong>" in body
+    assert "right-app-password" not in body
+    [stored] = await h.app.deps.connections.accounts(WEB_ALICE, "memory")
+    assert h.app.deps.connections.secret(stored) == {"password": "right-app-password"}
+    ctx = CommandContext(user=await h.app.deps.users.get(WEB_ALICE), assistant=h.app.assistant)
+    for verb in ("connect", "disconnect"):
+        reply = await dispatch(ctx, f"/{verb} memory")
+        assert reply.ok and "Connections page" in reply.text and "never in a chat" in reply.text
+        assert reply.link["url"] == h.app.settings.public_url.rstrip("/") + "/connections"
+    assert not (await dispatch(ctx, "/connect dropbox")).ok
+    status, body = await client.post(f"/connections/memory/{stored.key}/remove", {})
+    assert status == 200 and "Removed" in body
+    assert await h.app.deps.connections.accounts(WEB_ALICE, "memory") == []
+    await client.close()
+    await h.server.stop()

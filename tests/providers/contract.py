@@ -41,6 +41,15 @@ def one_sentence(message: str) -> None:
     assert "Traceback" not in message and "HttpError" not in message, message
 
 
+async def test_calendars_name_their_account_and_one_default(driver):
+    found = await driver.calendar.calendars()
+    assert [c.default for c in found].count(True) == 1
+    default = next(c for c in found if c.default)
+    assert default.name and default.account and default.writable
+    assert len({c.id for c in found}) == len(found)
+    assert all(c.provider == driver.name for c in found)
+
+
 async def test_create_then_list_and_create_again(driver):
     cal = driver.calendar
     made = await cal.create("primary", NewEvent("Dentist", at(23, 9), at(23, 10),
@@ -136,6 +145,7 @@ async def test_tasks_create_list_change_complete_delete(driver):
     if tasks is None:  # a calendar-only provider (CalDAV): it offers no task capability
         assert not {Capability.TASKS_READ, Capability.TASKS_WRITE} & driver.capabilities
         return
+    assert [t.default for t in await tasks.lists()].count(True) == 1
     milk = await tasks.create(NewTask("Buy milk", date(2026, 11, 25), "2%"))
     call = await tasks.create(NewTask("Call mum"))
     assert (milk.title, milk.due, milk.notes, milk.done) == ("Buy milk", date(2026, 11, 25),

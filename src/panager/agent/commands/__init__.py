@@ -175,7 +175,7 @@ COMMAND_MODULES: list[str] = [
     "panager.agent.commands.access",
     "panager.agent.commands.schedule",
     "panager.agent.commands.memory",
-    "panager.agent.commands.google",
+    "panager.agent.commands.connect",
     "panager.agent.commands.runtime",
     "panager.agent.commands.sessions",
     "panager.agent.commands.skills",

@@ -330,6 +330,8 @@ def calendar_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
 
     async def writer(calendar_id: str, event_id: str = "") -> tuple[Provider, Any, str, str]:
         accounts = accounts_of(deps)
+        if not event_id and by_name(calendar_id, accounts.names):
+            calendar_id = await named_calendar(accounts, user.id, calendar_id)
         provider, _, cal = await accounts.calendar_for(user.id, calendar_id, event_id)
         return (provider, cal, own_id(calendar_id, accounts.names),
                 own_id(event_id, accounts.names))
@@ -411,6 +413,25 @@ def calendar_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
     ]
     described_by_lookups(deps, user, {t.name: t for t in made}, seen)
     return made
+
+
+def by_name(calendar_id: str, names: Sequence[str]) -> bool:
+    """Whether `calendar_id` may be a calendar's name rather than an id (no address, no
+    provider prefix, not "primary")."""
+    unqualified = split_id(calendar_id, names)[0] == GOOGLE
+    return (unqualified and calendar_id not in ("", "primary") and "@" not in calendar_id
+            and not calendar_id.startswith(f"{GOOGLE}:"))
+
+
+async def named_calendar(accounts: AccountService, user_id: int, calendar_id: str) -> str:
+    """The id of the writable calendar the person knows by the name `calendar_id` (any
+    case), or `calendar_id` itself when none has that name."""
+    wanted = calendar_id.strip().casefold()
+    for _, _, cal in await accounts.calendars(user_id, Capability.CALENDAR_WRITE):
+        for info in await cal.calendars():
+            if info.writable and info.name.strip().casefold() == wanted:
+                return info.id
+    return calendar_id
 
 
 async def merged_listing(
@@ -521,7 +542,10 @@ def google_connect_tool(deps: AgentDeps, user: User) -> BaseTool:
     @tool(classify=ORDINARY)
     async def google_connect() -> dict:
         """Connect the user's Google account (for Calendar and Tasks): they get a link."""
-        await accounts_of(deps).require(user.id, Capability.CALENDAR_READ)
+        google = accounts_of(deps).provider(GOOGLE)
+        if google is None:
+            raise ToolError(NOT_CONFIGURED)
+        await google.require(user.id, Capability.CALENDAR_READ)  # the link, unless linked
         return {"ok": True, "note": "Google is already connected."}
 
     return google_connect

@@ -12,8 +12,8 @@ import datetime as dt
 import hashlib
 import itertools
 from collections.abc import Iterator
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import icalendar

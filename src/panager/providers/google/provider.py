@@ -37,6 +37,7 @@ from panager.services.accounts.provider import (
     Created,
     Event,
     EventChange,
+    FormConnect,
     Listing,
     Mailbox,
     NewEvent,
@@ -84,8 +85,9 @@ class GoogleProvider:
         self.service = service
         self.timeout = timeout
         endpoints = service.endpoints
-        self.connect = OAuthConnect(endpoints.auth_uri, endpoints.token_uri,
-                                    SCOPES_BY_CAPABILITY)
+        self.connect: OAuthConnect | FormConnect = OAuthConnect(
+            endpoints.auth_uri, endpoints.token_uri, SCOPES_BY_CAPABILITY
+        )
 
     async def accounts(self, user_id: int) -> list[Account]:
         """The person's Google account, if linked (a revoked one as not connected)."""

@@ -42,6 +42,7 @@ from panager.services.accounts.provider import (
     NewEvent,
     NewTask,
     NotFound,
+    OAuthConnect,
     ProviderError,
     ReadOnly,
     Task,
@@ -86,10 +87,14 @@ class MemoryProvider:
     name = NAME
     title = "In-memory"
     capabilities = CALENDAR | TASKS | {Capability.CONTACTS_READ}
-    connect = FormConnect((Field("label", "Account name"),))
+    connect: OAuthConnect | FormConnect = FormConnect((
+        Field("label", "Account name"),
+        Field("password", "Password", secret=True, required=False),
+    ))
 
-    def __init__(self, timeout: float = CALL_TIMEOUT) -> None:
+    def __init__(self, timeout: float = CALL_TIMEOUT, password: str = "") -> None:
         self.timeout = timeout
+        self.password = password  # what `check` accepts (the "server's" password)
         self.books: dict[int, dict[str, _Book]] = {}
         self.stalled: asyncio.Event | None = None  # set: calls wait until it is set
         self._versions = itertools.count(1)
@@ -131,6 +136,8 @@ class MemoryProvider:
         label = (values.get("label") or "").strip()
         if not label:
             raise ProviderError("Give the account a name.")
+        if (values.get("password") or "") != self.password:
+            raise ProviderError("The server refused this password; nothing was stored.")
         return Checked(label, "connected: 1 calendar", self.capabilities)
 
     async def reached(self) -> None:

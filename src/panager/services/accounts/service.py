@@ -10,6 +10,7 @@ raising the provider's own "connect first" when none does.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -28,6 +29,7 @@ from panager.services.accounts.provider import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 NOT_CONFIGURED = (
     "Calendars and tasks are not configured on this Panager instance: the admin must set "
@@ -80,12 +82,14 @@ class AccountService:
 
     async def connected(self, user_id: int) -> Connected:
         """The person's accounts of every provider (a provider that fails to answer counts
-        as none, logged by its own calls; a call then says what is wrong)."""
+        as none, logged; a call then says what is wrong)."""
         found: list[tuple[Provider, Account]] = []
         for provider in self.providers:
             try:
                 accounts = await provider.accounts(user_id)
-            except Exception:
+            except Exception as exc:
+                log.warning("%s accounts of user %s could not be read (%s)", provider.title,
+                            user_id, type(exc).__name__)
                 continue
             found += [(provider, a) for a in accounts]
         return Connected(tuple(found))

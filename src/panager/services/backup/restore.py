@@ -50,6 +50,7 @@ SECRET_FILE = "restored-secret-key"
 SEALED = (
     ("google_accounts", "user_id", "token_ciphertext"),
     ("oauth_states", "state_hash", "code_verifier"),
+    ("provider_accounts", "id", "secret_ciphertext"),  # from 0031 on
 )
 
 
@@ -280,6 +281,8 @@ def reseal(url: str, old: str, new: str) -> int:
     count = 0
     with psycopg.connect(url, connect_timeout=30) as conn, conn.transaction():
         for table, key, column in SEALED:
+            if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,):
+                continue  # a backup of a schema before the table existed
             select = sql.SQL("SELECT {}, {} FROM {}").format(
                 sql.Identifier(key), sql.Identifier(column), sql.Identifier(table)
             )

@@ -22,6 +22,8 @@ NOTICES = {
     "cancelled": "Cancelled.",
     "deleted": "Deleted.",
     "disconnected": "Google is disconnected.",
+    "connected": "Connected.",
+    "removed": "Removed: the account and its stored password are deleted.",
     "allowed": "User allowed.",
     "blocked": "User blocked: their web sessions ended and their messages are refused.",
     "revoked": "Invite revoked.",

@@ -1,16 +1,23 @@
-"""Connections: Google linked or not (the usual consent link, disconnect); CalDAV accounts
-typed here only — checked at once, sealed, their calendars chosen, removable."""
+"""Connections: Google linked or not (connect through the consent link, disconnect), and
+every form-connect provider's accounts: its form, typed here only, checked before anything is
+stored, its secret fields sealed (services/accounts/connections.py) and never shown back."""
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 from aiohttp import web
 
 from panager.frontends.web.pages import form_of, not_found, page, see_other
 from panager.frontends.web.render import render
-from panager.providers.caldav.provider import CalDavProvider, NeedsFingerprint
+from panager.providers.caldav.provider import CalDavProvider
 from panager.providers.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES
-from panager.services.accounts.provider import ProviderError
+from panager.services.accounts.connections import split_fields
+from panager.services.accounts.provider import FormConnect, FormProvider, ProviderError
 from panager.services.web_sessions import WebSession
+
+log = logging.getLogger(__name__)
 
 
 class ConnectionsPage:
@@ -26,75 +33,85 @@ class ConnectionsPage:
             web.post("/connections/google/connect", gate.page(self.connect)),
             web.post("/connections/google/mail", gate.page(self.connect_mail)),
             web.post("/connections/google/disconnect", gate.page(self.disconnect)),
-            web.post("/connections/caldav/add", gate.page(self.caldav_add)),
-            web.post(r"/connections/caldav/{key:[0-9a-f]+}/calendars",
-                     gate.page(self.caldav_choose)),
-            web.post(r"/connections/caldav/{key:[0-9a-f]+}/remove",
-                     gate.page(self.caldav_remove)),
+            web.post("/connections/{provider}/add", gate.page(self.add)),
+            web.post("/connections/{provider}/{key}/remove", gate.page(self.remove)),
+            web.post("/connections/caldav/{key}/calendars", gate.page(self.caldav_choose)),
         ]
 
-    async def index(self, request: web.Request, session: WebSession,
-                    **caldav: object) -> web.Response:
+    def _form_providers(self) -> list[Any]:
+        accounts = self.app.deps.accounts
+        providers = accounts.providers if accounts is not None else []
+        return [p for p in providers
+                if isinstance(p.connect, FormConnect) and isinstance(p, FormProvider)]
+
+    async def _forms(self, session: WebSession) -> list[dict]:
+        connections = self.app.deps.connections
+        found = []
+        for provider in self._form_providers():
+            stored = (await connections.accounts(session.user.id, provider.name)
+                      if connections is not None else [])
+            found.append({"provider": provider, "fields": provider.connect.fields,
+                          "accounts": stored})
+        return found
+
+    async def index(
+        self, request: web.Request, session: WebSession, error: str | None = None,
+        typed: dict[str, str] | None = None, said: str | None = None,
+    ) -> web.Response:
         """The state of each connection."""
         google = self.app.deps.google
         account = await google.account(session.user.id) if google is not None else None
         scopes = [SCOPE_NAMES.get(s, s) for s in account.scopes] if account else []
         has_mail = bool(account and set(MAIL_SCOPES) <= set(account.scopes))
-        provider = self._caldav()
-        accounts = await provider.stored(session.user.id) if provider is not None else []
-        status = 200 if not caldav.get("caldav_error") else 400
-        response = render("connections.html", **page(
+        return render("connections.html", **page(
             session, "connections", "Connections", request, configured=google is not None,
             not_configured=NOT_CONFIGURED, account=account, scopes=scopes, has_mail=has_mail,
-            caldav_on=provider is not None, caldav_accounts=accounts,
-            **{"caldav_notice": None, "caldav_error": None, "caldav_form": {},
-               "caldav_fingerprint": None, **caldav}))
-        response.set_status(status)
-        return response
+            forms=await self._forms(session), form_error=error, typed=typed or {},
+            form_said=said, sealing=self.app.deps.connections is not None),
+            status=400 if error else 200)
 
-    def _caldav(self) -> CalDavProvider | None:
-        accounts = self.app.deps.accounts
-        found = accounts.provider("caldav") if accounts is not None else None
-        return found if isinstance(found, CalDavProvider) else None
-
-    async def caldav_add(self, request: web.Request, session: WebSession) -> web.Response:
-        """Check the typed account at once; store it sealed only when it works."""
-        provider = self._caldav()
-        if provider is None:
+    async def add(self, request: web.Request, session: WebSession) -> web.Response:
+        """Check what was typed with the provider; store the account only when it works."""
+        name = request.match_info["provider"]
+        provider = next((p for p in self._form_providers() if p.name == name), None)
+        connections = self.app.deps.connections
+        if provider is None or connections is None:
             raise see_other("/connections")
-        form = await form_of(request)
-        kept = {k: form.get(k, "") for k in ("url", "username", "fingerprint")}  # not the password
+        values = await form_of(request)
+        plain = {f.name: values.get(f.name, "") for f in provider.connect.fields if not f.secret}
         try:
-            _, said = await provider.add(session.user.id, form)
-        except NeedsFingerprint as exc:
-            return await self.index(request, session, caldav_error=exc.message,
-                                    caldav_form=kept, caldav_fingerprint=exc.fingerprint)
-        except ProviderError as exc:
-            return await self.index(request, session, caldav_error=exc.message,
-                                    caldav_form=kept)
-        return await self.index(request, session, caldav_notice=said)
+            secret, plain = split_fields(provider.connect, values)
+            checked = await provider.check(session.user.id, {**plain, **secret})
+        except (ValueError, ProviderError) as exc:
+            return await self.index(request, session, f"{provider.title}: {exc}",
+                                    {"provider": name, **plain})
+        await connections.add(session.user.id, name, checked.label, secret,
+                              {**plain, **checked.settings})
+        log.info("%s account connected for user %s", provider.title, session.user.id)
+        # the check's own words ("connected: 3 calendars"), on the page the form was on
+        return await self.index(request, session, typed={"provider": name},
+                                said=f"{provider.title}: connected: {checked.summary}")
+
+    async def remove(self, request: web.Request, session: WebSession) -> web.Response:
+        """Delete one form-connected account and its sealed credentials."""
+        connections = self.app.deps.connections
+        if connections is not None:
+            await connections.remove(session.user.id, request.match_info["provider"],
+                                     request.match_info["key"])
+        raise see_other("/connections", "removed")
 
     async def caldav_choose(self, request: web.Request, session: WebSession) -> web.Response:
-        """Which calendars are read, and which one new events go to."""
-        provider = self._caldav()
-        if provider is None:
+        """A CalDAV account's calendars: which are read, and which one new events go to."""
+        accounts = self.app.deps.accounts
+        provider = accounts.provider("caldav") if accounts is not None else None
+        if not isinstance(provider, CalDavProvider):
             raise see_other("/connections")
-        key = request.match_info["key"]
         form = await request.post()
         read = frozenset(str(v) for v in form.getall("read", []))
         default = str(form.get("default", "")) or None
-        if not await provider.choose(session.user.id, key, read, default):
+        if not await provider.choose(session.user.id, request.match_info["key"], read, default):
             return not_found(session, "account")
         raise see_other("/connections", "saved")
-
-    async def caldav_remove(self, request: web.Request, session: WebSession) -> web.Response:
-        """Delete the account, its sealed password and its cached calendars."""
-        provider = self._caldav()
-        if provider is None:
-            raise see_other("/connections")
-        if not await provider.remove(session.user.id, request.match_info["key"]):
-            return not_found(session, "account")
-        raise see_other("/connections", "deleted")
 
     async def connect(self, request: web.Request, session: WebSession) -> web.Response:
         """On to Google's consent page through a fresh single-use link."""

@@ -1,10 +1,12 @@
-"""/connect google, /connect google mail and /disconnect google."""
+"""/connect <provider> and /disconnect <provider>: Google's consent link (and `mail` for
+Gmail); a form-connect provider (CalDAV, …) is connected on the web page's Connections page
+only, so its passwords are never typed in a chat — the command answers with that page."""
 
 from __future__ import annotations
 
 from panager.agent.commands import CommandContext, CommandReply, command
-from panager.agent.commands.caldav import connect_caldav, disconnect_caldav
 from panager.providers.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES, STATE_TTL
+from panager.services.accounts.provider import FormConnect
 
 LINK_LABEL = "Connect Google"
 
@@ -16,20 +18,36 @@ def _provider_problem(args: str, verb: str) -> CommandReply | None:
     return CommandReply(f"Usage: /{verb} google (Google Calendar and Tasks){extra}.", ok=False)
 
 
+def _form_connect(ctx: CommandContext, args: str, verb: str) -> CommandReply | None:
+    """The Connections page, for a provider whose accounts are connected with a form."""
+    accounts = ctx.deps.accounts
+    word = (args.strip().lower().split() or [""])[0]
+    provider = accounts.provider(word) if accounts is not None and word != "google" else None
+    if provider is None or not isinstance(provider.connect, FormConnect):
+        return None
+    url = ctx.deps.settings.public_url.rstrip("/") + "/connections"
+    what = "Add" if verb == "connect" else "Remove"
+    text = (f"{what} your {provider.title} account on the web page's Connections page "
+            "(passwords are typed there only, never in a chat). Use /web if you are not "
+            "signed in there.")
+    return CommandReply(text, link={"url": url, "label": f"{provider.title} connections"})
+
+
 def _names(scopes: tuple[str, ...]) -> str:
     return " and ".join(SCOPE_NAMES.get(s, s) for s in scopes)
 
 
 @command(
     "connect",
-    "/connect google [mail] | caldav",
+    "/connect google [mail]",
     "link Google Calendar and Tasks; `mail` adds Gmail (read, drafts, approved sends)",
 )
 async def connect_command(ctx: CommandContext, args: str) -> CommandReply:
     """Hand out a consent link (valid for a few minutes, usable once)."""
+    form = _form_connect(ctx, args, "connect")
+    if form is not None:
+        return form
     words = args.strip().lower().split()
-    if words == ["caldav"]:
-        return connect_caldav(ctx)
     mail = words == ["google", "mail"]
     problem = None if mail else _provider_problem(args, "connect")
     if problem is not None:
@@ -66,8 +84,9 @@ async def connect_command(ctx: CommandContext, args: str) -> CommandReply:
 @command("disconnect", "/disconnect google", "unlink Google (revokes and deletes tokens)")
 async def disconnect_command(ctx: CommandContext, args: str) -> CommandReply:
     """Revoke the grant at Google and delete the stored tokens."""
-    if args.strip().lower() == "caldav":
-        return disconnect_caldav(ctx)
+    form = _form_connect(ctx, args, "disconnect")
+    if form is not None:
+        return form
     problem = _provider_problem(args, "disconnect")
     if problem is not None:
         return problem
