@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import itertools
 import os
 import socketserver
 import tempfile
@@ -31,6 +32,7 @@ import httpx
 import pytest
 
 USERS = {"alice": "alice-app-password", "bob": "bob-app-password"}
+_fresh = itertools.count()
 
 
 class _Quiet(WSGIRequestHandler):
@@ -52,6 +54,7 @@ class DavServer:
     users: dict[str, str]
     home: Callable[[str], str]  # user -> calendar home path
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # method, path, user
+    htpasswd: Path | None = None  # Radicale's accounts file (read at every request)
     _server: WSGIServer | None = None
     _thread: threading.Thread | None = None
 
@@ -61,6 +64,16 @@ class DavServer:
 
     def calendar_url(self, user: str, slug: str) -> str:
         return f"{self.url}{self.home(user)}{slug}/"
+
+    def new_user(self, prefix: str = "u") -> str:
+        """A fresh account of its own (Radicale only): a test that lists "all calendars"
+        then sees only its own, whatever other tests of the session made."""
+        assert self.htpasswd is not None, f"{self.name} serves one user only"
+        name = f"{prefix}{next(_fresh)}"
+        self.users[name] = f"{name}-app-password"
+        with self.htpasswd.open("a") as out:
+            out.write(f"{name}:{self.users[name]}\n")
+        return name
 
     def stop(self) -> None:
         if self._server is not None:
@@ -206,8 +219,10 @@ def start_radicale(folder: Path, users: dict[str, str] = USERS) -> DavServer:
         "rights": {"type": "owner_only"},
         "logging": {"level": "warning", "mask_passwords": "True"},
     }, "tests")
-    return _serve("radicale", radicale.Application(configuration), users,
-                  home=lambda user: f"/{user}/")
+    server = _serve("radicale", radicale.Application(configuration), dict(users),
+                    home=lambda user: f"/{user}/")
+    server.htpasswd = htpasswd
+    return server
 
 
 def start_xandikos(folder: Path, user: str = "alice", password: str | None = None) -> DavServer:

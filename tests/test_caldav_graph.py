@@ -43,8 +43,9 @@ async def test_thursday_lists_google_and_caldav_events_each_named(
     make_app, caldav_servers, tmp_path
 ) -> None:
     server = caldav_servers["radicale"]
-    family = server.make_calendar("alice", "graph-family", "Family")
-    server.put("alice", family, "swim", (
+    who = server.new_user("graph")
+    family = server.make_calendar(who, "family", "Family")
+    server.put(who, family, "swim", (
         "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//Phone//EN\r\nBEGIN:VEVENT\r\nUID:swim\r\n"
         "DTSTAMP:20261101T000000Z\r\nDTSTART:20261126T160000Z\r\nDTEND:20261126T170000Z\r\n"
         "RRULE:FREQ=WEEKLY\r\nSUMMARY:Swimming with Mia\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
@@ -63,14 +64,14 @@ async def test_thursday_lists_google_and_caldav_events_each_named(
         await h.link(user)
         assert caldav_of(h.app) is not None
         _, said = await caldav_of(h.app).add(user.id, {
-            "url": server.url, "username": "alice", "password": server.users["alice"]})
+            "url": server.url, "username": who, "password": server.users[who]})
         assert said.startswith("connected: ")
 
         result = await h.app.assistant.run_turn(user, "what's on Thursday?")
 
         assert result.text == (
             f"Thursday: Dentist at 09:00 ({ALICE}); "
-            "Swimming with Mia at 16:00 (Family, alice @ 127.0.0.1)"
+            f"Swimming with Mia at 16:00 (Family, {who} @ 127.0.0.1)"
         )
         snap = await h.app.assistant.graph.aget_state(h.app.assistant.config_for(user))
         tool = [m for m in snap.values["messages"] if isinstance(m, ToolMessage)][-1]

@@ -173,7 +173,7 @@ class CalDavDriver:
         from panager.providers.caldav.door import Door, Login
         from panager.services.web.guard import AddressGuard, AllowList
 
-        self.name = f"caldav-{server.name}"
+        self.name = "caldav"  # the provider's name (DRIVERS names the server too)
         self.server = server
         self.url = server.make_calendar("alice", slug, f"Contract {slug}")
         self.path = self.url.split(server.url, 1)[1]
