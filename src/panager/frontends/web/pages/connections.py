@@ -56,7 +56,7 @@ class ConnectionsPage:
 
     async def index(
         self, request: web.Request, session: WebSession, error: str | None = None,
-        typed: dict[str, str] | None = None, said: str | None = None,
+        typed: dict[str, str] | None = None,
     ) -> web.Response:
         """The state of each connection."""
         google = self.app.deps.google
@@ -67,8 +67,7 @@ class ConnectionsPage:
             session, "connections", "Connections", request, configured=google is not None,
             not_configured=NOT_CONFIGURED, account=account, scopes=scopes, has_mail=has_mail,
             forms=await self._forms(session), form_error=error, typed=typed or {},
-            form_said=said, sealing=self.app.deps.connections is not None),
-            status=400 if error else 200)
+            sealing=self.app.deps.connections is not None), status=400 if error else 200)
 
     async def add(self, request: web.Request, session: WebSession) -> web.Response:
         """Check what was typed with the provider; store the account only when it works."""
@@ -88,9 +87,7 @@ class ConnectionsPage:
         await connections.add(session.user.id, name, checked.label, secret,
                               {**plain, **checked.settings})
         log.info("%s account connected for user %s", provider.title, session.user.id)
-        # the check's own words ("connected: 3 calendars"), on the page the form was on
-        return await self.index(request, session, typed={"provider": name},
-                                said=f"{provider.title}: connected: {checked.summary}")
+        raise see_other("/connections", "connected")
 
     async def remove(self, request: web.Request, session: WebSession) -> web.Response:
         """Delete one form-connected account and its sealed credentials."""
