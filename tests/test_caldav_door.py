@@ -181,3 +181,33 @@ async def test_own_certificate_is_accepted_only_by_its_pinned_fingerprint() -> N
             with pytest.raises(CalDavError, match="different certificate"):
                 await CalDav(door).principal()
         assert len(server.seen) == 2
+
+
+async def test_a_redirect_within_the_registrable_domain_keeps_the_password() -> None:
+    """iCloud's way: caldav.example.com sends the client to p42-caldav.example.com (https,
+    same registrable domain): the password goes along; to another domain it does not."""
+    server_tls, _client, _names = tls_pair("caldav.example.com")
+    async with ScriptedDav(tls=server_tls) as server:  # one server answers every name
+        server.routes["/.well-known/caldav"] = web.Response(status=301, headers={
+            "Location": f"https://p42-caldav.example.com:{server.port}/dav/"})
+        server.routes["/dav/"] = principal_answer(
+            f"https://p42-caldav.example.com:{server.port}/dav/alice/")
+        names = ("caldav.example.com", "p42-caldav.example.com", "caldav.example.net")
+        guard = AddressGuard(FakeDNS({n: ["127.0.0.1"] for n in names}),
+                             AllowList.parse(["127.0.0.1"]))
+        fingerprint = await peer_fingerprint(f"https://caldav.example.com:{server.port}/",
+                                             guard)
+        url = f"https://caldav.example.com:{server.port}/"
+        async with Door(url, LOGIN, guard, fingerprint=fingerprint) as door:
+            found = await CalDav(door).principal()
+        assert found == f"https://p42-caldav.example.com:{server.port}/dav/alice/"
+        assert server.seen == [("PROPFIND", "/.well-known/caldav", LOGIN.header()),
+                               ("PROPFIND", "/dav/", LOGIN.header())]
+
+        server.seen.clear()
+        server.routes["/.well-known/caldav"] = web.Response(status=301, headers={
+            "Location": f"https://caldav.example.net:{server.port}/dav/"})
+        async with Door(url, LOGIN, guard, fingerprint=fingerprint) as door:
+            with pytest.raises(Refused, match="not the server entered"):
+                await CalDav(door).principal()
+        assert server.seen[1] == ("PROPFIND", "/dav/", None)  # example.net: no password
