@@ -75,6 +75,12 @@ class DavServer:
             out.write(f"{name}:{self.users[name]}\n")
         return name
 
+    def change_password(self, user: str, password: str) -> None:
+        """What a person does at the provider (Radicale only): the stored one stops working."""
+        assert self.htpasswd is not None, f"{self.name} serves one user only"
+        self.users[user] = password
+        self.htpasswd.write_text("".join(f"{u}:{p}\n" for u, p in self.users.items()))
+
     def stop(self) -> None:
         if self._server is not None:
             self._server.shutdown()

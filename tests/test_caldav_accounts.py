@@ -129,3 +129,24 @@ def _ics(uid: str, title: str) -> str:
         f"UID:{uid}\r\nDTSTAMP:20260101T000000Z\r\nDTSTART:20261210T180000Z\r\n"
         f"DTEND:20261210T190000Z\r\nSUMMARY:{title}\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n"
     )
+
+
+async def test_a_password_changed_at_the_server_marks_the_account(pool, caldav_servers) -> None:
+    server = caldav_servers["radicale"]
+    who = server.new_user("moved")
+    server.make_calendar(who, "home", "Home")
+    caldav = provider(pool)
+    await caldav.add(1, {"url": server.url, "username": who, "password": server.users[who]})
+    [account] = await caldav.accounts(1)
+    assert account.connected
+    server.change_password(who, "a-new-password")
+
+    calendar = caldav.calendar(1, account)
+    with pytest.raises(ProviderError) as refused:
+        await calendar.events(dt.datetime(2026, 12, 1, tzinfo=dt.UTC),
+                              dt.datetime(2026, 12, 2, tzinfo=dt.UTC), ZoneInfo("UTC"))
+    assert str(refused.value) == (
+        f"The calendar server at {server.url} refused the user name or password. "
+        "Add the account again on the Connections page."
+    )
+    assert [a.connected for a in await caldav.accounts(1)] == [False]

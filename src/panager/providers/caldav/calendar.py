@@ -370,7 +370,13 @@ class _Session:
                 raise translated from None
 
 
+class PasswordRefused(ProviderError):
+    """The server refused the stored user name or password (changed or revoked)."""
+
+
 def _translated(exc: BaseException) -> BaseException:
+    if isinstance(exc, AuthFailed):
+        return PasswordRefused(f"{exc} Add the account again on the Connections page.")
     if isinstance(exc, DoorUnreachable):
         return Unreachable(str(exc))
     if isinstance(exc, CalDavError | Refused):

@@ -16,9 +16,9 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 
 from panager.clock import Clock, SystemClock
 from panager.db.pool import Pool
-from panager.providers.caldav.calendar import NAME, CalDavCalendar, Choice
+from panager.providers.caldav.calendar import NAME, CalDavCalendar, Choice, PasswordRefused
 from panager.providers.caldav.dav import CalDav, DavCalendar
 from panager.providers.caldav.door import (
     CalDavError,
@@ -41,6 +41,7 @@ from panager.services.accounts.provider import (
     CALENDAR,
     Account,
     Calendar,
+    CalendarInfo,
     Capability,
     Checked,
     Contacts,
@@ -58,6 +59,7 @@ from panager.services.accounts.provider import (
 )
 from panager.services.web.guard import AddressGuard, Dialer, Refused, direct, parse_url
 
+T = TypeVar("T")
 CHECKS_PER_HOUR = 10
 TITLE = "CalDAV"
 NOT_CONNECTED = (
@@ -304,26 +306,32 @@ class _LazyCalendar:
             self._open = await self._provider.open_calendar(self._user_id, self._account.key)
         return self._open
 
-    async def calendars(self) -> list[Any]:
-        return await (await self._calendar()).calendars()
+    async def _call(self, work: Callable[[CalDavCalendar], Awaitable[T]]) -> T:
+        try:
+            return await work(await self._calendar())
+        except PasswordRefused:  # shown as such on the Connections page until added again
+            await self._provider.connections.mark(self._user_id, NAME, self._account.key, False)
+            raise
+
+    async def calendars(self) -> list[CalendarInfo]:
+        return await self._call(lambda c: c.calendars())
 
     async def events(self, start: dt.datetime, end: dt.datetime, zone: ZoneInfo) -> Listing:
-        return await (await self._calendar()).events(start, end, zone)
+        return await self._call(lambda c: c.events(start, end, zone))
 
     async def event(self, calendar_id: str, event_id: str) -> Event:
-        return await (await self._calendar()).event(calendar_id, event_id)
+        return await self._call(lambda c: c.event(calendar_id, event_id))
 
     async def create(self, calendar_id: str, event: NewEvent, zone: ZoneInfo) -> Created:
-        return await (await self._calendar()).create(calendar_id, event, zone)
+        return await self._call(lambda c: c.create(calendar_id, event, zone))
 
     async def update(
         self, calendar_id: str, event_id: str, change: EventChange, version: str, zone: ZoneInfo
     ) -> Event:
-        return await (await self._calendar()).update(calendar_id, event_id, change, version,
-                                                     zone)
+        return await self._call(lambda c: c.update(calendar_id, event_id, change, version, zone))
 
     async def delete(self, calendar_id: str, event_id: str, version: str) -> bool:
-        return await (await self._calendar()).delete(calendar_id, event_id, version)
+        return await self._call(lambda c: c.delete(calendar_id, event_id, version))
 
 
 def _values(values: Mapping[str, str]) -> tuple[str, Login, str | None]:
