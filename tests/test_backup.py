@@ -30,7 +30,7 @@ from panager.db.pool import open_pool, resolve_database_url
 from panager.services.accounts.sealing import Sealer
 from panager.services.backup.archive import SESSION_FORMAT, TABLES, make_backup
 from panager.services.backup.crypto import MAGIC, BackupRefused, KeySource, key_fingerprint
-from panager.services.backup.restore import restore_backup
+from panager.services.backup.restore import reseal, restore_backup
 from panager.services.sessions import SessionStore
 from tests.discord_helpers import running_bot
 from tests.fakes.discord_server import FakeDiscord
@@ -468,3 +468,15 @@ async def test_an_embedded_backup_moves_onto_a_newer_server(
     target = make_settings(database_url=url, home=tmp_path / "moved", pg_dump=str(pg_dump))
     done = await restore_backup(target, url, passphrase_backup, KeySource(passphrase=PASSPHRASE))
     assert done.rows >= 1 and sum(rows_of(url)["users"].values()) == 1  # digests matched too
+
+
+async def test_reseal_opens_and_seals_webhook_signing_secrets_too(make_app):
+    """`--reseal` covers a signed webhook's secret (an unsigned hook has none to seal)."""
+    app = await make_app(secret_key=OLD_KEY)
+    user = await app.local_user()
+    signed, _ = await app.deps.system_jobs.create_webhook(user, "bank", "Note it.", signed=True)
+    await app.deps.system_jobs.create_webhook(user, "door", "Note it.")
+    assert await asyncio.to_thread(reseal, app.url, OLD_KEY, NEW_KEY) == 1
+    with psycopg.connect(app.url) as conn:
+        stored = conn.execute("SELECT signing_secret FROM webhooks WHERE name = 'bank'").fetchone()
+    assert Sealer(NEW_KEY).open(stored[0]) == signed.signing_secret

@@ -217,6 +217,44 @@ async def test_the_terminal_offers_only_what_it_is_given(make_app):
     assert console.lines[-1] == f"   To decide 1: /approve {pid}   (or /deny {pid})"
 
 
+async def test_a_typed_approve_in_the_terminal_shows_the_call_and_y_or_n_decides_it(
+    make_app, capsys
+):
+    """`/approve ID` typed in `panager chat` shows the held call again and asks y/N: `n`
+    refuses it, `y` runs exactly it once, and another message instead decides nothing."""
+    from panager.frontends.terminal.chat import Console, Repl
+
+    app = await make_app()
+    user = await app.local_user()
+    daily = {"message": "Water the plants", "at": "2026-11-22T09:00", "repeat": "FREQ=DAILY"}
+    words = "Create a reminder “Water the plants”, daily at 09:00"
+    refused, chatted, approved = [await held(app, user, "schedule_create", daily, words)
+                                  for _ in range(3)]
+    repl = Repl(app, user, Console(interactive=False))
+
+    async def typed(*lines: str) -> str:
+        capsys.readouterr()
+        for line in lines:
+            assert await repl.handle(line)
+        return capsys.readouterr().out
+
+    out = await typed(f"/approve {refused}")
+    assert words in out and "Approve? [y/N]" in out
+    await typed("n")
+    assert (await app.deps.proposals.get(user.id, refused)).status == "denied"
+    await typed(f"/approve {chatted}", "/schedules")  # a command instead of y/N
+    assert (await app.deps.proposals.get(user.id, chatted)).status == "pending"
+    assert await app.deps.scheduler.list(user.id) == []
+    # held with words that no longer match what the call would do: `y` runs nothing, shows
+    # the call as it is now and asks y/N again; the second `y` runs it
+    again = await typed(f"/approve {approved}", "y")
+    assert "changed since it was held" in again and again.rstrip().endswith("Approve? [y/N]")
+    assert await app.deps.scheduler.list(user.id) == []
+    await typed("y")
+    [made] = await app.deps.scheduler.list(user.id)
+    assert made.message == "Water the plants" and made.rrule == "FREQ=DAILY"
+
+
 async def test_the_upgrade_expires_what_waited_and_tells_each_person_once(fresh_db):
     url = fresh_db()
     pool = await open_pool(url, max_size=2)

@@ -77,6 +77,25 @@ async def test_a_pin_no_longer_allowed_runs_on_the_default_marked(
     assert first.requests == []
 
 
+async def test_a_heartbeat_decided_by_a_fallback_says_so_once(make_app, tmp_path, servers, clock):
+    first, second = servers
+    home = write_config(tmp_path / "h", background_model="small", models={
+        "gpt-4o": {"base_url": first.base_url},
+        "small": {"base_url": second.base_url, "model": "qwen2.5:3b", "fallback": ["gpt-4o"]},
+    })
+    app = await make_app(openai_base_url=first.base_url, openai_api_key="k",
+                         PANAGER_MODEL="gpt-4o", home=home)
+    user = await app.local_user()
+    second.fail_next(503, times=5)
+    first.script(tool_call("heartbeat_decision", {"notify": True, "message": "Stretch soon."}))
+    items = [Item("reminder:x", "reminder", {"reminder": "Stretch", "at": "12:10"})]
+    decision = await SystemJobs(app.assistant).decide(user, items, clock.now())
+    assert decision is not None and decision.notify
+    assert decision.message == "Stretch soon.\n\n(answered by gpt-4o: small is not answering)"
+    today = (await app.deps.usage.report(user)).today
+    assert {r.model for r in today} == {"gpt-4o"}  # counted against the model that answered
+
+
 async def test_background_work_runs_on_the_background_model(
     make_app, tmp_path, servers, clock
 ):

@@ -18,8 +18,8 @@ from panager.agent.graph.tool import (
     ORDINARY,
 )
 from panager.agent.tools import build_tools
-from panager.agent.tools.calendar import google_connect_tool, google_load_tool
 from panager.agent.tools.mcp import mcp_tool
+from panager.agent.tools.offer import google_connect_tool, google_load_tool
 from panager.agent.tools.search import search_tool
 from panager.agent.tools.web import _search_tool
 from tests.fakes.google_server import FakeGoogle

@@ -186,8 +186,8 @@ async def post(url: str, body: bytes | str, **headers) -> tuple[int, dict]:
         return response.status, json.loads(text) if text.startswith("{") else {"text": text}
 
 
-async def hook_app(make_app, model):
-    app, rec = await scheduler_app(make_app, model=model, http_port=0)
+async def hook_app(make_app, model, **overrides):
+    app, rec = await scheduler_app(make_app, model=model, http_port=0, **overrides)
     server = await start_web(app)
     return app, rec, server
 

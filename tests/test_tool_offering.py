@@ -13,9 +13,8 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from panager.agent.flows.connect import CONNECTED_RESULT
 from panager.agent.graph.tool import ORDINARY, tool
-from panager.agent.tools.calendar import GOOGLE_CONNECT, GOOGLE_LOAD, GOOGLE_TOOL_NAMES
 from panager.agent.tools.mcp import SOURCE_KEY
-from panager.agent.tools.offer import compact_core
+from panager.agent.tools.offer import GOOGLE_CONNECT, GOOGLE_LOAD, GOOGLE_TOOL_NAMES, compact_core
 from panager.agent.tools.search import DEFERRED_KEY, TOOL_SEARCH, search_tool
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call

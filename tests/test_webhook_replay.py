@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from panager.services.accounts.sealing import Sealer
 from panager.services.schedules.system import call_signature
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.runtime_helpers import write_config
@@ -24,11 +25,18 @@ def _created(text: str) -> tuple[str, str | None]:
     return url.rsplit("/", 1)[1], secret
 
 
+KEY = "webhook-test-key-1"
+
+
 async def test_a_signed_hook_takes_each_fresh_signature_once(make_app, clock):
-    app, _, server = await hook_app(make_app, ScriptedChatModel(default="Noted."))
+    app, _, server = await hook_app(make_app, ScriptedChatModel(default="Noted."), secret_key=KEY)
     user = await app.local_user()
     token, secret = _created(await command(app, user, "/webhook new bank --signed Note it."))
     assert secret and "(signed)" in await command(app, user, "/webhook")
+    async with app.pool.connection() as conn:  # at rest: sealed with PANAGER_SECRET_KEY
+        row = await (await conn.execute("SELECT signing_secret FROM webhooks")).fetchone()
+    stored = row["signing_secret"]
+    assert secret not in stored and Sealer(KEY).open(stored) == secret
     url, body = server.url + "/hooks/" + token, json.dumps({"paid": 12}).encode()
     stamp = str(int(clock.now().timestamp()))
     good = {"X-Panager-Timestamp": stamp,
@@ -89,3 +97,33 @@ async def hook_app_with(make_app, model, home):
     app, rec = await scheduler_app(make_app, model=model, http_port=0, home=home,
                                    admin_ids=[9001])
     return app, rec, await start_web(app)
+
+
+async def test_a_signed_hook_needs_the_secret_key_and_refuses_calls_when_it_changed(
+    make_app, clock, caplog
+):
+    """Without PANAGER_SECRET_KEY `--signed` is refused in one sentence and nothing is stored;
+    a hook whose sealed secret does not open with the key the server now has (changed
+    without `panager restore --new-key`) refuses every call (503) instead of taking it
+    unsigned, and says why in the log."""
+    app, _, server = await hook_app(make_app, ScriptedChatModel(default="Noted."))
+    user = await app.local_user()
+    said = await command(app, user, "/webhook new bank --signed Note it.")
+    assert "needs PANAGER_SECRET_KEY" in said and "/hooks/" not in said
+    assert "bank" not in await command(app, user, "/webhook")
+    await server.stop()
+
+    app, _, server = await hook_app(make_app, ScriptedChatModel(default="Noted."), secret_key=KEY)
+    user = await app.local_user()
+    token, secret = _created(await command(app, user, "/webhook new bank --signed Note it."))
+    await server.stop()
+    other, _, server = await hook_app(make_app, ScriptedChatModel(default="Noted."),
+                                      secret_key="another-key")
+    url, body = server.url + "/hooks/" + token, b"{}"
+    stamp = str(int(clock.now().timestamp()))
+    good = {"X-Panager-Timestamp": stamp, "X-Panager-Signature": call_signature(secret, stamp, body)}
+    assert (await post(url, body, **good))[0] == 503
+    assert (await post(url, body))[0] == 503  # never taken unsigned
+    assert await worker(other).run_once() == 0
+    assert "does not open with PANAGER_SECRET_KEY" in caplog.text and secret not in caplog.text
+    await server.stop()

@@ -266,7 +266,9 @@ class App:
             web=web,
             search=search,
             mcp=mcp,
-            system_jobs=SystemJobService(pool, clock),
+            system_jobs=SystemJobService(
+                pool, clock, Sealer(settings.secret_key) if settings.secret_key else None
+            ),
             proposals=proposals,
             media=media,
             profiles=profiles,

@@ -379,7 +379,8 @@ async def check_secret(settings: Settings, found: dict) -> tuple[bool | None, st
         if stored:
             return False, (
                 f"PANAGER_SECRET_KEY is not set, but {stored} sealed credential(s) are stored "
-                "(Google links, connected accounts): set the key they were sealed with"
+                "(Google links, connected accounts, webhook signing secrets): set the key "
+                "they were sealed with"
             )
         return None, "PANAGER_SECRET_KEY not set (needed once Google is configured)"
     weakness = secret_weakness(settings.secret_key)

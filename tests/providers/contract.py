@@ -180,6 +180,7 @@ async def test_errors_are_one_sentence(driver):
         one_sentence(failed.value.message)
 
 
+@pytest.mark.timing
 async def test_a_server_that_does_not_answer_is_one_sentence_in_time(driver):
     async with driver.stalled(0.5) as cal:
         started = time.monotonic()

@@ -142,7 +142,7 @@ async def webhook_command(ctx: CommandContext, args: str) -> CommandReply | str:
     if not hooks:
         return "You have no webhooks. Create one with /webhook new NAME INSTRUCTION…"
     lines = ["Your webhooks (addresses are shown only when created):"]
-    lines += [f"  {h.name}{' (signed)' if h.signing_secret else ''} — “{h.instruction}”"
+    lines += [f"  {h.name}{' (signed)' if h.signed else ''} — “{h.instruction}”"
               for h in hooks]
     lines.append("Revoke one with /webhook revoke NAME.")
     return "\n".join(lines)

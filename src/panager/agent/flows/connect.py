@@ -33,8 +33,8 @@ from langchain_core.messages import (
 
 from panager.agent.graph.config import AuthHandler
 from panager.agent.graph.state import TurnContext
-from panager.agent.tools.calendar import GOOGLE_CONNECT, GOOGLE_TOOL_NAMES
 from panager.agent.tools.mail import MAIL_TOOL_NAMES
+from panager.agent.tools.offer import GOOGLE_CONNECT, GOOGLE_TOOL_NAMES
 from panager.errors import AuthRequired
 from panager.providers.google.calls import GoogleAuthRequired
 from panager.providers.google.service import SCOPE_NAMES, GoogleService

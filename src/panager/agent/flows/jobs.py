@@ -31,7 +31,7 @@ from panager.agent.tools.calendar import event_view
 from panager.agent.tools.tasks import task_view
 from panager.errors import ModelUnavailable
 from panager.framing import frame
-from panager.llm import answered_by, decide_with_retries
+from panager.llm import TURN_ROUTE, TurnRoute, answered_by, decide_with_retries
 from panager.services.accounts.provider import Event, Task
 from panager.services.schedules.delivery import AgentAnswer
 from panager.services.schedules.system import Heartbeat, heartbeat_of
@@ -244,18 +244,26 @@ class SystemJobs:
                 + frame("calendar, tasks and reminders", listing)
             ),
         ]
+        route = TurnRoute()  # a fallback that decides is named in the message, as in a turn
+        routed = TURN_ROUTE.set(route)
         try:
             reply = await decide_with_retries(model, HeartbeatDecision, messages)
         except ModelUnavailable:
             log.warning("heartbeat: model unavailable for user %s", user.id)
             return None
+        finally:
+            TURN_ROUTE.reset(routed)
         name = answered_by(reply, _model_name(model))
         await self.deps.usage.record(user, name, dict(reply.usage_metadata or {}))
         for call in reply.tool_calls:
             try:
-                return HeartbeatDecision.model_validate(call["args"])
+                decision = HeartbeatDecision.model_validate(call["args"])
             except ValueError:
                 break
+            if decision.notify and route.notes:
+                notes = " ".join(f"({n})" for n in route.notes)
+                decision.message = f"{decision.message.rstrip()}\n\n{notes}"
+            return decision
         log.info("heartbeat: no usable decision from the model for user %s", user.id)
         return HeartbeatDecision(notify=False)
 

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.tools.calendar import calendar_tools, offered_calendar_tools
+from panager.agent.tools.calendar import calendar_tools
 from panager.agent.tools.documents import document_tools
 from panager.agent.tools.mail import mail_tools, offered_mail_tools
 from panager.agent.tools.mcp import SOURCE_KEY, mcp_tools
 from panager.agent.tools.memory import memory_tools
 from panager.agent.tools.messaging import messaging_tools
-from panager.agent.tools.offer import compact_core
+from panager.agent.tools.offer import compact_core, offered_calendar_tools
 from panager.agent.tools.profile import profile_tools
 from panager.agent.tools.schedule import schedule_tools
 from panager.agent.tools.search import DEFERRED_KEY, TURN_TOOLS_KEY

@@ -13,37 +13,45 @@ account that can serve a call, the provider's own "connect first" ends the
 turn (Google: `GoogleAuthRequired` and its link); with no provider configured,
 the tools say so.
 
-Eight schemas are a large part of a small context window, so they are offered
-only where they can work (`offered_calendar_tools`, from the capabilities read
-once per turn): not at all without a provider, and as the one argument-free
-`google_connect` to a person who has not linked Google. Where the window is so
-small that all schemas would take more than a quarter of it, a linked person's
-model gets `google_load` instead, which adds the eight for the rest of the
-turn. The eight still run if the model calls one anyway (unlisted), which ends
-in the same link, reason or result.
+Which of them a turn offers is decided in offer.py (`offered_calendar_tools`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
 from langchain_core.tools import BaseTool
 
 from panager.agent.deps import AgentDeps
-from panager.agent.graph.history import schema_tokens
 from panager.agent.graph.tool import (
     CONSEQUENTIAL,
     ORDINARY,
     CallView,
-    Describer,
     Lookup,
     ToolClass,
     looks_up,
     shown_text,
     tool,
+)
+from panager.agent.tools.provided import (
+    MAX_TITLE,
+    accounts_of,
+    compact,
+    describe_change,
+    limited,
+    local,
+    lookup_source,
+    new_values,
+    own_id,
+    parse_time,
+    range_start,
+    short,
+    source_of,
+    thing,
+    title_text,
 )
 from panager.errors import ToolError
 from panager.framing import frame
@@ -61,88 +69,24 @@ from panager.services.accounts.provider import (
     inclusive_end,
     split_id,
 )
-from panager.services.accounts.service import NOT_CONFIGURED, AccountService, Connected
+from panager.services.accounts.service import AccountService
 from panager.services.users import User
 
-GOOGLE_TOOL_NAMES = frozenset(
-    {
-        "task_list",
-        "task_create",
-        "task_update",
-        "task_delete",
-        "calendar_list_events",
-        "calendar_create_event",
-        "calendar_update_event",
-        "calendar_delete_event",
-    }
-)
-CALENDAR_TOOL_NAMES = GOOGLE_TOOL_NAMES  # the eight, whichever provider serves them
-GOOGLE_CONNECT = "google_connect"  # offered instead of the eight until Google is linked
-GOOGLE_LOAD = "google_load"  # offered instead of the eight where the window is small
-FIXED_SHARE = 0.25  # of a small window: the most the system prompt and tool schemas may take
-PROMPT_TOKENS = 250  # the system prompt's own text (persona, time), for that share
 DEFAULT_WINDOW = timedelta(days=7)
-MAX_TITLE = 1_000
-MAX_TEXT = 8_000
 MAX_EVENTS = 100  # in one listing, across accounts
-TEXT_LIMIT = 300  # of a description or location in a listing
-
-
-def parse_time(value: str, zone: Any, what: str) -> date | datetime:
-    """A date, or an aware datetime (no offset: the user's zone), from ISO 8601 text."""
-    text = (value or "").strip()
-    try:
-        if len(text) == 10:
-            return date.fromisoformat(text)
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ToolError(
-            f"Could not read {what} {value!r}. Use ISO 8601: '2026-11-25T09:00' (local time in "
-            f"{zone.key}), '2026-11-25T09:00+09:00' (explicit offset) or '2026-11-25' (a date)."
-        ) from None
-    return moment.replace(tzinfo=zone) if moment.tzinfo is None else moment
-
-
-def day_of(value: date | datetime, zone: Any) -> date:
-    return value.astimezone(zone).date() if isinstance(value, datetime) else value
-
-
-def _range_start(value: date | datetime, zone: Any) -> datetime:
-    if isinstance(value, datetime):
-        return value
-    return datetime.combine(value, datetime.min.time(), zone)
-
-
-def limited(value: str | None, what: str, limit: int = MAX_TEXT) -> str | None:
-    if value is not None and len(value) > limit:
-        raise ToolError(f"{what} is {len(value):,} characters; keep it under {limit:,}.")
-    return value
-
-
-def title_text(value: str) -> str:
-    title = (value or "").strip()
-    if not title:
-        raise ToolError("title must not be empty.")
-    return limited(title, "title", MAX_TITLE) or title
 
 
 def _calendar_id(value: str | None) -> str:
     return (value or "primary").strip() or "primary"
 
 
-def own_id(value: str, names: Sequence[str]) -> str:
-    """An id as its provider takes it: Google's without a `google:` prefix, others whole."""
-    name, raw = split_id(value, names)
-    return raw if name == GOOGLE else value.strip()
-
-
 def list_window(start: str | None, end: str | None, zone: Any, now: datetime) -> tuple:
     """(from, to) instants for a listing; a bare end date includes that whole day."""
-    lo = _range_start(parse_time(start, zone, "start"), zone) if start else now
+    lo = range_start(parse_time(start, zone, "start"), zone) if start else now
     if not end:
         return lo, lo + DEFAULT_WINDOW
     parsed = parse_time(end, zone, "end")
-    hi = parsed if isinstance(parsed, datetime) else _range_start(parsed + timedelta(days=1), zone)
+    hi = parsed if isinstance(parsed, datetime) else range_start(parsed + timedelta(days=1), zone)
     if hi <= lo:
         raise ToolError("end must be after start.")
     return lo, hi
@@ -205,22 +149,6 @@ def event_change(
 # -- what the model reads ---------------------------------------------------------------------
 
 
-def short(text: str | None) -> str | None:
-    if not text:
-        return None
-    return text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT] + "…"
-
-
-def compact(view: dict) -> dict:
-    return {k: v for k, v in view.items() if v not in (None, "", False)}
-
-
-def local(value: date | datetime, zone: Any) -> str:
-    if isinstance(value, datetime):
-        return value.astimezone(zone).isoformat(timespec="minutes")
-    return value.isoformat()
-
-
 def _google_primary(event: Event) -> bool:
     return event.calendar.provider == GOOGLE and event.calendar.id == "primary"
 
@@ -254,40 +182,10 @@ def event_times(event: Event, zone: Any) -> str:
 
 
 def _sort_key(event: Event, zone: Any) -> datetime:
-    return _range_start(event.start, zone)
+    return range_start(event.start, zone)
 
 
 # -- questions ------------------------------------------------------------------------------
-
-
-def describe_change(what: str, key: str) -> Describer:
-    """Plain words for a change or deletion: the item's id, then any new values."""
-
-    def describe(args: Mapping[str, Any]) -> str:
-        rest = {k: v for k, v in args.items() if k != key and v is not None}
-        values = ", ".join(f"{k} = {shown_text(str(v))}" for k, v in rest.items())
-        return f"{what} {shown_text(str(args.get(key, '')))}" + (f": {values}" if values else "")
-
-    return describe
-
-
-def new_values(args: Mapping[str, Any], skip: tuple[str, ...]) -> list[str]:
-    """A question's lines for the new values of a change (only the fields given)."""
-    new = {k: v for k, v in args.items() if k not in skip and v is not None}
-    lines = ["  - to these new values:" if new else "  - with no new values"]
-    return lines + [f"    - {k} → {shown_text(str(v))}" for k, v in new.items()]
-
-
-def thing(kind: str, key: str) -> Callable[[Mapping[str, Any]], str]:
-    """Names the object of a call whose read failed ("event `"3k9…"`")."""
-    return lambda args: f"{kind} {shown_text(str(args.get(key, '')))}"
-
-
-def lookup_source(deps: AgentDeps, capability: Capability) -> str:
-    """Who answers a question's read: the first provider offering `capability`."""
-    offering = [p for p in (deps.accounts.providers if deps.accounts else [])
-                if capability in p.capabilities]
-    return offering[0].title if offering else "the provider"
 
 
 def create_event_class(args: Mapping[str, Any], view: CallView) -> ToolClass:
@@ -310,17 +208,6 @@ def describe_create_event(args: Mapping[str, Any]) -> str:
 
 
 # -- the tools ------------------------------------------------------------------------------
-
-
-def accounts_of(deps: AgentDeps) -> AccountService:
-    if deps.accounts is None:
-        raise ToolError(NOT_CONFIGURED)
-    return deps.accounts
-
-
-def source_of(providers: Sequence[Provider], what: str) -> str:
-    titles = list(dict.fromkeys(p.title for p in providers))
-    return ", ".join(f"{t} {what}" for t in titles) or what
 
 
 def calendar_tools(deps: AgentDeps, user: User) -> list[BaseTool]:
@@ -531,56 +418,3 @@ def described_by_lookups(
         ("calendar_create_event", describe_event_create, "calendar", "calendar_id"),
     ):
         looks_up(tools[name], Lookup(read, thing(kind, key), source))
-
-
-# -- what a turn offers -----------------------------------------------------------------------
-
-
-def google_connect_tool(deps: AgentDeps, user: User) -> BaseTool:
-    """`google_connect`: the link to connect Google, for a person who has not linked it."""
-
-    @tool(classify=ORDINARY)
-    async def google_connect() -> dict:
-        """Connect the user's Google account (for Calendar and Tasks): they get a link."""
-        google = accounts_of(deps).provider(GOOGLE)
-        if google is None:
-            raise ToolError(NOT_CONFIGURED)
-        await google.require(user.id, Capability.CALENDAR_READ)  # the link, unless linked
-        return {"ok": True, "note": "Google is already connected."}
-
-    return google_connect
-
-
-def google_load_tool(offered: list[BaseTool], google: Sequence[BaseTool]) -> BaseTool:
-    """`google_load`: adds the calendar and task tools to `offered` (this turn's list)."""
-
-    @tool(classify=ORDINARY)
-    async def google_load() -> dict:
-        """Load the calendar and task tools; call it first for any calendar or task
-        request."""
-        offered.extend(t for t in google if t not in offered)
-        return {"ok": True, "loaded": [t.name for t in google]}
-
-    return google_load
-
-
-def offered_calendar_tools(
-    deps: AgentDeps, user: User, tools: list[BaseTool], connected: Connected,
-    window: int | None = None,
-) -> tuple[list[BaseTool], list[BaseTool]]:
-    """(offered, unlisted): `tools` with the eight offered only where they can work (the
-    person's `connected` capabilities, read once this turn) and, in a `window` too small for
-    every schema, only once the model asks for them."""
-    offers = deps.accounts is not None and deps.accounts.offers(Capability.CALENDAR_READ)
-    linked = offers and bool(connected.capabilities & {Capability.CALENDAR_READ,
-                                                       Capability.TASKS_READ})
-    room = FIXED_SHARE * window - PROMPT_TOKENS if window else None
-    if linked and (room is None or schema_tokens(tools) <= room):
-        return tools, []
-    offered = [t for t in tools if t.name not in CALENDAR_TOOL_NAMES]
-    unlisted = [t for t in tools if t.name in CALENDAR_TOOL_NAMES]
-    if linked:
-        offered.append(google_load_tool(offered, unlisted))
-    elif offers:
-        offered.append(google_connect_tool(deps, user))
-    return offered, unlisted

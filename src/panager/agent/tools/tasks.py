@@ -24,7 +24,7 @@ from panager.agent.graph.tool import (
     shown_text,
     tool,
 )
-from panager.agent.tools.calendar import (
+from panager.agent.tools.provided import (
     accounts_of,
     compact,
     day_of,

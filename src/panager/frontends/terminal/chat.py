@@ -257,6 +257,9 @@ class Repl:
         else:
             result = await assistant.deny_proposal(self.user, offer.id)
         self.console.say(result.text)
+        if result.offers:  # it changed since it was held: shown as it is now, asked again
+            self.offered = result.offers[0]
+            self.console.say("Approve? [y/N]")
 
     def _prompt_next(self) -> None:
         assert self.asking is not None

@@ -64,6 +64,11 @@ class WebhookEndpoint:
         if owner is None:
             return web.json_response(NOT_FOUND, status=404)
         signature = request.headers.get("X-Panager-Signature")
+        if hook.signed and hook.signing_secret is None:
+            log.warning("webhook %s: its signing secret does not open with PANAGER_SECRET_KEY; "
+                        "calls are refused until the key is restored", hook.id)
+            return web.json_response({"error": "this webhook cannot check signatures now"},
+                                     status=503)
         if hook.signing_secret is not None:
             why = signature_problem(hook.signing_secret, request.headers.get(
                 "X-Panager-Timestamp"), signature, body, self.app.deps.clock.now())
@@ -75,7 +80,7 @@ class WebhookEndpoint:
                 call_digest(hook, body, signature),
             )
         except WebhookReplayed:
-            said = ("this signature was already used" if hook.signing_secret is not None
+            said = ("this signature was already used" if hook.signed
                     else "the same body was accepted in the last 10 minutes")
             return web.json_response({"error": said}, status=409)
         except WebhookLimited:

@@ -41,7 +41,8 @@ UPDATE provider_accounts SET status = %s, updated_at = %s
  WHERE user_id = %s AND provider = %s AND key = %s
 """
 SEALED_COUNT = """
-SELECT (SELECT count(*) FROM google_accounts) + (SELECT count(*) FROM provider_accounts) AS n
+SELECT (SELECT count(*) FROM google_accounts) + (SELECT count(*) FROM provider_accounts)
+     + (SELECT count(*) FROM webhooks WHERE signing_secret IS NOT NULL) AS n
 """
 
 
@@ -140,7 +141,8 @@ class Connections:
 
 
 async def sealed_count(pool: Pool) -> int:
-    """How many sealed credentials are stored (Google links and form-connected accounts)."""
+    """How many sealed credentials are stored (Google links, form-connected accounts,
+    webhook signing secrets)."""
     async with pool.connection() as conn:
         row = await (await conn.execute(SEALED_COUNT)).fetchone()
     return int(row["n"]) if row else 0

@@ -32,6 +32,9 @@ provider-neutral:
   CALENDAR_WRITE, and the tools that need it are not offered.
 - **Free/busy** is computed here from expanded events (`busy`), for every
   provider alike; servers answer free-busy queries unevenly.
+
+The per-capability types live beside this file (calendar.py, tasks.py, mail.py) and are
+all importable from here.
 """
 
 from __future__ import annotations
@@ -39,15 +42,42 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta
 from enum import StrEnum
 from typing import Protocol, TypeVar, runtime_checkable
-from zoneinfo import ZoneInfo
 
 from panager.errors import ToolError
+from panager.services.accounts.calendar import (
+    Calendar,
+    CalendarInfo,
+    Created,
+    Event,
+    EventChange,
+    Listing,
+    NewEvent,
+    When,
+    busy,
+    inclusive_end,
+)
+from panager.services.accounts.mail import Contact, Contacts, DraftView, Mail, Mailbox, MailSummary
+from panager.services.accounts.tasks import (
+    NewTask,
+    Task,
+    TaskChange,
+    TaskListInfo,
+    TaskListing,
+    Tasks,
+)
 
+__all__ = [  # the whole contract, importable from here (calendar.py, tasks.py, mail.py)
+    "CALENDAR", "CALL_TIMEOUT", "GOOGLE", "MAIL", "TASKS", "Account", "Calendar",
+    "CalendarInfo", "Capability", "Changed", "Checked", "Contact", "Contacts", "Created",
+    "DraftView", "Event", "EventChange", "Field", "FormConnect", "FormProvider", "Listing",
+    "Mail", "MailSummary", "Mailbox", "NewEvent", "NewTask", "NotFound", "OAuthConnect",
+    "Provider", "ProviderError", "ReadOnly", "Task", "TaskChange", "TaskListInfo",
+    "TaskListing", "Tasks", "Unreachable", "When", "account_of", "busy", "inclusive_end",
+    "qualify", "split_id", "within",
+]
 T = TypeVar("T")
-When = date | datetime
 
 GOOGLE = "google"  # the provider an unqualified id belongs to
 CALL_TIMEOUT = 30.0  # seconds a provider call may take before it is `Unreachable`
@@ -144,354 +174,6 @@ async def within(what: str, work: Awaitable[T], seconds: float = CALL_TIMEOUT) -
         raise Unreachable(
             f"{what} did not answer within {seconds:g} seconds; try again in a moment."
         ) from None
-
-
-# -- calendars ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CalendarInfo:
-    """One calendar of one account as the person knows it."""
-
-    id: str  # provider-qualified; Google's primary calendar is "primary"
-    name: str  # the display name (outside content: the server's text)
-    account: str  # the account's label, e.g. "alice@example.com"
-    provider: str  # "google", "caldav", …
-    writable: bool = True
-    default: bool = False  # where "primary" and new events go
-
-
-@dataclass(frozen=True)
-class Event:
-    """One occurrence of an event, as the server holds it now."""
-
-    id: str  # opaque, provider-qualified (an occurrence of a series has its own id)
-    calendar: CalendarInfo
-    title: str
-    start: When  # aware datetime, or a date (all-day)
-    end: When  # exclusive, the same kind as start
-    version: str  # etag / ETag / changeKey; "" when the server gives none
-    description: str | None = None
-    location: str | None = None
-    series_id: str | None = None  # set on an occurrence of a recurring event
-    status: str = "confirmed"  # "confirmed" | "tentative"
-    busy: bool = True  # False for a "free"/transparent event
-    attendees: tuple[str, ...] = ()  # others the server may e-mail about changes
-
-    @property
-    def account(self) -> str:
-        """The label of the account holding the event."""
-        return self.calendar.account
-
-    @property
-    def all_day(self) -> bool:
-        """True for an event of whole days (dates, no times)."""
-        return not isinstance(self.start, datetime)
-
-    @property
-    def recurring(self) -> bool:
-        """True for an occurrence of a recurring event."""
-        return self.series_id is not None
-
-
-@dataclass(frozen=True)
-class NewEvent:
-    """An event to create (end exclusive, the same kind as start)."""
-
-    title: str
-    start: When
-    end: When
-    description: str | None = None
-    location: str | None = None
-
-
-@dataclass(frozen=True)
-class EventChange:
-    """Fields to change; None keeps a field. `start` alone moves the event, keeping its
-    length (the provider resolves that against the event as held now)."""
-
-    title: str | None = None
-    start: When | None = None
-    end: When | None = None  # exclusive
-    description: str | None = None
-    location: str | None = None
-
-    def __bool__(self) -> bool:
-        return any(v is not None for v in vars(self).values())
-
-
-@dataclass(frozen=True)
-class Created:
-    """What `Calendar.create` made. Creates are idempotent: the same request made again
-    (a retry, a replayed message) finds the event already made (`created` False)."""
-
-    event: Event
-    created: bool = True
-    existing: bool = False  # an event with these fields was already there (maybe edited)
-
-
-@dataclass(frozen=True)
-class Listing:
-    """Events of every readable calendar in a range, expanded and sorted by start."""
-
-    events: list[Event]
-    truncated: bool = False  # more events exist than were returned
-    unreadable: tuple[str, ...] = ()  # calendars that refused to be read (names)
-
-
-class Calendar(Protocol):
-    """One account's calendars."""
-
-    async def calendars(self) -> list[CalendarInfo]:
-        """Every calendar the account can read, the default one marked."""
-        ...
-
-    async def events(self, start: datetime, end: datetime, zone: ZoneInfo) -> Listing:
-        """Occurrences overlapping [start, end) in every readable calendar, recurrences
-        expanded in `zone`."""
-        ...
-
-    async def event(self, calendar_id: str, event_id: str) -> Event:
-        """One event as held now (`NotFound` when gone)."""
-        ...
-
-    async def create(self, calendar_id: str, event: NewEvent, zone: ZoneInfo) -> Created:
-        """Add `event` to the calendar (`ReadOnly`, `NotFound` for an unknown calendar)."""
-        ...
-
-    async def update(
-        self, calendar_id: str, event_id: str, change: EventChange, version: str, zone: ZoneInfo
-    ) -> Event:
-        """Change one event (an occurrence id changes that occurrence only); `Changed`
-        when the server's version is not `version`."""
-        ...
-
-    async def delete(self, calendar_id: str, event_id: str, version: str) -> bool:
-        """Delete one event; False when it was already gone; `Changed` on a version
-        mismatch."""
-        ...
-
-
-def busy(
-    events: Iterable[Event], start: datetime, end: datetime, zone: ZoneInfo
-) -> list[tuple[datetime, datetime]]:
-    """The busy intervals within [start, end) of expanded `events`, merged and sorted:
-    free (transparent) events do not count, an all-day event covers its days in `zone`."""
-    spans: list[tuple[datetime, datetime]] = []
-    for event in events:
-        if not event.busy:
-            continue
-        lo, hi = _instant(event.start, zone), _instant(event.end, zone)
-        lo, hi = max(lo, start), min(hi, end)
-        if lo < hi:
-            spans.append((lo, hi))
-    spans.sort()
-    merged: list[tuple[datetime, datetime]] = []
-    for lo, hi in spans:
-        if merged and lo <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
-        else:
-            merged.append((lo, hi))
-    return merged
-
-
-def _instant(value: When, zone: ZoneInfo) -> datetime:
-    if isinstance(value, datetime):
-        return value
-    return datetime.combine(value, time.min, zone)
-
-
-def inclusive_end(event: Event) -> When:
-    """The end as a person reads it: an all-day event's last day (not the day after)."""
-    if isinstance(event.end, datetime):
-        return event.end
-    return event.end - timedelta(days=1)
-
-
-# -- tasks --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TaskListInfo:
-    """One task list of one account."""
-
-    id: str  # provider-qualified
-    name: str
-    account: str
-    provider: str
-    default: bool = False
-
-
-@dataclass(frozen=True)
-class Task:
-    """One task as the server holds it now."""
-
-    id: str  # opaque, provider-qualified
-    title: str
-    account: str = ""
-    due: date | None = None
-    notes: str | None = None
-    done: bool = False
-    completed_at: datetime | None = None
-    parent: str | None = None
-    version: str = ""
-
-
-@dataclass(frozen=True)
-class NewTask:
-    """A task to add to the default list."""
-
-    title: str
-    due: date | None = None
-    notes: str | None = None
-
-
-@dataclass(frozen=True)
-class TaskChange:
-    """Fields to change; None keeps a field, `clear_due` removes the due date."""
-
-    title: str | None = None
-    notes: str | None = None
-    due: date | None = None
-    clear_due: bool = False
-    completed: bool | None = None
-
-    def __bool__(self) -> bool:
-        return (
-            any(v is not None for v in (self.title, self.notes, self.due, self.completed))
-            or self.clear_due
-        )
-
-
-@dataclass(frozen=True)
-class TaskListing:
-    """Tasks of the default list."""
-
-    tasks: list[Task]
-    truncated: bool = False
-
-
-class Tasks(Protocol):
-    """One account's tasks (the default list, as the tools know it)."""
-
-    async def lists(self) -> list[TaskListInfo]:
-        """The account's task lists, the default one marked."""
-        ...
-
-    async def tasks(self, show_completed: bool = False) -> TaskListing:
-        """Tasks of the default list (open ones unless `show_completed`)."""
-        ...
-
-    async def task(self, task_id: str) -> Task:
-        """One task as held now (`NotFound` when gone)."""
-        ...
-
-    async def create(self, task: NewTask) -> Task:
-        """Add a task to the default list."""
-        ...
-
-    async def update(self, task_id: str, change: TaskChange) -> Task:
-        """Change a task (`NotFound` when gone)."""
-        ...
-
-    async def complete(self, task_id: str) -> Task:
-        """Mark a task done."""
-        ...
-
-    async def delete(self, task_id: str) -> None:
-        """Delete a task (`NotFound` when gone)."""
-        ...
-
-
-# -- contacts -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Contact:
-    """One person in an address book (outside content: the server's text)."""
-
-    id: str  # provider-qualified
-    name: str
-    account: str = ""
-    emails: tuple[str, ...] = ()
-    phones: tuple[str, ...] = ()
-
-
-class Contacts(Protocol):
-    """One account's address book."""
-
-    async def search(self, query: str, limit: int = 10) -> list[Contact]:
-        """Contacts whose name, address or number contains `query`."""
-        ...
-
-
-# -- mail ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MailSummary:
-    """One message in a search result."""
-
-    id: str  # provider-qualified
-    sender: str
-    subject: str
-    date: str
-    snippet: str = ""
-
-
-@dataclass(frozen=True)
-class Mail:
-    """One message, read whole (outside content)."""
-
-    id: str
-    sender: str
-    to: str
-    subject: str
-    date: str
-    text: str
-    attachments: tuple[str, ...] = ()
-    cc: str = ""
-
-
-@dataclass(frozen=True)
-class DraftView:
-    """A draft exactly as the server holds it now; `digest` pins what was shown."""
-
-    id: str
-    to: str
-    subject: str
-    body: str
-    digest: str
-    cc: str = ""
-    bcc: str = ""
-    attachments: tuple[str, ...] = ()
-
-
-class Mailbox(Protocol):
-    """One mailbox: search, read, draft, and send a draft the person approved as shown."""
-
-    async def search(self, query: str, limit: int = 10) -> list[MailSummary]:
-        """Messages matching `query` (the provider's own query syntax)."""
-        ...
-
-    async def read(self, message_id: str) -> Mail:
-        """One message, whole."""
-        ...
-
-    async def draft(
-        self, to: Sequence[str], subject: str, body: str, reply_to_id: str | None = None
-    ) -> DraftView:
-        """Save a draft (not sent)."""
-        ...
-
-    async def draft_view(self, draft_id: str) -> DraftView:
-        """A draft as held now (for the send question)."""
-        ...
-
-    async def send_draft(self, draft_id: str, digest: str) -> str:
-        """Send the draft if it still matches `digest` (what the person approved); the
-        sent message's id. Send is always confirmed by the person."""
-        ...
 
 
 # -- connecting ---------------------------------------------------------------------------------

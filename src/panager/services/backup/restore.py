@@ -50,6 +50,7 @@ SECRET_FILE = "restored-secret-key"
 SEALED = (
     ("google_accounts", "user_id", "token_ciphertext"),
     ("oauth_states", "state_hash", "code_verifier"),
+    ("webhooks", "id", "signing_secret"),
     ("provider_accounts", "id", "secret_ciphertext"),  # from 0031 on
 )
 
@@ -275,16 +276,25 @@ def check_tables(url: str, manifest: dict[str, Any]) -> int:
     return sum(counts.values())
 
 
+def _has_column(conn: psycopg.Connection, table: str, column: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = %s AND column_name = %s", (table, column),
+    ).fetchone()
+    return row is not None
+
+
 def reseal(url: str, old: str, new: str) -> int:
     """Re-seal every sealed value from the old key to the new one, in one transaction."""
     opener, sealer = Sealer(old), Sealer(new)
     count = 0
     with psycopg.connect(url, connect_timeout=30) as conn, conn.transaction():
         for table, key, column in SEALED:
-            if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,):
-                continue  # a backup of a schema before the table existed
-            select = sql.SQL("SELECT {}, {} FROM {}").format(
-                sql.Identifier(key), sql.Identifier(column), sql.Identifier(table)
+            if not _has_column(conn, table, column):  # a backup from before it existed
+                continue
+            select = sql.SQL("SELECT {}, {} FROM {} WHERE {} IS NOT NULL").format(
+                sql.Identifier(key), sql.Identifier(column), sql.Identifier(table),
+                sql.Identifier(column),
             )
             rows = conn.execute(select).fetchall()
             for ident, value in rows:

@@ -9,7 +9,8 @@ interval, and (for a heartbeat) silent when there is nothing new.
   active hours in `params`; `heartbeat_seen` remembers what was already announced.
 - **briefing**: one per person, daily at a local time.
 - **webhook**: each accepted call is a one-shot job due now, its payload in `params`;
-  hooks (`webhooks`) store only the SHA-256 of their token.
+  hooks (`webhooks`) store only the SHA-256 of their token, and a signed hook's signing
+  secret sealed with PANAGER_SECRET_KEY (a signed hook needs the key).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from psycopg.types.json import Jsonb
 from panager.clock import Clock
 from panager.db.pool import Pool
 from panager.db.queries import execute, fetch_all, fetch_one, one
+from panager.services.accounts.sealing import InvalidToken, Sealer
 from panager.services.schedules.recurrence import ScheduleInputError, plan_schedule
 from panager.services.schedules.service import NOTIFY_CHANNEL
 from panager.services.schedules.types import Schedule, new_schedule_id, schedule_from_row
@@ -192,7 +194,8 @@ class Webhook:
     name: str
     instruction: str
     created_at: datetime
-    signing_secret: str | None = None  # calls must carry its HMAC signature
+    signing_secret: str | None = None  # calls must carry its HMAC signature (opened)
+    signed: bool = False  # True also when the stored secret cannot be opened: calls refused
 
 
 class WebhookLimited(Exception):
@@ -234,7 +237,7 @@ def signature_problem(
 def call_digest(hook: Webhook, body: bytes, signature: str | None) -> bytes:
     """What replay protection remembers of an accepted call: its signature (signed hooks),
     else its body."""
-    if hook.signing_secret is not None:
+    if hook.signed:
         given = (signature or "").strip().lower().removeprefix("sha256=")
         return hashlib.sha256(b"signature:" + given.encode()).digest()
     return hashlib.sha256(b"body:" + body).digest()
@@ -245,9 +248,9 @@ def token_hash(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "replace")).digest()
 
 
-def _hook(row: dict) -> Webhook:
+def _hook(row: dict, secret: str | None = None) -> Webhook:
     return Webhook(row["id"], row["user_id"], row["name"], row["instruction"], row["created_at"],
-                   row.get("signing_secret"))
+                   secret, row.get("signing_secret") is not None)
 
 
 def clean_hook_name(name: str) -> str:
@@ -263,9 +266,22 @@ def clean_hook_name(name: str) -> str:
 class SystemJobService:
     """Heartbeat, briefing and webhook jobs of each person; every method scoped by user."""
 
-    def __init__(self, pool: Pool, clock: Clock) -> None:
+    def __init__(self, pool: Pool, clock: Clock, sealer: Sealer | None = None) -> None:
         self.pool = pool
         self.clock = clock
+        self.sealer = sealer  # from PANAGER_SECRET_KEY: seals signing secrets at rest
+
+    def _opened(self, row: dict) -> Webhook:
+        """The hook with its signing secret opened; a secret that does not open (the key
+        unset or changed without `panager restore --new-key`) leaves the hook signed with no
+        secret, so every call to it is refused rather than taken unsigned."""
+        sealed = row.get("signing_secret")
+        if sealed is None or self.sealer is None:
+            return _hook(row)
+        try:
+            return _hook(row, self.sealer.open(sealed))
+        except InvalidToken:
+            return _hook(row)
 
     # -- jobs ---------------------------------------------------------------------------------
 
@@ -378,23 +394,30 @@ class SystemJobService:
                 f"The instruction is {len(instruction):,} characters; the limit is "
                 f"{WEBHOOK_INSTRUCTION_CHARS:,}."
             )
+        if signed and self.sealer is None:
+            raise ScheduleInputError(
+                "A signed webhook needs PANAGER_SECRET_KEY, which this Panager does not have: "
+                "its signing secret is stored encrypted with that key. Ask the operator to "
+                "set it, or make the webhook without --signed."
+            )
         if one(await fetch_one(self.pool, COUNT_HOOKS, (user.id,)))["n"] >= MAX_WEBHOOKS:
             raise ScheduleInputError(f"At most {MAX_WEBHOOKS} webhooks; revoke one first.")
         token = secrets.token_urlsafe(32)
+        secret = secrets.token_urlsafe(32) if signed else None
         params = {
             "id": new_schedule_id(), "user_id": user.id, "name": name,
             "instruction": instruction, "token_hash": token_hash(token), "now": self.clock.now(),
-            "secret": secrets.token_urlsafe(32) if signed else None,
+            "secret": self.sealer.seal(secret) if secret and self.sealer else None,
         }
         row = await fetch_one(self.pool, INSERT_HOOK, params)
         if row is None:
             raise ScheduleInputError(f"You already have a webhook named {name!r}; revoke it "
                                      "first or pick another name.")
-        return _hook(row), token
+        return _hook(row, secret), token
 
     async def webhooks(self, user_id: int) -> list[Webhook]:
         """The person's live hooks."""
-        return [_hook(r) for r in await fetch_all(self.pool, LIST_HOOKS, (user_id,))]
+        return [_hook(r) for r in await fetch_all(self.pool, LIST_HOOKS, (user_id,))]  # unopened
 
     async def revoke_webhook(self, user_id: int, name: str) -> bool:
         """End a hook by name; whether one was live."""
@@ -408,7 +431,7 @@ class SystemJobService:
         row = await fetch_one(self.pool, HOOK_BY_TOKEN, (digest,))
         if row is None or not hmac.compare_digest(bytes(row["token_hash"]), digest):
             return None
-        return _hook(row) if row["user_status"] == "active" else None
+        return self._opened(row) if row["user_status"] == "active" else None
 
     async def accept_call(
         self, hook: Webhook, zone: str, payload: str, digest: bytes | None = None
