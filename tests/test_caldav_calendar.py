@@ -1,5 +1,7 @@
 """CalDAV calendars against two real servers (Radicale and Xandikos): reading with time
-ranges, recurring events expanded in the person's zone, writes guarded by ETags."""
+ranges, recurring events written by another client expanded in the person's zone, the
+expansion cap. Writes, versions and series edits: the provider contract suite
+(tests/providers/), which runs on both servers too."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import pytest
 from panager.providers.caldav import ical
 from panager.providers.caldav.calendar import MAX_INSTANCES, CalDavCalendar, Choice
 from panager.providers.caldav.door import Door, Login
-from panager.services.accounts.provider import Changed, EventChange, NewEvent, NotFound
 from panager.services.web.guard import AddressGuard, AllowList
 
 pytestmark = pytest.mark.timeout(60)
@@ -143,63 +144,3 @@ def test_expansion_cap_is_two_thousand_instances() -> None:
     found, more = ical.occurrences(calendar, start, start + dt.timedelta(days=2), BERLIN,
                                    MAX_INSTANCES)
     assert len(found) == 48 and not more
-
-
-async def test_update_with_stale_version_is_refused_and_shows_the_new_one(account) -> None:
-    _server, _url, calendar = account
-    made = (await calendar.create("primary", NewEvent(
-        "Piano lesson", dt.datetime(2026, 12, 4, 16, 0, tzinfo=BERLIN),
-        dt.datetime(2026, 12, 4, 17, 0, tzinfo=BERLIN)), BERLIN)).event
-    assert made.calendar.default and made.version
-
-    # the phone moves it meanwhile
-    phone = await calendar.update("primary", made.id, EventChange(
-        start=dt.datetime(2026, 12, 4, 18, 0, tzinfo=BERLIN)), made.version, BERLIN)
-    assert phone.end == dt.datetime(2026, 12, 4, 19, 0, tzinfo=BERLIN)  # the length kept
-
-    with pytest.raises(Changed) as refused:
-        await calendar.update("primary", made.id, EventChange(title="Violin"), made.version,
-                              BERLIN)
-    assert refused.value.current is not None
-    assert refused.value.current.start == dt.datetime(2026, 12, 4, 18, 0, tzinfo=BERLIN)
-    assert refused.value.current.title == "Piano lesson"
-    with pytest.raises(Changed):
-        await calendar.delete("primary", made.id, made.version)
-
-    assert await calendar.delete("primary", made.id, phone.version)
-    assert not await calendar.delete("primary", made.id, phone.version)  # already gone
-    with pytest.raises(NotFound):
-        await calendar.event("primary", made.id)
-
-
-async def test_create_is_idempotent(account) -> None:
-    _server, _url, calendar = account
-    new = NewEvent("Swim", dt.date(2026, 12, 5), dt.date(2026, 12, 6))
-    first = await calendar.create("primary", new, BERLIN)
-    again = await calendar.create("primary", new, BERLIN)
-    assert first.created and not again.created and again.event.id == first.event.id
-    listing = await calendar.events(
-        dt.datetime(2026, 12, 5, tzinfo=BERLIN), dt.datetime(2026, 12, 6, tzinfo=BERLIN), BERLIN
-    )
-    assert [(e.title, e.start) for e in listing.events] == [("Swim", dt.date(2026, 12, 5))]
-
-
-async def test_one_instance_of_a_series_moved_and_cancelled(account) -> None:
-    server, url, calendar = account
-    server.put("alice", url, "gym", ics(
-        "UID:gym\nDTSTART;TZID=Europe/Berlin:20261201T070000\n"
-        "DTEND;TZID=Europe/Berlin:20261201T080000\nRRULE:FREQ=DAILY;COUNT=5\nSUMMARY:Gym",
-        zone=True))
-    span = (dt.datetime(2026, 12, 1, tzinfo=BERLIN), dt.datetime(2026, 12, 8, tzinfo=BERLIN))
-    first = await calendar.events(*span, BERLIN)
-    second, third = first.events[1], first.events[2]
-
-    moved = await calendar.update("primary", second.id, EventChange(
-        start=dt.datetime(2026, 12, 2, 19, 0, tzinfo=BERLIN)), second.version, BERLIN)
-    assert moved.start == dt.datetime(2026, 12, 2, 19, 0, tzinfo=BERLIN)
-    listing = await calendar.events(*span, BERLIN)
-    assert await calendar.delete("primary", third.id, listing.events[2].version)
-
-    after = await calendar.events(*span, BERLIN)
-    assert [e.start.day for e in after.events] == [1, 2, 4, 5]
-    assert after.events[1].start.hour == 19 and after.events[0].start.hour == 7
