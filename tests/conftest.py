@@ -19,7 +19,8 @@ import pytest
 from panager.clock import FakeClock
 from panager.config import Settings
 
-pytest_plugins = ["tests.hang_report"]  # what a test about to time out waits for
+# hang_report: what a test about to time out waits for; caldav_servers: Radicale and Xandikos
+pytest_plugins = ["tests.hang_report", "tests.caldav_servers"]
 
 TEST_DATABASE_URL = os.environ.get("PANAGER_TEST_DATABASE_URL") or os.environ.get("DATABASE_URL")
 # one template per pytest-xdist worker: workers may share one server (DATABASE_URL)

@@ -46,6 +46,7 @@ from panager.db.pool import Pool, open_pool, resolve_database_url
 from panager.llm import invoke_with_retries, stream_with_retries
 from panager.model_retries import TextSink
 from panager.model_router import ModelRouter
+from panager.providers.caldav.provider import CalDavProvider
 from panager.providers.google.provider import GoogleProvider
 from panager.providers.google.service import GoogleService
 from panager.services.access import AccessService
@@ -103,9 +104,18 @@ def google_provider(wired: Wired) -> Provider | None:
     return GoogleProvider(wired.google) if wired.google is not None else None
 
 
+def caldav_provider(wired: Wired) -> Provider | None:
+    """CalDAV, when passwords can be sealed (PANAGER_SECRET_KEY); every request behind the
+    address guard with web_fetch's allow list."""
+    if wired.connections is None:
+        return None
+    guard = AddressGuard(allow=AllowList.parse(wired.settings.runtime.web_fetch_allow))
+    return CalDavProvider(wired.pool, wired.connections, guard, clock=wired.clock)
+
+
 # Every provider a person can connect — one line each, in order: the first calendar
 # account is where "primary" and new events go until the person picks another.
-PROVIDERS: list[Callable[[Wired], Provider | None]] = [google_provider]
+PROVIDERS: list[Callable[[Wired], Provider | None]] = [google_provider, caldav_provider]
 
 
 class SchemaBehind(ConfigError):

@@ -1287,6 +1287,7 @@ class FakeGoogle(_OAuthMixin, _CalendarMixin, _TasksMixin, _GmailMixin):
         self.default_account = accounts[0] if accounts else "alice@example.com"
         self.requests: list[dict] = []
         self.stalled: asyncio.Event | None = None  # set: API calls wait until it is set
+        self.latency = 0.0  # seconds each API call waits first (a network's round trip; bench)
         self.token_requests: list[dict] = []
         self.calendars: dict[str, dict[str, dict]] = {}
         self.tasks: dict[str, dict[str, dict[str, dict]]] = {}
@@ -1464,6 +1465,8 @@ class FakeGoogle(_OAuthMixin, _CalendarMixin, _TasksMixin, _GmailMixin):
         record = self._record(request) if request.path.startswith(_API_PREFIXES) else None
         if record is not None and self.stalled is not None:
             await self.stalled.wait()  # an API that does not answer (until released)
+        if record is not None and self.latency:
+            await asyncio.sleep(self.latency)
         try:
             if record is None:
                 return await handler(request)

@@ -159,3 +159,98 @@ DRIVERS: dict[str, str] = {
     "memory": "memory_driver",
     "google": "google_driver",
 }
+
+
+class CalDavDriver:
+    """A CalDAV account on a real server (Radicale or Xandikos, tests/caldav_servers.py),
+    one fresh calendar per test, every request through the guarded door."""
+
+    tasks = None  # CalDAV tasks (VTODO) are not part of the CalDAV provider yet
+    capabilities = CALENDAR  # what the CalDAV provider declares (no TASKS)
+
+    def __init__(self, server: Any, slug: str) -> None:
+        from panager.providers.caldav.calendar import CalDavCalendar, Choice
+        from panager.providers.caldav.door import Door, Login
+        from panager.services.web.guard import AddressGuard, AllowList
+
+        self.name = "caldav"  # the provider's name (DRIVERS names the server too)
+        self.server = server
+        self.url = server.make_calendar("alice", slug, f"Contract {slug}")
+        self.path = self.url.split(server.url, 1)[1]
+        guard = AddressGuard(allow=AllowList.parse(["127.0.0.1"]))
+        login = Login("alice", server.users["alice"])
+
+        def door(url: str = server.url + "/", deadline: float = 15.0) -> Any:
+            return lambda: Door(url, login, guard, deadline=deadline)
+
+        self._door = door
+        self._make = lambda opener: CalDavCalendar(
+            "k1", f"alice @ {server.name}", opener,
+            Choice(read=frozenset({self.path}), default=self.path))
+        self.calendar = self._make(door())
+
+    async def add_weekly(self, title: str, first: datetime, minutes: int, count: int) -> None:
+        """A series PUT by another client, with its VTIMEZONE, in ZONE."""
+        local = first.astimezone(ZONE)
+        fmt = "%Y%m%dT%H%M%S"
+        uid = f"weekly-{title.lower()}"
+        self.server.put("alice", self.url, uid, _vcalendar(
+            f"UID:{uid}\nDTSTAMP:20261001T000000Z\n"
+            f"DTSTART;TZID={ZONE.key}:{local:{fmt}}\n"
+            f"DTEND;TZID={ZONE.key}:{local + timedelta(minutes=minutes):{fmt}}\n"
+            f"RRULE:FREQ=WEEKLY;COUNT={count}\nSUMMARY:{title}"))
+
+    async def touch(self, event: Event, title: str) -> None:
+        """A phone's edit: the object rewritten with a new title (and so a new ETag)."""
+        href = event.id.split(":", 2)[2].split("#")[0]
+        with self.server.client("alice") as http:
+            body = http.get(self.server.url + href).text
+            changed = "\r\n".join(
+                f"SUMMARY:{title}" if line.startswith("SUMMARY") else line
+                for line in body.replace("\r\n", "\n").split("\n"))
+            answer = http.put(self.server.url + href, content=changed.encode(),
+                              headers={"Content-Type": "text/calendar"})
+            assert answer.status_code in (200, 201, 204), answer.status_code
+
+    @asynccontextmanager
+    async def stalled(self, timeout: float) -> AsyncIterator[Calendar]:
+        """A server that accepts connections and never answers."""
+        release = asyncio.Event()
+
+        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await release.wait()
+            writer.close()
+
+        silent = await asyncio.start_server(hold, "127.0.0.1", 0)
+        port = silent.sockets[0].getsockname()[1]
+        try:
+            yield self._make(self._door(f"http://127.0.0.1:{port}/", timeout))
+        finally:
+            release.set()
+            silent.close()
+            await silent.wait_closed()
+
+
+def _vcalendar(event: str) -> str:
+    body = ("BEGIN:VCALENDAR\nVERSION:2.0\nPRODID:-//Phone//EN\nBEGIN:VEVENT\n" + event.strip()
+            + "\nEND:VEVENT\nEND:VCALENDAR\n")
+    return body.replace("\n", "\r\n")
+
+
+_slugs = iter(range(1_000_000))
+
+
+@pytest.fixture
+def caldav_radicale_driver(caldav_servers: Any) -> CalDavDriver:
+    """A CalDAV account on Radicale (started once per session per worker)."""
+    return CalDavDriver(caldav_servers["radicale"], f"contract{next(_slugs)}")
+
+
+@pytest.fixture
+def caldav_xandikos_driver(caldav_servers: Any) -> CalDavDriver:
+    """A CalDAV account on Xandikos (started once per session per worker)."""
+    return CalDavDriver(caldav_servers["xandikos"], f"contract{next(_slugs)}")
+
+
+DRIVERS["caldav-radicale"] = "caldav_radicale_driver"
+DRIVERS["caldav-xandikos"] = "caldav_xandikos_driver"

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from tests.providers.contract import *  # noqa: F403 — the suite's tests, collected here
-from tests.providers.drivers import DRIVERS, google_driver, memory_driver  # noqa: F401
+from tests.providers.drivers import (  # noqa: F401
+    DRIVERS,
+    caldav_radicale_driver,
+    caldav_xandikos_driver,
+    google_driver,
+    memory_driver,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -73,6 +73,7 @@ PERSON_COLUMNS: dict[tuple[str, str], str] = {
     "text goes into its history",
     ("profile_proposals", "user_id"): "moved",
     ("mail_shown", "user_id"): "moved (a draft shown before a send stays the one shown)",
+    ("caldav_checks", "user_id"): "moved (the hourly check limit counts both)",
     ("discord_inbox", "user_id"): "not a person: the Discord sender id",
     ("telegram_inbox", "user_id"): "not a person: the Telegram sender id",
 }
@@ -93,6 +94,7 @@ MOVED = (
     ("proposals", "user_id"),
     ("media_files", "user_id"),
     ("profile_proposals", "user_id"),
+    ("caldav_checks", "user_id"),
 )
 
 MERGE_USER = """

@@ -287,7 +287,7 @@ def _json_or_text(payload: str) -> Any:
 
 
 def _brief(item: dict) -> dict:
-    keep = ("title", "start", "end", "location", "due", "notes")
+    keep = ("title", "start", "end", "location", "due", "notes", "calendar", "account")
     return {k: item[k] for k in keep if item.get(k)}
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from aiohttp import web
 
-from panager.frontends.web.pages import form_of, page, see_other
+from panager.frontends.web.pages import form_of, not_found, page, see_other
 from panager.frontends.web.render import render
+from panager.providers.caldav.provider import CalDavProvider
 from panager.providers.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES
 from panager.services.accounts.connections import split_fields
 from panager.services.accounts.provider import FormConnect, FormProvider, ProviderError
@@ -34,6 +35,7 @@ class ConnectionsPage:
             web.post("/connections/google/disconnect", gate.page(self.disconnect)),
             web.post("/connections/{provider}/add", gate.page(self.add)),
             web.post("/connections/{provider}/{key}/remove", gate.page(self.remove)),
+            web.post("/connections/caldav/{key}/calendars", gate.page(self.caldav_choose)),
         ]
 
     def _form_providers(self) -> list[Any]:
@@ -94,6 +96,19 @@ class ConnectionsPage:
             await connections.remove(session.user.id, request.match_info["provider"],
                                      request.match_info["key"])
         raise see_other("/connections", "removed")
+
+    async def caldav_choose(self, request: web.Request, session: WebSession) -> web.Response:
+        """A CalDAV account's calendars: which are read, and which one new events go to."""
+        accounts = self.app.deps.accounts
+        provider = accounts.provider("caldav") if accounts is not None else None
+        if not isinstance(provider, CalDavProvider):
+            raise see_other("/connections")
+        form = await request.post()
+        read = frozenset(str(v) for v in form.getall("read", []))
+        default = str(form.get("default", "")) or None
+        if not await provider.choose(session.user.id, request.match_info["key"], read, default):
+            return not_found(session, "account")
+        raise see_other("/connections", "saved")
 
     async def connect(self, request: web.Request, session: WebSession) -> web.Response:
         """On to Google's consent page through a fresh single-use link."""

@@ -1,0 +1,1 @@
+"""CalDAV calendars (iCloud, Fastmail, Nextcloud, Radicale, Baïkal, …)."""
