@@ -127,7 +127,7 @@ async def test_tainted_changes_to_caldav_events_wait_for_approve(
     make_app, caldav_servers, tmp_path
 ) -> None:
     """From a reply that read the calendar (outside content): changing an event with
-    attendees waits for Approve and the question names whom the server may e-mail; an
+    attendees waits for Approve and the question names whom the server may send an update to; an
     event on a calendar other than the default waits too; nothing is written before."""
     server = caldav_servers["radicale"]
     who = server.new_user("taint")
@@ -165,7 +165,8 @@ async def test_tainted_changes_to_caldav_events_wait_for_approve(
 
     assert asked.tainted and asked.question is not None
     update, create = asked.question.calls
-    assert update.tool == "calendar_update_event" and "kim@dental.example" in update.description
+    assert update.tool == "calendar_update_event"
+    assert "may send an update to: `\"kim@dental.example\"`" in update.description
     assert "Dentist" in update.description
     assert create.tool == "calendar_create_event" and club_id in create.description
     model.add("Left as it was.")
@@ -174,3 +175,49 @@ async def test_tainted_changes_to_caldav_events_wait_for_approve(
         assert "SUMMARY:Dentist" in http.get(family + "dentist.ics").text
         listed = http.request("PROPFIND", club, headers={"Depth": "1"})
         assert ".ics" not in listed.text  # no event was written to the club calendar
+
+
+def google_titles(fake) -> list[str]:
+    return [e["summary"] for e in fake.calendars[ALICE]["primary"]["events"].values()]
+
+
+async def test_primary_is_googles_until_the_person_picks_a_caldav_default(
+    make_app, caldav_servers, tmp_path
+) -> None:
+    """After the upgrade `"primary"` (and no calendar at all) is Google's primary; once the
+    person picks a CalDAV calendar as their default on the Connections page, new events go
+    there; picking a default in a second account moves it (one default per person)."""
+    server = caldav_servers["radicale"]
+    who = server.new_user("primary")
+    family = server.make_calendar(who, "family", "Family")
+    config = tmp_path / "config.yaml"
+    config.write_text("web_fetch_allow: ['127.0.0.1']\n")
+    event = {"title": "Piano", "start": "2026-11-27T17:00", "end": "2026-11-27T18:00"}
+    model = ScriptedChatModel(script=[
+        call("calendar_create_event", event), "Added.",
+        call("calendar_create_event", {**event, "title": "Swim"}), "Added.",
+    ])
+    async with FakeGoogle() as fake:
+        h = await start_harness(make_app, fake, model, config_path=config)
+        user = await h.app.local_user()
+        await h.link(user)
+        caldav = caldav_of(h.app)
+        key, _ = await caldav.add(user.id, {
+            "url": server.url, "username": who, "password": server.users[who]})
+        await h.app.assistant.run_turn(user, "add piano on Friday")
+        assert google_titles(fake) == ["Piano"]
+
+        assert await caldav.choose(user.id, key, None, family.split(server.url, 1)[1])
+        await h.app.assistant.run_turn(user, "add swimming on Friday")
+        assert google_titles(fake) == ["Piano"]  # not Google's
+        with server.client(who) as http:
+            listed = http.request("PROPFIND", family, headers={"Depth": "1"}).text
+        assert listed.count(".ics") == 1
+        # a default picked in a second account is the person's one default from then on
+        other = server.new_user("primary2")
+        club = server.make_calendar(other, "club", "Club")
+        key2, _ = await caldav.add(user.id, {
+            "url": server.url, "username": other, "password": server.users[other]})
+        assert await caldav.choose(user.id, key2, None, club.split(server.url, 1)[1])
+        defaults = [a.key for a in await caldav.accounts(user.id) if a.default]
+        assert defaults == [key2]

@@ -223,3 +223,18 @@ async def test_a_form_connect_is_typed_on_the_connections_page_only_and_checked_
     assert await h.app.deps.connections.accounts(WEB_ALICE, "memory") == []
     await client.close()
     await h.server.stop()
+
+
+async def test_the_secret_check_on_a_database_not_yet_upgraded_says_what_to_run(
+    fresh_db, make_settings
+):
+    """`panager doctor` before `panager db upgrade`: a SKIP line naming the command, never
+    a crashed check."""
+    from panager.db.pool import open_pool
+
+    pool = await open_pool(fresh_db(), max_size=1)
+    try:
+        ok, line = await check_secret(make_settings(), {"pool": pool})
+    finally:
+        await pool.close()
+    assert ok is None and "panager db upgrade" in line

@@ -14,6 +14,8 @@ import asyncio
 import importlib
 from collections.abc import Awaitable, Callable
 
+import psycopg
+
 from panager.config import Settings
 from panager.services.accounts.connections import sealed_count
 from panager.services.media.vision import sees_images
@@ -377,7 +379,11 @@ async def check_secret(settings: Settings, found: dict) -> tuple[bool | None, st
     """PANAGER_SECRET_KEY is strong (it seals Google tokens and connected accounts'
     credentials, and signs links); missing while sealed credentials are stored is a failure."""
     if not settings.secret_key:
-        stored = await sealed_count(found["pool"]) if found.get("pool") is not None else 0
+        try:
+            stored = await sealed_count(found["pool"]) if found.get("pool") is not None else 0
+        except psycopg.errors.UndefinedTable:  # a database `panager db upgrade` has not set up
+            return None, ("PANAGER_SECRET_KEY not set; whether credentials are sealed is "
+                          "known after: panager db upgrade")
         if stored:
             return False, (
                 f"PANAGER_SECRET_KEY is not set, but {stored} sealed credential(s) are stored "

@@ -385,8 +385,8 @@ def described_by_lookups(
             f"  - when: {event_times(event, zone)}",
             f"  - calendar: {shown_text(_calendar_id(calendar_id))} of {provider.title} "
             f"account {shown_text(account.label)}",
-            f"  - attendees {provider.title} may e-mail: "
-            + (", ".join(mailed) if mailed else "none"),
+            f"  - the server ({provider.title}) may send an update to: " + ", ".join(mailed)
+            if mailed else "  - attendees: none",
         ]
         for key, value in (("location", event.location), ("description", event.description)):
             if value:

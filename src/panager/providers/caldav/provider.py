@@ -84,6 +84,10 @@ SETTINGS = """
 UPDATE provider_accounts SET settings = settings || %s, updated_at = %s
  WHERE user_id = %s AND provider = %s AND key = %s RETURNING key
 """
+CLEAR_DEFAULT = """
+UPDATE provider_accounts SET settings = settings || '{"default": null}', updated_at = %s
+ WHERE user_id = %s AND provider = %s AND key <> %s AND settings->>'default' IS NOT NULL
+"""
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,8 @@ class CalDavProvider:
 
     async def accounts(self, user_id: int) -> list[Account]:
         return [
-            Account(NAME, a.key, a.label, CALENDAR, a.connected)
+            Account(NAME, a.key, a.label, CALENDAR, a.connected,
+                    default=bool(dict(a.settings).get("default")))
             for a in await self.connections.accounts(user_id, NAME)
         ]
 
@@ -279,12 +284,15 @@ class CalDavProvider:
     async def choose(
         self, user_id: int, key: str, read: frozenset[str] | None, default: str | None
     ) -> bool:
-        """Which calendars are read (None: all) and the default for new events."""
+        """Which calendars are read (None: all) and the default for new events: the
+        person's one default, so choosing it here clears it on their other accounts."""
         change = {"read": sorted(read) if read is not None else None, "default": default}
-        async with self.pool.connection() as conn:
+        async with self.pool.connection() as conn, conn.transaction():
             row = await (await conn.execute(
                 SETTINGS, (Jsonb(change), self.clock.now(), user_id, NAME, key)
             )).fetchone()
+            if row is not None and default is not None:
+                await conn.execute(CLEAR_DEFAULT, (self.clock.now(), user_id, NAME, key))
         return row is not None
 
     async def remove(self, user_id: int, key: str) -> bool:

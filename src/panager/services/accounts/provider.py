@@ -225,6 +225,7 @@ class Account:
     label: str  # "alice@example.com", "alice @ dav.example.org"
     capabilities: frozenset[Capability]
     connected: bool = True  # False after the server refused the credentials
+    default: bool = False  # the person chose one of its calendars for new events ("primary")
 
 
 @dataclass(frozen=True)

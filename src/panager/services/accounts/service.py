@@ -2,10 +2,11 @@
 
 `AccountService` holds the registered providers (`panager.app.PROVIDERS`, in
 that order; Google first, so `"primary"` is Google's primary calendar until
-the person picks another) and answers two questions: what can this person do
-(`connected` — one trip per provider, which `tools_for_turn` asks once), and
-which `Calendar`/`Tasks` serve a call (`calendars`, `tasks`, `calendar_for`),
-raising the provider's own "connect first" when none does.
+the person picks another default on the Connections page) and answers two
+questions: what can this person do (`connected` — one trip per provider, which
+`tools_for_turn` asks once), and which `Calendar`/`Tasks` serve a call
+(`calendars`, `tasks`, `calendar_for`), raising the provider's own "connect first"
+when none does.
 """
 
 from __future__ import annotations
@@ -171,4 +172,6 @@ class AccountService:
                 raise NotFound(f"No connected account holds {raw!r}; use the ids the list "
                                "tools show.")
             await self.require(user_id, capability)  # a Google id, and Google unlinked
-        return serving[0]
+        # "primary" (or no id): the account the person chose a default calendar in, else
+        # the first (Google's primary, as before the upgrade)
+        return next((item for item in serving if item[1].default), serving[0])
