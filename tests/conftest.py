@@ -99,13 +99,24 @@ def with_database(url: str, name: str) -> str:
 # pytest-xdist hands them out among the workers at the start and the quick tests fill the
 # gaps at the end (run last, one long test leaves the other workers idle while it runs).
 SLOW_FIRST = (
-    "tests/reliability/", "tests/test_cli.py", "tests/test_attachments_terminal.py",
-    "tests/test_cli_run_telegram.py", "tests/test_cli_run.py", "tests/test_terminal_pty.py",
-    "tests/test_telegram_processes.py", "tests/test_confirm_frontends.py",
-    "tests/test_mcp_operator.py", "tests/test_server_privileges.py", "tests/test_memory_store.py",
-    "tests/test_memory.py", "tests/test_model_window.py", "tests/test_schedule_calendar.py",
-    "tests/test_web_browser.py", "tests/test_trust_browser.py", "tests/test_attachments_web.py",
-    "tests/test_mcp.py",
+    "tests/reliability/",
+    "tests/cli/test_cli.py",
+    "tests/frontends/test_attachments_terminal.py",
+    "tests/cli/test_cli_run_telegram.py",
+    "tests/cli/test_cli_run.py",
+    "tests/frontends/test_terminal_pty.py",
+    "tests/frontends/test_telegram_processes.py",
+    "tests/frontends/test_confirm_frontends.py",
+    "tests/services/test_mcp_operator.py",
+    "tests/db/test_server_privileges.py",
+    "tests/services/test_memory_store.py",
+    "tests/services/test_memory.py",
+    "tests/test_model_window.py",
+    "tests/services/test_schedule_calendar.py",
+    "tests/browser/test_web_browser.py",
+    "tests/browser/test_trust_browser.py",
+    "tests/frontends/test_attachments_web.py",
+    "tests/services/test_mcp.py",
 )
 
 

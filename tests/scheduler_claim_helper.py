@@ -1,6 +1,6 @@
 """Claims due schedules like a worker, reports them on stdout, then hangs until killed.
 
-Run by tests/test_scheduler.py as a real subprocess that is killed with SIGKILL
+Run by tests/services/test_scheduler.py as a real subprocess that is killed with SIGKILL
 after claiming and before delivering: `python -m tests.scheduler_claim_helper
 URL NOW_ISO LEASE_SECONDS`.
 """

@@ -15,9 +15,9 @@ from panager.agent.graph.effects.registry import default_specs
 from panager.agent.graph.effects.windows import DEFAULT_WINDOW, learn_served_window, window_for
 from panager.config import RuntimeConfig
 from panager.model_window import OLLAMA_DEFAULT_CTX, served_window, server_root
+from tests.cli.test_cli import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, tool_call
 from tests.fakes.scripted_model import ScriptedChatModel
-from tests.test_cli import cli_env, run_cli
 
 OLLAMA_SHOW = {
     "parameters": 'stop "<|eot_id|>"\nnum_ctx 16384',

@@ -1,7 +1,7 @@
 """The reliability suite: real `panager run` processes, real PostgreSQL, local fakes.
 
 Each test starts `panager run` as a child process (through the same launcher
-as tests/test_cli_run.py, which points discord.py at the FakeDiscord), talks
+as tests/cli/test_cli_run.py, which points discord.py at the FakeDiscord), talks
 to it as Discord users, and breaks things from outside: SIGKILL, SIGTERM, a
 PostgreSQL that stops, a model API that answers 500. Process logs go to a
 file in the test's temp dir and are shown when a test fails.
@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.cli.test_cli_run import LAUNCHER
 from tests.conftest import RELIABILITY_PROPERTY
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
-from tests.test_cli_run import LAUNCHER
 
 TOKEN = "reliability-token"
 START_TIMEOUT = 60.0

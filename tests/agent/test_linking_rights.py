@@ -10,10 +10,10 @@ from panager.agent.tools import all_tools
 from panager.frontends.web.server import start_web
 from panager.services.access import AccessService
 from panager.services.mcp.connection import Backoff
+from tests.agent.test_linking_join import code_in
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.runtime_helpers import write_config
-from tests.test_linking_join import code_in
-from tests.test_mcp import names, stdio_server, wait_ready
+from tests.services.test_mcp import names, stdio_server, wait_ready
 from tests.web_helpers import WebHarness
 
 DISCORD_ID = 111_000_000_000_000_041

@@ -8,8 +8,8 @@ import pytest
 
 from panager.agent.commands import CommandContext, dispatch
 from panager.agent.tools import all_tools
-from tests.test_cli import cli_env, run_cli
-from tests.test_mcp import ADMIN, FAKE, OTHER, mcp_app, names, stdio_server, wait_ready
+from tests.cli.test_cli import cli_env, run_cli
+from tests.services.test_mcp import ADMIN, FAKE, OTHER, mcp_app, names, stdio_server, wait_ready
 from tests.web_helpers import web_harness
 
 pytestmark = pytest.mark.timeout(180)

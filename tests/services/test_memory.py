@@ -20,7 +20,7 @@ from panager.services.memory.text import QueryTerm, query_terms
 
 PAIRS = [
     json.loads(line)
-    for line in (Path(__file__).parent / "data" / "memory_pairs.jsonl").read_text().splitlines()
+    for line in (Path(__file__).parents[1] / "data" / "memory_pairs.jsonl").read_text().splitlines()
     if line.strip()
 ]
 

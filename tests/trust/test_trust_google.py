@@ -14,8 +14,8 @@ from yarl import URL
 from panager.providers.google.service import START_PATH
 from tests.fakes.google_server import FakeGoogle
 from tests.fakes.scripted_model import ScriptedChatModel, call
+from tests.frontends.test_google_link import database_dump
 from tests.google_helpers import ALICE, BOB, start_harness
-from tests.test_google_link import database_dump
 
 pytestmark = pytest.mark.timeout(60)
 

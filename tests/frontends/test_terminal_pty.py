@@ -19,8 +19,8 @@ import pexpect
 import pyte
 import pytest
 
+from tests.cli.test_cli import cli_env
 from tests.fakes.openai_server import FakeOpenAI, Reply, tool_call
-from tests.test_cli import cli_env
 
 pytestmark = pytest.mark.timeout(120)
 

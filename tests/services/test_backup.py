@@ -401,7 +401,7 @@ async def test_a_passphrase_backup_carries_the_key_for_a_home_that_lost_it(
 async def test_a_refused_restore_is_one_line_from_the_command(
     passphrase_backup, fresh_db, tmp_path
 ):
-    from tests.test_cli import cli_env, run_cli
+    from tests.cli.test_cli import cli_env, run_cli
 
     bad = damaged(passphrase_backup, "bit flipped")
     (tmp_path / "pass").write_text(PASSPHRASE + "\n")
@@ -416,7 +416,7 @@ async def test_a_role_without_superuser_restores_where_vector_exists(
     passphrase_backup, pg_server_url, make_settings, tmp_path
 ):
     from tests.conftest import with_database
-    from tests.test_server_privileges import as_role
+    from tests.db.test_server_privileges import as_role
 
     role, name = f"app_{uuid.uuid4().hex[:8]}", f"t_{uuid.uuid4().hex[:16]}"
     with psycopg.connect(pg_server_url, autocommit=True) as conn:

@@ -82,7 +82,7 @@ async def test_terminal_starter_serves_when_google_is_configured(make_app, capsy
 
 
 async def test_chat_keeps_going_when_the_port_is_taken(db_url, tmp_path):
-    from tests.test_cli import cli_env, run_cli
+    from tests.cli.test_cli import cli_env, run_cli
 
     env = cli_env(db_url, tmp_path)
     env.update(

@@ -6,9 +6,9 @@ and transcription endpoint."""
 from __future__ import annotations
 
 from tests.fakes.discord_server import FakeDiscord
+from tests.frontends.test_discord_bot import ADMIN, STEP, fake, openai, start_bot, texts  # noqa: F401
 from tests.media_files import ogg_opus, png
 from tests.runtime_helpers import write_config
-from tests.test_discord_bot import ADMIN, STEP, fake, openai, start_bot, texts  # noqa: F401
 
 OUTSIDE = "<outside_content"
 
@@ -112,7 +112,7 @@ async def test_by_default_only_discords_own_cdn_hosts_are_trusted(start_bot, fak
 async def test_a_pdf_and_a_docx_from_discord_are_found_by_document_search(
     start_bot, fake, openai, tmp_path
 ):
-    from tests.test_documents import PHRASE, long_docx, long_pdf
+    from tests.services.test_documents import PHRASE, long_docx, long_pdf
 
     allow_fake_cdn(tmp_path, fake)
     bot = await start_bot()

@@ -15,7 +15,7 @@ import pytest
 
 from tests.scheduler_helpers import RecordingMessenger, runs, scheduler_app, utc, worker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_one_shot_fires_once(make_app, clock):

@@ -30,7 +30,7 @@ from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 from tests.runtime_helpers import write_config
 
 pytestmark = pytest.mark.timeout(120)
-FAKE = str(Path(__file__).parent / "fakes" / "mcp_servers.py")
+FAKE = str(Path(__file__).parents[1] / "fakes" / "mcp_servers.py")
 ADMIN = 4242
 OTHER = 777
 SECRETS = {

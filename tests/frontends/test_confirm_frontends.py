@@ -12,9 +12,9 @@ from langchain_core.messages import HumanMessage
 
 from panager.agent.turns.threads import update_thread
 from panager.framing import frame
+from tests.cli.test_cli import cli_env, run_cli
 from tests.fakes.openai_server import FakeOpenAI, tool_call
 from tests.fakes.scripted_model import call
-from tests.test_cli import cli_env, run_cli
 from tests.web_helpers import ALICE, web_harness
 
 pytestmark = pytest.mark.timeout(120)
@@ -68,7 +68,7 @@ async def openai():
 def write_capture(out: str) -> None:
     """docs/captures/terminal-question.txt, when PANAGER_WRITE_CAPTURES=1."""
     if os.environ.get("PANAGER_WRITE_CAPTURES") == "1":
-        (Path(__file__).resolve().parents[1] / "docs" / "captures"
+        (Path(__file__).resolve().parents[2] / "docs" / "captures"
          / "terminal-question.txt").write_text(out)
 
 

@@ -11,13 +11,13 @@ from panager.agent.flows.delivery import AssistantDelivery
 from panager.agent.turns.threads import update_thread
 from panager.services.relays.relay import relay_note
 from panager.services.schedules.occurrences import TAINTED_REMINDER
+from tests.agent.test_held_offers import two_repeating
 from tests.fakes.scripted_model import ScriptedChatModel, call
+from tests.frontends.test_telegram_bot import ADMIN, app, fake  # noqa: F401
 from tests.media_files import ogg_opus, png
 from tests.runtime_helpers import write_config
 from tests.scheduler_helpers import worker
 from tests.telegram_helpers import STEP, running_front, telegram_settings
-from tests.test_held_offers import two_repeating
-from tests.test_telegram_bot import ADMIN, app, fake  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
 STRANGER = 6666

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from tests.cli.test_cli_run import env_for, spawn
 from tests.fakes.telegram_server import FakeTelegram
-from tests.test_cli_run import env_for, spawn
 
 pytestmark = pytest.mark.timeout(300)
 

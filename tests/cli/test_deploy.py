@@ -11,7 +11,7 @@ import yaml
 
 from panager.config import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def env_names() -> set[str]:

@@ -14,9 +14,9 @@ from panager.agent.tools.memory import update_class
 from panager.db import migrate
 from panager.db.pool import open_pool
 from panager.framing import OUTSIDE_OPEN
+from tests.agent.test_system_jobs import command, hook_app, post
 from tests.fakes.scripted_model import ScriptedChatModel, call, calls
 from tests.scheduler_helpers import worker
-from tests.test_system_jobs import command, hook_app, post
 from tests.web_helpers import ALICE, web_harness
 
 pytestmark = pytest.mark.timeout(90)

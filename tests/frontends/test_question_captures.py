@@ -5,7 +5,7 @@ for it — and a Chromium screenshot of the web page's question (docs/screenshot
 Each capture must name the object in words a person can judge (asserted every run). The
 documentation files are written when `PANAGER_WRITE_CAPTURES=1` (ids and times vary from
 run to run, so an ordinary run leaves the docs alone):
-`PANAGER_WRITE_CAPTURES=1 .venv/bin/python -m pytest -n0 tests/test_question_captures.py`.
+`PANAGER_WRITE_CAPTURES=1 .venv/bin/python -m pytest -n0 tests/frontends/test_question_captures.py`.
 """
 
 from __future__ import annotations
@@ -27,18 +27,18 @@ from panager.agent.tools.mcp import _describer
 from panager.agent.tools.web import describe_fetch, describe_search
 from panager.agent.turns.threads import update_thread
 from panager.framing import frame
+from tests.agent.test_questions import _plain_http_oauth, fake, linked, words  # noqa: F401
 from tests.browser_helpers import SCREENSHOTS, Browsers
 from tests.discord_helpers import running_bot
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.google_helpers import ALICE
 from tests.telegram_helpers import running_front, telegram_settings
-from tests.test_questions import _plain_http_oauth, fake, linked, words  # noqa: F401
 from tests.web_helpers import ALICE as WEB_ALICE
 from tests.web_helpers import web_harness
 
 pytestmark = pytest.mark.timeout(120)
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 WRITE = os.environ.get("PANAGER_WRITE_CAPTURES") == "1"
 TELEGRAM_ALICE = 5_000_111
 

@@ -27,7 +27,7 @@ from tests.google_helpers import start_harness
 from tests.runtime_helpers import write_config
 
 pytestmark = pytest.mark.timeout(60)
-DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 HEADER = "| tool | class | the question shows |"
 MCP_ROW = "mcp__<server>__<tool>"
 

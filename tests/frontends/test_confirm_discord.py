@@ -9,12 +9,12 @@ from panager.agent.flows.delivery import AssistantDelivery
 from panager.agent.turns.threads import update_thread
 from panager.services.relays.relay import relay_note
 from panager.services.schedules.occurrences import TAINTED_REMINDER
+from tests.agent.test_held_offers import two_repeating
 from tests.discord_helpers import STEP, running_bot
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.scripted_model import ScriptedChatModel, call
 from tests.runtime_helpers import write_config
 from tests.scheduler_helpers import worker
-from tests.test_held_offers import two_repeating
 
 pytestmark = pytest.mark.timeout(60)
 ALICE, MALLORY = 1001, 1002

@@ -16,9 +16,9 @@ from panager.agent.turns.threads import thread_values
 from panager.framing import unframe
 from panager.services.telegram_updates import read_update
 from tests.fakes.scripted_model import ScriptedChatModel, call
+from tests.frontends.test_telegram_bot import ADMIN, fake  # noqa: F401
 from tests.runtime_helpers import write_config
 from tests.telegram_helpers import STEP, running_front, telegram_settings
-from tests.test_telegram_bot import ADMIN, fake  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from panager.agent.commands import CommandContext, dispatch
 from panager.frontends.terminal.chat import Console, TerminalMessenger
-from tests.test_linking_join import code_in
+from tests.agent.test_linking_join import code_in
 
 TELEGRAM = 777_002
 

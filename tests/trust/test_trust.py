@@ -396,5 +396,5 @@ async def test_weak_secrets_fail_doctor_and_skills_hide_server_paths(make_app, m
 def test_compose_publishes_on_loopback_by_default():
     from pathlib import Path
 
-    compose = (Path(__file__).parent.parent / "docker-compose.yml").read_text()
+    compose = (Path(__file__).parents[2] / "docker-compose.yml").read_text()
     assert '"${PANAGER_BIND:-127.0.0.1}:${PANAGER_HTTP_PORT:-8765}:8765"' in compose

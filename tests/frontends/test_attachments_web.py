@@ -110,7 +110,7 @@ async def test_upload_paste_and_drop_reach_the_model(make_app, browsers, openai)
     assert "I couldn't use broken.png: it is not a readable image." in await page.inner_text("#log")
 
     # 5. documents by the upload button: a PDF and a DOCX, found by document_search
-    from tests.test_documents import PHRASE, long_docx, long_pdf
+    from tests.services.test_documents import PHRASE, long_docx, long_pdf
 
     openai.script("Both kept.")
     docx_type = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"

@@ -10,10 +10,10 @@ import pytest
 
 from panager.services.accounts.sealing import Sealer
 from panager.services.schedules.system import call_signature
+from tests.agent.test_system_jobs import command, hook_app, post
 from tests.fakes.scripted_model import ScriptedChatModel
 from tests.runtime_helpers import write_config
 from tests.scheduler_helpers import worker
-from tests.test_system_jobs import command, hook_app, post
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -7,11 +7,11 @@ import sys
 import pexpect
 import pytest
 
+from tests.cli.test_cli import cli_env
 from tests.fakes.openai_server import FakeOpenAI, tool_call
+from tests.frontends.test_terminal_pty import COLS, ROWS, Screen, expect, never_garbled
 from tests.media_files import png, wav
-from tests.test_cli import cli_env
-from tests.test_documents import PHRASE, long_docx, long_pdf
-from tests.test_terminal_pty import COLS, ROWS, Screen, expect, never_garbled
+from tests.services.test_documents import PHRASE, long_docx, long_pdf
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -18,8 +18,8 @@ import pytest
 
 from panager.cli.main import setup_logging
 from panager.db.extension import supports_iterative_scan, version_tuple
+from tests.cli.test_cli import cli_env, run_cli
 from tests.conftest import with_database
-from tests.test_cli import cli_env, run_cli
 
 
 def as_role(url: str, role: str) -> str:
