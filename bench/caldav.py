@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import bench_database, machine_line  # noqa: E402
+from bench.results import add_record_option, record_if_asked  # noqa: E402
 
 ZONE = ZoneInfo("Europe/Berlin")
 MONTH = (datetime(2026, 12, 1, tzinfo=ZONE), datetime(2027, 1, 1, tzinfo=ZONE))
@@ -149,11 +150,26 @@ async def measure(repeat: int, events: int, rtt_ms: int) -> dict[str, float]:
             "sum_ms": sum(each.values()), "events": counts}
 
 
+METRICS = {
+    "ratio": {
+        "label": "a month across Google (fake) and two CalDAV calendars: all at once / one at a time",
+        "unit": "×", "better": "lower", "target": "≤ 0.60",
+        "compare": "the sum of the three listings one at a time, same run (60 ms per answer)",
+    },
+    "together_ms": {
+        "label": "a month across Google (fake) and two CalDAV calendars, fetched concurrently",
+        "unit": "ms", "better": "lower", "target": "",
+        "compare": "one account at a time, same run",
+    },
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--events", type=int, default=40, help="single events per calendar")
     parser.add_argument("--rtt-ms", type=int, default=60, help="each server's answer delay")
+    add_record_option(parser, "caldav")
     args = parser.parse_args()
     found = asyncio.run(measure(args.repeat, args.events, args.rtt_ms))
     ratio = found["together_ms"] / found["sum_ms"]
@@ -169,6 +185,8 @@ def main() -> None:
     print(f"| one at a time (sum) | {found['sum_ms']:.0f} |")
     print(f"| all three concurrently | {found['together_ms']:.0f} |")
     print(f"| ratio (target ≤ 0.60) | {ratio:.2f} |")
+    record_if_asked(args, "caldav", {"ratio": ratio, "together_ms": found["together_ms"]},
+                    full={"rtt_ms": 60, "events": 40}, metrics=METRICS)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ from bench.common import bench_database, machine_line, percentile
 from bench.embed_cache import CachedEmbedder
 from bench.memory_dialogues import Conversation, corrections, dataset
 from bench.recall_cv import report
+from bench.recall_gate import gate_table
 from bench.recall_stages import injection_neighbours, stage_tables
 from bench.results import add_record_option, record_if_asked
 from panager.clock import FakeClock
@@ -405,6 +406,8 @@ async def main() -> None:
     values = report(result["records"], chosen)
     stages = await stage_tables(result["records"], chosen)
     injection_neighbours(result["records"], chosen)
+    gated = gate_table(result["records"], result.get("embedder", ""))  # what ships for e5
+    values["inject_recall"], values["inject_precision"] = gated["gate_recall"], gated["gate_precision"]
     values["folds_below"] = len(stages["below"])
     timing = result.get("timing") or {}
     if "hybrid + rerank" in timing:  # not kept by --legs files written before the timing

@@ -46,7 +46,8 @@ OUTPUT = ROOT / "BENCHMARKS.md"
 HISTORY = ROOT / "docs" / "benchmarks" / "history.md"
 HELPERS = {
     "__init__.py", "chitchat.py", "common.py", "embed_cache.py", "memory_corpus.py",
-    "memory_dialogues.py", "recall_cv.py", "recall_stages.py", "results.py", "run_all.py",
+    "memory_dialogues.py", "recall_cv.py", "recall_gate.py", "recall_stages.py", "results.py",
+    "run_all.py",
     "scheduler_fairness.py", "scheduler_peers.py",  # parts of scheduler.py
 }
 MAX_DASHBOARD_LINES = 300

@@ -445,7 +445,7 @@ def make_media_intake(
     return MediaIntake(store, transcriber, limits, clock, documents)
 
 
-def _recall(memory: MemoryService, limit: int) -> Recall:
+def _recall(memory: MemoryService, limit: int | None) -> Recall:
     """The graph's recall: the user's memories relevant to the latest message."""
 
     async def recall(user: User, query: str) -> list[MemoryHit]:

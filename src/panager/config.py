@@ -376,7 +376,8 @@ class RuntimeConfig(BaseModel):
     max_tool_result_chars: int = Field(default=20_000, ge=200)
     memory_dedupe_threshold: float = Field(default=0.95, ge=0.0, le=1.0)  # related memories
     memory_recall_threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
-    memory_inject_limit: int = Field(default=2, ge=0, le=50)  # measured: docs/memory.md
+    # None: the learned gate's own limit (or 2 with a bar); measured: docs/memory.md
+    memory_inject_limit: int | None = Field(default=None, ge=0, le=50)
     memory_tidy: bool = True  # the nightly tidy-up of memories (a system job per person)
     memory_tidy_at: str = "03:00"  # local time of the tidy-up
     memory_tidy_tokens: int = Field(default=20_000, ge=0)  # model tokens per night, at most

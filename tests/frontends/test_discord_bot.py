@@ -62,7 +62,7 @@ async def start_bot(fake, make_app, openai):
 
     yield start
     for bot, task in running:
-        await asyncio.wait_for(bot.close(), STEP)
+        await asyncio.wait_for(bot.close(), 60)  # a loaded machine may take longer than a step
         await asyncio.wait_for(task, STEP)
         assert not bot.queue._background, "the bot left tasks running after close()"
 

@@ -47,6 +47,8 @@ from panager.services.memory.binding import (
     ensure_bound,
     read_meta,
 )
+from panager.services.memory.fusion import fuse
+from panager.services.memory.gate import GATES, Gate, features
 from panager.services.memory.neighbours import with_neighbours
 from panager.services.memory.queries import (
     BY_PREFIX,
@@ -156,11 +158,14 @@ class MemoryService:
         self.clock = clock or SystemClock()
         if dedupe_threshold is None:
             dedupe_threshold = RELATED_THRESHOLDS.get(embedder.name, DEFAULT_RELATED_THRESHOLD)
+        explicit_bar = recall_threshold is not None
         if recall_threshold is None:
             recall_threshold = RECALL_THRESHOLDS.get(embedder.name, DEFAULT_RECALL_THRESHOLD)
         self.dedupe_threshold = dedupe_threshold  # the related threshold (config name kept)
         self.recall_threshold = recall_threshold
         self.recall_margin = RECALL_MARGINS.get(embedder.name, 0.0)
+        # the learned gate fitted for this embedder, unless the operator set a bar
+        self.gate = None if explicit_bar else GATES.get(embedder.name)
         self.retrieval = Retrieval(
             pool, ef_search=ef_search, strategy=strategy, iterative_scan=iterative_scan,
             reranker=reranker,
@@ -370,14 +375,21 @@ class MemoryService:
             return one(await (await conn.execute(HAS_ANY, (user_id,))).fetchone())["any"]
 
     async def recall(
-        self, user_id: int, query: str, limit: int = RECALL_LIMIT
+        self, user_id: int, query: str, limit: int | None = None
     ) -> list[MemoryHit]:
-        """Memories relevant enough to inject for this message: of the best `limit` search
-        hits, those whose similarity reaches the recall threshold and stands `recall_margin`
-        above the median similarity of the search's candidates (one embedding call; none
-        when the user has no memories or nothing is relevant)."""
-        if limit <= 0 or not (query or "").strip() or not await self._has_any(user_id):
+        """Memories relevant enough to inject for this message (one embedding call; none
+        when the user has no memories or nothing is relevant): of the best hits, those the
+        learned gate (gate.py) passes for an embedder it was fitted for, at most `limit`
+        (None: the gate's own); else, of the best `limit` (None: RECALL_LIMIT), those whose
+        similarity reaches the recall threshold and stands `recall_margin` above the median
+        similarity of the search's candidates."""
+        if limit is not None and limit <= 0:
             return []
+        if not (query or "").strip() or not await self._has_any(user_id):
+            return []
+        if self.gate is not None:
+            return await self._gated(user_id, query[:MAX_CONTENT_CHARS], self.gate, limit)
+        limit = RECALL_LIMIT if limit is None else limit
         # The same SQL as a search for `limit` (each leg takes CANDIDATES rows either way).
         hits = await self.search(user_id, query[:MAX_CONTENT_CHARS], max(limit, CANDIDATES))
         floor = self.recall_threshold
@@ -385,6 +397,21 @@ class MemoryService:
             median = statistics.median(h.similarity or 0.0 for h in hits)
             floor = max(floor, median + self.recall_margin)
         return [h for h in hits[:limit] if (h.similarity or 0.0) >= floor]
+
+    async def _gated(
+        self, user_id: int, query: str, gate: Gate, limit: int | None
+    ) -> list[MemoryHit]:
+        """The gate over the fused candidates, as it was fitted (no reranking); under
+        MARGIN_MIN_CANDIDATES candidates the bar, as without a gate."""
+        vector = await self.embed_query(query)
+        vec_rows, text_rows = await self.retrieval.candidates(user_id, query, vector)
+        hits = fuse(vec_rows, text_rows, CANDIDATES, self.retrieval.fusion)
+        if len(hits) < MARGIN_MIN_CANDIDATES:  # a small store: the gate was fitted on large
+            cap = RECALL_LIMIT if limit is None else limit  # ones; the bar alone decides
+            return [h for h in hits[:cap] if (h.similarity or 0.0) >= self.recall_threshold]
+        look = gate.limit if limit is None else min(limit, gate.limit)
+        rows = features(hits, vec_rows, text_rows, look)
+        return [h for h, x in zip(hits, rows, strict=False) if gate.score(x) >= gate.threshold]
 
     # -- listing and forgetting --------------------------------------------------------------
 
