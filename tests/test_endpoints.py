@@ -6,6 +6,7 @@ import pytest
 
 from panager.config import ConfigError, Settings
 from panager.doctor import check_deprecated, check_models
+from panager.endpoints import model_endpoints
 from tests.runtime_helpers import write_config
 
 
@@ -17,7 +18,7 @@ def settings(tmp_path, config: dict | None = None, **env) -> Settings:
 
 def test_the_environment_alone_is_the_single_default_endpoint(tmp_path):
     s = settings(tmp_path, openai_base_url="http://127.0.0.1:11434/v1", PANAGER_MODEL="llama3.1")
-    endpoints = s.endpoints
+    endpoints = model_endpoints(s)
     assert list(endpoints.by_name) == ["llama3.1"] and endpoints.default == "llama3.1"
     e = endpoints.primary
     assert (e.base_url, e.model, e.api_key, e.fallback) == (
@@ -40,7 +41,7 @@ def test_yaml_endpoints_with_keys_from_their_own_variables(tmp_path, monkeypatch
         "allowed_models": ["gpt-4o", "router"],
     }
     s = settings(tmp_path, config, PANAGER_MODEL="gpt-4o")
-    endpoints = s.endpoints
+    endpoints = model_endpoints(s)
     primary, router, home = (endpoints.by_name[n] for n in ("gpt-4o", "router", "home"))
     assert primary.base_url is None and primary.api_key == "sk-env" and primary.remote
     assert primary.cost(1_000_000, 100_000) == pytest.approx(3.5)
@@ -61,7 +62,7 @@ def test_older_keys_map_onto_endpoints_with_one_deprecation_line(tmp_path):
     config = {"allowed_models": ["gpt-4o-mini", "llama3.1:8b"], "vision": {"llama3.1:8b": True},
               "context_window": 32000}
     s = settings(tmp_path, config, openai_base_url="http://127.0.0.1:9/v1")
-    endpoints = s.endpoints
+    endpoints = model_endpoints(s)
     assert endpoints.pickable(admin=False) == ["gpt-4o-mini", "llama3.1:8b"]
     legacy = endpoints.by_name["llama3.1:8b"]
     assert legacy.base_url == "http://127.0.0.1:9/v1" and legacy.vision is True
@@ -82,7 +83,7 @@ def test_older_keys_map_onto_endpoints_with_one_deprecation_line(tmp_path):
 def test_a_bad_name_is_one_line_naming_the_key(tmp_path, config, named):
     s = settings(tmp_path, config)
     with pytest.raises(ConfigError) as err:
-        _ = s.endpoints
+        _ = model_endpoints(s)
     assert named in str(err.value) and "\n" not in str(err.value)
 
 
@@ -126,14 +127,14 @@ def test_embeddings_and_transcription_stay_on_the_default_unless_named(tmp_path,
     plain = settings(tmp_path, {"models": models}, PANAGER_MODEL="gpt-4o",
                      openai_base_url="http://127.0.0.1:9/v1",
                      PANAGER_TRANSCRIPTION_BASE_URL="http://127.0.0.1:7/v1")
-    assert plain.endpoints.embedding == ("http://127.0.0.1:9/v1", "sk-env")
-    assert plain.endpoints.transcription == ("http://127.0.0.1:7/v1", "sk-env")
+    assert model_endpoints(plain).embedding == ("http://127.0.0.1:9/v1", "sk-env")
+    assert model_endpoints(plain).transcription == ("http://127.0.0.1:7/v1", "sk-env")
     named = settings(tmp_path, {"models": models, "embedding_endpoint": "home",
                                 "transcription_endpoint": "home"}, PANAGER_MODEL="gpt-4o")
-    assert named.endpoints.embedding == ("http://127.0.0.1:11434/v1", "sk-home")
-    assert named.endpoints.transcription == ("http://127.0.0.1:11434/v1", "sk-home")
+    assert model_endpoints(named).embedding == ("http://127.0.0.1:11434/v1", "sk-home")
+    assert model_endpoints(named).transcription == ("http://127.0.0.1:11434/v1", "sk-home")
     with pytest.raises(ConfigError, match="embedding_endpoint names 'nowhere'"):
-        _ = settings(tmp_path, {"embedding_endpoint": "nowhere"}).endpoints
+        _ = model_endpoints(settings(tmp_path, {"embedding_endpoint": "nowhere"}))
 
 
 def test_the_environments_key_never_goes_to_another_server(tmp_path):
@@ -146,9 +147,9 @@ def test_the_environments_key_never_goes_to_another_server(tmp_path):
         "embedding_endpoint": "router",
     }
     s = settings(tmp_path, config, PANAGER_MODEL="gpt-4o")
-    router, proxy = s.endpoints.by_name["router"], s.endpoints.by_name["proxy"]
+    router, proxy = model_endpoints(s).by_name["router"], model_endpoints(s).by_name["proxy"]
     assert router.api_key is None and proxy.api_key == "sk-env"
     ok, text = _run(check_models(s, {}))
     assert not ok and "router has no key: name its key's variable in api_key_env" in text
     # embeddings on a server without a key send a placeholder, not the environment's key
-    assert s.endpoints.embedding == ("https://openrouter.ai/api/v1", "unused")
+    assert model_endpoints(s).embedding == ("https://openrouter.ai/api/v1", "unused")

@@ -43,6 +43,7 @@ from panager.config import ConfigError, RuntimeConfig, Settings
 from panager.db import migrate
 from panager.db.breaker import CircuitBreakers
 from panager.db.pool import Pool, open_pool, resolve_database_url
+from panager.endpoints import model_endpoints
 from panager.llm import invoke_with_retries, stream_with_retries
 from panager.model_retries import TextSink
 from panager.model_router import ModelRouter
@@ -178,7 +179,7 @@ class App:
         """Services, runtime, graph and assistant, each built once, in this order."""
         checkpointer = AsyncPostgresSaver(pool)
         router = _router(settings, config, pool, clock)
-        model = model or (router.model(settings.endpoints.default) if router else None)
+        model = model or (router.model(model_endpoints(settings).default) if router else None)
         # 1. Services (each takes the pool; none knows about the agent).
         users = UserService(pool, settings.timezone)
         access = AccessService(
@@ -426,7 +427,7 @@ def make_media_intake(
 ) -> MediaIntake:
     """The attachment intake with the configured limits and transcription endpoint."""
     config = settings.runtime
-    base_url, api_key = settings.endpoints.transcription  # `transcription_endpoint`, else env
+    base_url, api_key = model_endpoints(settings).transcription  # or the environment's
     transcriber = Transcriber(TranscriptionConfig(
         base_url=base_url,
         api_key=api_key,
@@ -518,7 +519,7 @@ def _router(
         pool, clock, failures=config.breaker_failures, cooldown=config.breaker_cooldown_seconds
     )
     return ModelRouter(
-        settings.endpoints, breakers, retries=config.model_retries,
+        model_endpoints(settings), breakers, retries=config.model_retries,
         retry_after_max=config.retry_after_max_seconds,
         timeout=config.model_timeout_seconds, sleep=clock.sleep,
     )
@@ -531,7 +532,7 @@ def _model_selector(
     """Per-user model override (`/model NAME`), re-checked against allowed_models and admin
     rights at every turn. A stored choice is an endpoint's name, or (from before endpoints
     had names) a model id, mapped to the endpoint serving it."""
-    endpoints = settings.endpoints
+    endpoints = model_endpoints(settings)
 
     def model_for(user: User) -> BaseChatModel | None:
         choice = endpoints.canonical(user.model)

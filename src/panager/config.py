@@ -16,7 +16,7 @@ import os
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -33,9 +33,6 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from panager.mcp_config import McpServerConfig, MissingVariable, load_servers
-
-if TYPE_CHECKING:
-    from panager.endpoints import Endpoints
 
 DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org"
 # Anything shaped like a Telegram bot token (digits, a colon, a long key): never echoed.
@@ -190,13 +187,6 @@ class Settings(BaseSettings):
     def runtime(self) -> RuntimeConfig:
         """The YAML runtime config (effects, limits), loaded once."""
         return load_runtime_config(self)
-
-    @cached_property
-    def endpoints(self) -> Endpoints:
-        """The named model endpoints (the environment's default first), built once."""
-        from panager.endpoints import Endpoints
-
-        return Endpoints.from_settings(self)
 
 
 def _platform_ids(text: str, platform: str) -> list[int]:

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import psycopg
 
 from panager.config import Settings
+from panager.endpoints import model_endpoints
 from panager.services.accounts.connections import sealed_count
 from panager.services.media.vision import sees_images
 
@@ -248,7 +249,7 @@ async def check_vision(settings: Settings, found: dict) -> tuple[bool | None, st
 async def check_models(settings: Settings, found: dict) -> tuple[bool | None, str]:
     """The named endpoints: where each is (remote or on this network), its fallbacks,
     the background model; an endpoint used as a fallback without a key fails."""
-    endpoints = settings.endpoints
+    endpoints = model_endpoints(settings)
     parts, problems = [], []
     for e in endpoints.by_name.values():
         where = "remote" if e.remote else "local"
@@ -274,7 +275,7 @@ def _used(endpoints) -> set[str]:
 
 async def check_deprecated(settings: Settings, found: dict) -> tuple[bool | None, str]:
     """Older config keys still in use (they keep working; docs/models.md has the new form)."""
-    old = settings.endpoints.deprecations
+    old = model_endpoints(settings).deprecations
     if not old:
         return True, "no deprecated keys in use"
     return None, "deprecated, still honoured: " + "; ".join(old) + " — see docs/models.md"

@@ -245,3 +245,16 @@ def _legacy(table: dict[str, bool], name: str, model: str) -> bool | None:
 def _same_server(url: str, default: str | None) -> bool:
     """Whether an entry's base_url is the environment's server (OPENAI_BASE_URL or OpenAI)."""
     return url.rstrip("/") == (default or "https://api.openai.com/v1").rstrip("/")
+
+
+_CACHED = "_panager_model_endpoints"  # where a Settings keeps its table, built once
+
+
+def model_endpoints(settings: Settings) -> Endpoints:
+    """The named model endpoints of `settings` (the environment's default first), built at
+    the first use and kept on the settings object (configuration imports nothing of this
+    module, so the two are no import circle)."""
+    found = settings.__dict__.get(_CACHED)
+    if found is None:
+        found = settings.__dict__[_CACHED] = Endpoints.from_settings(settings)
+    return found

@@ -26,7 +26,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from panager.config import Settings
-from panager.endpoints import Endpoint
+from panager.endpoints import Endpoint, model_endpoints
 from panager.errors import ContextOverflow, ModelUnavailable
 from panager.model_retries import TextSink, raise_if_cancelled, with_retries
 from panager.model_router import TOOLLESS_KEY, endpoint_model, routed_by
@@ -54,7 +54,7 @@ def make_chat_model(settings: Settings, model_name: str | None = None) -> BaseCh
     `model_name` is an endpoint's name (or a model id, served by the default endpoint)."""
     if not settings.model_configured:
         return None
-    endpoints = settings.endpoints
+    endpoints = model_endpoints(settings)
     endpoint = endpoints.resolve(model_name or endpoints.default)
     if endpoint is None:
         endpoint = endpoints.for_model_id(model_name or settings.model)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from panager.endpoints import model_endpoints
+
 if TYPE_CHECKING:
     from panager.agent.deps import AgentDeps
     from panager.services.users import User
@@ -23,7 +25,7 @@ PIN_REFUSED = (
 
 def current_model(deps: AgentDeps, user: User) -> str:
     """The endpoint name the person's turns use now."""
-    endpoints = deps.settings.endpoints
+    endpoints = model_endpoints(deps.settings)
     chosen = replace(user, model=endpoints.canonical(user.model))
     return deps.access.model_of(chosen, endpoints.default, endpoints.allowed)
 
@@ -31,7 +33,7 @@ def current_model(deps: AgentDeps, user: User) -> str:
 def pinned_for_run(deps: AgentDeps, user: User, pinned: str) -> tuple[User, str | None]:
     """The person as a scheduled run sees them (their model: the pinned one), and a note
     when the pin is no longer allowed (the run then uses the default)."""
-    endpoints = deps.settings.endpoints
+    endpoints = model_endpoints(deps.settings)
     name = endpoints.canonical(pinned) or pinned
     runs_on = current_model(deps, replace(user, model=name))
     if runs_on == name:

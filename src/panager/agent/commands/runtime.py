@@ -15,6 +15,7 @@ from panager.agent.graph.effects.summary import summary_tainted
 from panager.agent.graph.effects.windows import window_for
 from panager.agent.models import current_model
 from panager.agent.turns.threads import thread_values, update_thread
+from panager.endpoints import model_endpoints
 from panager.services.usage import ModelUsage, UsageReport
 
 MODEL_NAME_RE = re.compile(r"^[\w.:/@+-]{1,100}$")
@@ -48,7 +49,7 @@ async def usage_command(ctx: CommandContext, args: str) -> CommandReply | str:
 
 def allowed_models(ctx: CommandContext) -> list[str]:
     """Models non-admins may pick, by name: `allowed_models`, else the default endpoint."""
-    return ctx.deps.settings.endpoints.pickable(admin=False)
+    return model_endpoints(ctx.deps.settings).pickable(admin=False)
 
 
 def _current_model(ctx: CommandContext) -> str:
@@ -60,7 +61,7 @@ def _current_model(ctx: CommandContext) -> str:
 @command("model", "/model [name|default]", "show or choose your chat model")
 async def model_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """Show the user's model, or set a per-user override (`default` clears it)."""
-    endpoints = ctx.deps.settings.endpoints
+    endpoints = model_endpoints(ctx.deps.settings)
     if not args:
         name = _current_model(ctx)
         origin = "your choice" if name != endpoints.default else "the instance default"

@@ -51,6 +51,7 @@ from panager.agent.turns import approvals
 from panager.agent.turns.input import TurnInput, build_turn, turn_context, turn_text
 from panager.agent.turns.result import TurnResult
 from panager.agent.turns.threads import OPEN_QUESTION, Threads
+from panager.endpoints import model_endpoints
 from panager.errors import ModelUnavailable, UserBusy
 from panager.llm import NO_MODEL_MESSAGE
 from panager.model_router import TURN_ROUTE, TurnRoute, endpoint_name
@@ -113,7 +114,7 @@ class Assistant:
     def sees_images(self, user: User) -> bool:
         """Whether the person's model takes images (its endpoint's `vision`, else the name
         table and the older `vision` config)."""
-        endpoint = self.deps.settings.endpoints.resolve(endpoint_name(self.model_for(user)))
+        endpoint = model_endpoints(self.deps.settings).resolve(endpoint_name(self.model_for(user)))
         if endpoint is not None and endpoint.vision is not None:
             return endpoint.vision
         return sees_images(self.model_name(user), self.deps.config.vision)

@@ -39,6 +39,7 @@ from panager.db.locks import BIND_LOCK_KEY
 from panager.db.pool import DictConnection, Pool
 from panager.db.queries import one
 from panager.embeddings import ROLES_SUFFIX, Embedder, legacy_embedder, make_embedder
+from panager.endpoints import model_endpoints
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def build_embedder(model: str, settings: Settings) -> Embedder:
     offline = model == "local" or model.startswith("local:")
     if offline and model in _OFFLINE_CACHE:
         return _OFFLINE_CACHE[model]
-    base_url, api_key = settings.endpoints.embedding  # `embedding_endpoint`, else the env's
+    base_url, api_key = model_endpoints(settings).embedding  # `embedding_endpoint`, else the env's
     try:
         embedder = make_embedder(model, api_key=api_key, base_url=base_url)
     except (ValueError, RuntimeError) as exc:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from panager.endpoints import model_endpoints
+
 DEFAULT_WINDOW = 8_192
 
 KNOWN_WINDOWS: dict[str, int] = {
@@ -97,7 +99,7 @@ async def learn_served_window(settings: Any) -> Window:
     configured = settings.runtime.context_window
     if configured is not None:
         return Window(configured, "config context_window" if configured else "config: off")
-    for endpoint in settings.endpoints.by_name.values():  # `models: {NAME: {context_window}}`
+    for endpoint in model_endpoints(settings).by_name.values():  # `models: {NAME: {…}}`
         if endpoint.context_window:
             _SERVED[endpoint.model] = Window(
                 endpoint.context_window, f"config models.{endpoint.name}.context_window")

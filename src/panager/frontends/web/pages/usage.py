@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from panager.endpoints import model_endpoints
 from panager.frontends.web.charts import bar_chart, model_colours
 from panager.frontends.web.pages import page
 from panager.frontends.web.render import render
@@ -53,7 +54,7 @@ def month_costs(settings, report) -> dict[str, str]:
     """This month's cost per model, where its endpoint has a `price_per_mtok`."""
     costs = {}
     for row in report.month:
-        endpoint = settings.endpoints.resolve(row.model)
+        endpoint = model_endpoints(settings).resolve(row.model)
         cost = endpoint.cost(row.prompt, row.completion) if endpoint is not None else None
         if cost is not None:
             costs[row.model] = f"{cost:,.2f}"
