@@ -152,7 +152,7 @@ async def test_calendar_events_show_title_times_calendar_account_and_attendees(
     delete = await words(h, alice, "calendar_delete_event", {"event_id": event["id"]})
     no_id_alone(delete, event["id"], "Delete this calendar event", '`"Board meeting"`',
                 "2026-11-22T12:00+00:00 – 2026-11-22T13:00+00:00 (UTC)", '`"primary"`',
-                f'Google account `"{ALICE}"`', 'e-mail: `"ceo@corp.example"`')
+                f'Google account `"{ALICE}"`', 'may send an update to: `"ceo@corp.example"`')
     update = await words(h, alice, "calendar_update_event",
                          {"event_id": event["id"], "title": "Cancelled", "start": None})
     no_id_alone(update, event["id"], '`"Board meeting"`', 'title → `"Cancelled"`')
