@@ -189,6 +189,7 @@ class App:
             mode=settings.access,
             admin_ids=settings.admin_ids,
             telegram_admin_ids=settings.telegram_admin_ids,
+            admin_identities=settings.admin_identities(),
         )
         usage = UsageService(pool, clock)
         relays = RelayService(pool)

@@ -38,6 +38,7 @@ DEFAULT_TELEGRAM_API_URL = "https://api.telegram.org"
 # Anything shaped like a Telegram bot token (digits, a colon, a long key): never echoed.
 BOT_TOKEN_SHAPE = re.compile(r"\d{5,}:[A-Za-z0-9_-]{20,}")
 REDACTED_TOKEN = "[telegram-token]"
+FRONT_END_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")  # as identities.platform is checked
 
 
 class ConfigError(Exception):
@@ -104,6 +105,8 @@ class Settings(BaseSettings):
     telegram_admin_ids: Annotated[list[int], NoDecode] = _env(
         "PANAGER_ADMIN_IDS", default_factory=list
     )
+    # ...and every other front end's ("signal:123"), read by `admin_identities`
+    admin_ids_text: str = _env("PANAGER_ADMIN_IDS", default="", repr=False)
     timezone: str = _env("PANAGER_TIMEZONE", default_factory=system_timezone)
     public_url: str = _env("PANAGER_PUBLIC_URL", default="http://localhost:8765")
     http_host: str = _env("PANAGER_HTTP_HOST", default="127.0.0.1")
@@ -188,6 +191,17 @@ class Settings(BaseSettings):
         """The YAML runtime config (effects, limits), loaded once."""
         return load_runtime_config(self)
 
+    def admin_identities(self) -> tuple[tuple[str, int], ...]:
+        """Every (front end, id) PANAGER_ADMIN_IDS lists: Discord's and Telegram's fields,
+        and any other front end's `name:id` (a front end added later needs no field here)."""
+        listed = [("discord", i) for i in self.admin_ids]
+        listed += [("telegram", i) for i in self.telegram_admin_ids]
+        for part in self.admin_ids_text.replace(" ", "").split(","):
+            name, _, number = part.rpartition(":")
+            if name and name not in ("discord", "telegram") and number.isdigit():
+                listed.append((name, int(number)))
+        return tuple(dict.fromkeys(listed))
+
 
 def _platform_ids(text: str, platform: str) -> list[int]:
     """The ids of `platform` in an admin list such as '123,telegram:456,discord:789'."""
@@ -196,8 +210,8 @@ def _platform_ids(text: str, platform: str) -> list[int]:
         if not part:
             continue
         name, _, number = part.rpartition(":")
-        if name not in ("", "discord", "telegram"):
-            raise ValueError(f"unknown platform {name!r} in {part!r}")
+        if name and not FRONT_END_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} in {part!r} is not a front end's name")
         if (name or "discord") == platform:
             found.append(int(number))
         else:
@@ -210,7 +224,7 @@ FIXES: dict[str, str] = {
     "OPENAI_API_TYPE": "use 'chat' or 'responses'",
     "PANAGER_ADMIN_IDS": (
         "use comma-separated user ids, Discord ids as they are and Telegram ids as "
-        "telegram:ID, e.g. 123456789012345678,telegram:987654321"
+        "telegram:ID (any other front end as NAME:ID), e.g. 123456789012345678,telegram:987654321"
     ),
     "PANAGER_TIMEZONE": "use an IANA zone name such as Europe/Berlin or Asia/Seoul",
     "PANAGER_HTTP_PORT": "use a port number between 0 and 65535",

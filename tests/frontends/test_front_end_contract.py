@@ -104,3 +104,15 @@ async def test_a_stranger_is_refused_before_any_model_call(app, memo, openai):
     person = await app.deps.users.person_id(MEMO.name, STRANGER)
     stranger = await app.deps.users.get(person)
     assert stranger is not None and stranger.status == "pending"
+
+
+async def test_an_admin_id_of_the_new_front_end_carries_rights(make_app, memo, monkeypatch):
+    """PANAGER_ADMIN_IDS names the new front end's ids as NAME:ID, no settings field of its
+    own: its person has admin rights, another of its people has none."""
+    monkeypatch.setenv("PANAGER_ADMIN_IDS", f"123,telegram:9,{MEMO.name}:{ALICE}")
+    app = await make_app(access="invite")
+    assert (MEMO.name, ALICE) in app.settings.admin_identities()
+    admin = await app.deps.users.ensure_identity(MEMO.name, ALICE, "alice", status="active")
+    other = await app.deps.users.ensure_identity(MEMO.name, STRANGER, "eve", status="active")
+    assert (await app.deps.access.standing(admin.id)).admin
+    assert not (await app.deps.access.standing(other.id)).admin

@@ -91,6 +91,11 @@ def test_admin_ids_name_platforms(monkeypatch):
     monkeypatch.setenv("PANAGER_ADMIN_IDS", "123, telegram:456,discord:789")
     settings = load_settings(_env_file=None)
     assert settings.admin_ids == [123, 789] and settings.telegram_admin_ids == [456]
-    monkeypatch.setenv("PANAGER_ADMIN_IDS", "slack:1")
-    with pytest.raises(ConfigError, match="PANAGER_ADMIN_IDS"):
-        load_settings(_env_file=None)
+    assert settings.admin_identities() == (
+        ("discord", 123), ("discord", 789), ("telegram", 456))
+    monkeypatch.setenv("PANAGER_ADMIN_IDS", "slack:1")  # a front end added later: its own ids
+    assert load_settings(_env_file=None).admin_identities() == (("slack", 1),)
+    for wrong in ("Slack!:1", "telegram:abc"):
+        monkeypatch.setenv("PANAGER_ADMIN_IDS", wrong)
+        with pytest.raises(ConfigError, match="PANAGER_ADMIN_IDS"):
+            load_settings(_env_file=None)

@@ -47,6 +47,7 @@ async def access_session(settings: Settings) -> AsyncIterator[AccessService]:
             mode=settings.access,
             admin_ids=settings.admin_ids,
             telegram_admin_ids=settings.telegram_admin_ids,
+            admin_identities=settings.admin_identities(),
         )
     finally:
         await pool.close()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, overload
@@ -210,6 +210,7 @@ class AccessService:
         mode: str = "invite",
         admin_ids: list[int] | tuple[int, ...] = (),
         telegram_admin_ids: list[int] | tuple[int, ...] = (),
+        admin_identities: Iterable[Identity] = (),
     ) -> None:
         self.pool = pool
         self.users = users
@@ -218,6 +219,7 @@ class AccessService:
         self.admin_ids = frozenset(admin_ids)  # Discord ids (= their person ids)
         self.admins: frozenset[Identity] = frozenset(
             [("discord", i) for i in admin_ids] + [("telegram", i) for i in telegram_admin_ids]
+            + list(admin_identities)  # any front end's (Settings.admin_identities)
         )
         self._seen_listed: dict[int, bool] = {}  # person id → listed, as last read here
 
