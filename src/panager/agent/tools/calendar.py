@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: the calendar and task tools share argument parsing and the question
+# lines; split, each half would import the other.
 """Calendar and task tools (SPEC §2), written once against the provider contract.
 
 Tools validate and translate arguments (times without an offset are in the

@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: one account's Calendar: the REPORT, the expansion with its cap, and
+# the ETag-guarded writes share the object parsing.
 """One CalDAV account's calendars, behind the provider contract (`services/accounts/provider.py`).
 
 Ids: a calendar is `caldav:<account>:<collection path>`, an event

@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: the one door of every CalDAV request; the guard, credential and TLS
+# rules read best side by side.
 """The door every CalDAV request goes through: the address guard, credentials, TLS, deadline.
 
 A CalDAV server tells the client where to go next — `/.well-known/caldav`

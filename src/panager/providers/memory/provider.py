@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: the in-memory calendars, tasks and contacts: a whole provider in one
+# place is what it is there to show.
 """An in-memory provider: calendars, tasks and contacts held in this process.
 
 It shows what a provider is — one package, one registration line — and serves

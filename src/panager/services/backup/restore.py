@@ -1,3 +1,5 @@
+# Over 400 lines, kept whole: the restore's steps in the order they run (stage, check, load,
+# migrate, re-seal, place), each refusing before anything changes.
 """Restoring a backup into an empty home and an empty database.
 
 Order, so that a refused backup changes nothing:
