@@ -386,6 +386,9 @@ class RuntimeConfig(BaseModel):
     # (scheduler) or a Discord message being answered (inbox) is taken up again after this.
     scheduler_lease_seconds: float = Field(default=60.0, ge=1)
     inbox_lease_seconds: float = Field(default=90.0, ge=1)
+    # False: the process receiving Discord or Telegram messages only stores them, and
+    # `panager run --components answers` processes answer them (docs/deploy.md).
+    receiver_answers: bool = True
     allow_user_messages: bool = False
     # How long an action a run with nobody present held waits for the person's Approve.
     proposal_expiry_hours: float = Field(default=24.0, gt=0)

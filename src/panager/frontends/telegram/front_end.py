@@ -106,6 +106,19 @@ class TelegramEntry:
 
         return [Running("telegram-delivery", close)]
 
+    async def answer_only(self, app: App) -> list[Running]:
+        """Answer the updates another process stored (`--components answers`) over the Bot
+        API, without polling (frontends/shared/workers.py); reminders go out through it."""
+        from panager.frontends.telegram.bot import TelegramFrontEnd
+
+        front = TelegramFrontEnd(app)
+        try:
+            await front.start_answering()
+        except BaseException:
+            await front.close()
+            raise
+        return [Running("answers", front.close, None, "telegram")]
+
     def explain(self, exc: BaseException) -> str | None:
         """Telegram's front end runs no watched task of its own."""
         return None
