@@ -2,7 +2,9 @@
 
 `--components` picks a subset, so the pieces can be spread over processes and
 machines (they share nothing but PostgreSQL); by default every component whose
-token is set runs, with the worker and the web server. A process without a
+token is set runs, with the worker and the web server. `answers` runs the chat
+front ends' answering without their intake, in any number of processes
+(frontends/shared/workers.py; docs/deploy.md). A process without a
 bot still delivers (reminders, answers replayed after a Google link) over the
 platform's HTTP API when its token is set. SIGTERM or SIGINT stops the
 process gracefully: running turns and deliveries get a moment to finish, the

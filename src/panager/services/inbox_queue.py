@@ -8,6 +8,8 @@ half-done by a dead process was given up on. The queue owns the rest:
 
 - a drain task per user that claims the user's oldest message
   (`InboxService.claim_next`), so messages sent during a turn wait their turn;
+  with `max_active`, only that many at once in this process (the rest stay
+  unclaimed for a process with room: answer workers share the load);
 - the claim's lease, renewed while the message is handled, so another process
   takes it over only when this one died;
 - recovery on start (`recover`): stale claims of dead processes queued again,
@@ -55,6 +57,7 @@ class InboxQueue:
         *,
         poll_interval: float = 1.0,
         shutdown_grace: float = 20.0,
+        max_active: int | None = None,
     ) -> None:
         self.inbox = inbox
         self.handle = handle
@@ -65,6 +68,9 @@ class InboxQueue:
         self._drains: dict[int, asyncio.Task[None]] = {}
         self._dirty: set[int] = set()
         self._background: set[asyncio.Task[Any]] = set()
+        # At most this many messages answered at once here (None: no cap). Past it a sender's
+        # next message waits unclaimed, so another process with room can take it.
+        self._slots = asyncio.Semaphore(max_active) if max_active else None
 
     def kick(self, user_id: int) -> None:
         """The user has new messages: start (or keep) their drain task."""
@@ -141,8 +147,12 @@ class InboxQueue:
     async def _drain_once(self, user_id: int) -> None:
         for stale in await self.inbox.recover_stale(user_id):
             await self.on_abandoned(stale)
-        while not self.stopping and (row := await self.inbox.claim_next(user_id)):
-            await self._process(row)
+        while not self.stopping:
+            async with self._slots or contextlib.nullcontext():
+                row = None if self.stopping else await self.inbox.claim_next(user_id)
+                if row is None:
+                    break
+                await self._process(row)
         if not self.stopping and await self.inbox.queued_count(user_id):
             # Another process is answering this user's previous message: wait for it.
             self._dirty.add(user_id)

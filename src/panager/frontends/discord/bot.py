@@ -7,6 +7,10 @@ Flow of one DM:
    dropped here: exactly once). When the database does not answer, the user is
    told at once and storing is retried until it is back (or given up on, with
    a note to resend).
+   A sender's DMs are stored one after the other, in the gateway's order.
+   With `receiver_answers: false` this process stops here: `panager run
+   --components answers` processes answer the stored rows over REST
+   (frontends/discord/worker.py, frontends/shared/workers.py).
 2. `InboxQueue` (services/inbox_queue.py, transport-independent) runs a drain
    task per user that takes the user's messages oldest first, one at a time
    (`InboxService.claim_next`), so messages sent during a turn wait their turn

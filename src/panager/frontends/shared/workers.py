@@ -47,6 +47,10 @@ async def answering(app: App, inbox: InboxService, queue: InboxQueue) -> None:
         queue.spawn(reclaim_loop(queue, presence))
     await queue.recover_patiently()
     queue.start_pruning()
+    # A sender whose message another process is answering is that process's until its drain
+    # ends (it claims their next message itself), and a new message NOTIFYs: looking again
+    # every second for each such sender would only cost queries.
+    queue.poll_interval = max(queue.poll_interval, FALLBACK_POLL_SECONDS)
     queue.spawn(watch_inbox(app.url, inbox, queue))
 
 
