@@ -389,8 +389,9 @@ class RuntimeConfig(BaseModel):
     # False: the process receiving Discord or Telegram messages only stores them, and
     # `panager run --components answers` processes answer them (docs/deploy.md).
     receiver_answers: bool = True
-    # Messages one process answers at once (0: no cap); the rest wait unclaimed for a process
-    # with room, so answer workers share a burst instead of the first one taking it all.
+    # Messages one answer worker (`--components answers`) answers at once (0: no cap); the
+    # rest wait unclaimed for a worker with room, so workers share a burst instead of the
+    # first one taking it all. A receiver that answers is not capped.
     inbox_max_active: int = Field(default=24, ge=0)
     allow_user_messages: bool = False
     # How long an action a run with nobody present held waits for the person's Approve.

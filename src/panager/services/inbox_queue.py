@@ -8,7 +8,7 @@ half-done by a dead process was given up on. The queue owns the rest:
 
 - a drain task per user that claims the user's oldest message
   (`InboxService.claim_next`), so messages sent during a turn wait their turn;
-  with `max_active`, only that many at once in this process (the rest stay
+  with `limit(n)`, only that many at once in this process (the rest stay
   unclaimed for a process with room: answer workers share the load);
 - the claim's lease, renewed while the message is handled, so another process
   takes it over only when this one died;
@@ -57,7 +57,6 @@ class InboxQueue:
         *,
         poll_interval: float = 1.0,
         shutdown_grace: float = 20.0,
-        max_active: int | None = None,
     ) -> None:
         self.inbox = inbox
         self.handle = handle
@@ -68,9 +67,7 @@ class InboxQueue:
         self._drains: dict[int, asyncio.Task[None]] = {}
         self._dirty: set[int] = set()
         self._background: set[asyncio.Task[Any]] = set()
-        # At most this many messages answered at once here (None: no cap). Past it a sender's
-        # next message waits unclaimed, so another process with room can take it.
-        self._slots = asyncio.Semaphore(max_active) if max_active else None
+        self._slots: asyncio.Semaphore | None = None  # see limit()
 
     def kick(self, user_id: int) -> None:
         """The user has new messages: start (or keep) their drain task."""
@@ -108,6 +105,12 @@ class InboxQueue:
             else:
                 self.kick(row.user_id)
         return len(rows)
+
+    def limit(self, max_active: int) -> None:
+        """Answer at most `max_active` messages at once here (0: no cap); past it a sender's
+        next message waits unclaimed, so another process with room can take it. Set before
+        the first claim."""
+        self._slots = asyncio.Semaphore(max_active) if max_active else None
 
     def start_pruning(self) -> None:
         """Prune finished rows now and every PRUNE_EVERY seconds, in the background."""

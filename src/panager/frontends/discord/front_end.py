@@ -135,7 +135,7 @@ class DiscordEntry:
             await client.close()
 
         try:
-            await answering(app, answers.inbox, answers.queue)
+            await answering(app, answers.inbox, answers.queue, worker=True)
         except BaseException:
             await close()
             raise

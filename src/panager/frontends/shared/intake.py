@@ -54,8 +54,7 @@ def open_inbox(
     lease = timedelta(seconds=app.settings.runtime.inbox_lease_seconds)
     inbox = InboxService(app.pool, app.clock, worker_name(), table=table, lease=lease)
     queue = InboxQueue(
-        inbox, handle, on_abandoned, poll_interval=poll_interval, shutdown_grace=shutdown_grace,
-        max_active=app.settings.runtime.inbox_max_active or None,
+        inbox, handle, on_abandoned, poll_interval=poll_interval, shutdown_grace=shutdown_grace
     )
     return inbox, queue
 

@@ -38,10 +38,15 @@ log = logging.getLogger(__name__)
 FALLBACK_POLL_SECONDS = 5.0  # queued rows looked for without a notification
 
 
-async def answering(app: App, inbox: InboxService, queue: InboxQueue) -> None:
+async def answering(
+    app: App, inbox: InboxService, queue: InboxQueue, *, worker: bool = False
+) -> None:
     """Claim and answer this front end's stored messages from now on: the presence lock
     before any claim, a dead process's rows taken back, what waits resumed, new rows
-    followed (`watch_inbox`)."""
+    followed (`watch_inbox`). An answer worker (`worker`) takes at most
+    `inbox_max_active` at once, so a burst is shared among the workers."""
+    if worker:
+        queue.limit(app.settings.runtime.inbox_max_active)
     presence = await start_presence(app.url, inbox.worker)
     if presence is not None:
         queue.spawn(reclaim_loop(queue, presence))

@@ -156,7 +156,7 @@ class TelegramFrontEnd:
         me = await self.bot.get_me()
         self.username = me.username or ""
         self.app.deps.messenger.add(self.messenger)
-        await answering(self.app, self.inbox, self.queue)
+        await answering(self.app, self.inbox, self.queue, worker=True)
 
     async def _after_start(self) -> None:
         if self.answering:  # the presence lock comes before any claim
