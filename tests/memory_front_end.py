@@ -154,6 +154,10 @@ class MemoFrontEnd:
     async def deliver_only(self, app: Any, *, alone: bool) -> list[Running]:
         return []
 
+    async def answer_only(self, app: Any) -> list[Running]:
+        """It stores nothing: no answers without intake."""
+        return []
+
     def explain(self, exc: BaseException) -> str | None:
         return None
 

@@ -391,6 +391,13 @@ class RuntimeConfig(BaseModel):
     # (scheduler) or a Discord message being answered (inbox) is taken up again after this.
     scheduler_lease_seconds: float = Field(default=60.0, ge=1)
     inbox_lease_seconds: float = Field(default=90.0, ge=1)
+    # False: the process receiving Discord or Telegram messages only stores them, and
+    # `panager run --components answers` processes answer them (docs/deploy.md).
+    receiver_answers: bool = True
+    # Messages one answer worker (`--components answers`) answers at once (0: no cap); the
+    # rest wait unclaimed for a worker with room, so workers share a burst instead of the
+    # first one taking it all. A receiver that answers is not capped.
+    inbox_max_active: int = Field(default=24, ge=0)
     allow_user_messages: bool = False
     # How long an action a run with nobody present held waits for the person's Approve.
     proposal_expiry_hours: float = Field(default=24.0, gt=0)

@@ -83,6 +83,11 @@ async def test_run_without_a_token_or_with_unknown_components_is_one_line(db_url
     assert err.startswith("panager: DISCORD_TOKEN is not set")
     code, _, err = await run_cli(["run", "--components", "discord,mail"], env)
     assert code == 2 and "--components 'discord,mail' is invalid" in err
+    code, _, err = await run_cli(["run", "--components", "answers"], env)
+    assert code == 2 and err.strip().splitlines() == [
+        "panager: --components answers needs a chat front end's token (DISCORD_TOKEN or "
+        "TELEGRAM_BOT_TOKEN): it answers the messages those front ends stored."
+    ]
 
 
 async def read_until(stream: asyncio.StreamReader, marker: str, seen: list[str]) -> str:

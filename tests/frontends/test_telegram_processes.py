@@ -122,3 +122,43 @@ async def stored(app) -> int:
     async with app.pool.connection() as conn:
         row = await (await conn.execute("SELECT count(*) AS n FROM telegram_inbox")).fetchone()
     return row["n"]
+
+
+async def test_a_receiver_stores_and_answer_workers_answer_in_order(
+    make_app, openai, fake, tmp_path
+):
+    from panager.frontends.telegram.bot import TelegramFrontEnd
+
+    home = tmp_path / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text("receiver_answers: false\n")
+    settings = {
+        "openai_base_url": openai.base_url,
+        "openai_api_key": "test",
+        "access": "open",
+        **telegram_settings(fake),
+    }
+    receiving, *answering = [await make_app(**settings) for _ in range(3)]
+    workers = [TelegramFrontEnd(app, poll_interval=0.05) for app in answering]
+    async with running_front(receiving, fake) as receiver:
+        try:
+            for worker in workers:
+                await worker.start_answering()
+            people = (PERSON, PERSON + 1)
+            for i in range(4):
+                for person in people:
+                    fake.dm(person, f"{person} message {i}")
+            for person in people:
+                expected = [f"answer to: {person} message {i}" for i in range(4)]
+                await fake.wait_for(lambda p=person, e=expected: fake.shown_to(p) == e, STEP)
+            assert fake.polls > 0 and all(w.polled == 0 for w in workers)  # one poller
+            async with receiving.pool.connection() as conn:
+                rows = await (
+                    await conn.execute("SELECT status, claimed_by FROM telegram_inbox")
+                ).fetchall()
+        finally:
+            for worker in workers:
+                await worker.close()
+    assert len(rows) == 8
+    assert {r["claimed_by"] for r in rows} <= {w.inbox.worker for w in workers}
+    assert receiver.inbox.worker not in {r["claimed_by"] for r in rows}

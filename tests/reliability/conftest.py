@@ -16,6 +16,7 @@ a file, written there as JSON (bench/run_all.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -31,6 +32,18 @@ from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 
 TOKEN = "reliability-token"
+# PANAGER_PROFILE_DIR (bench/load.py --profile): each child runs under cProfile and writes
+# <dir>/<pid>.prof when it exits; `close()` then stops it with SIGTERM so the file is written.
+PROFILE_DIR = os.environ.get("PANAGER_PROFILE_DIR")
+PROFILED_LAUNCHER = LAUNCHER.replace(
+    "main()\n",
+    "import atexit, cProfile\n"
+    "_profile = cProfile.Profile()\n"
+    "atexit.register(lambda: _profile.dump_stats("
+    "os.path.join(os.environ['PANAGER_PROFILE_DIR'], f'{os.getpid()}.prof')))\n"
+    "_profile.enable()\n"
+    "main()\n",
+)
 START_TIMEOUT = 60.0
 _PENDING: list[tuple[str, dict]] = []  # reported by the running test, not yet on its report
 
@@ -105,6 +118,8 @@ class PanagerRun:
             FAKE_DISCORD_GATEWAY=discord.gateway_url,
             **env,
         )
+        if PROFILE_DIR:
+            self.env["PANAGER_PROFILE_DIR"] = PROFILE_DIR
         self.components = components
         self.log_path = home / "panager-run.log"
         self.proc: asyncio.subprocess.Process | None = None
@@ -117,7 +132,8 @@ class PanagerRun:
         with self.log_path.open("a") as log:
             log.write(f"\n===== start {self.starts} =====\n")
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", LAUNCHER, "run", "--components", self.components,
+                sys.executable, "-c", PROFILED_LAUNCHER if PROFILE_DIR else LAUNCHER,
+                "run", "--components", self.components,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -171,7 +187,10 @@ class PanagerRun:
         return self.log_path.read_text() if self.log_path.exists() else ""
 
     async def close(self) -> None:
-        """Make sure nothing is left running."""
+        """Make sure nothing is left running (profiled: stopped gracefully, profile written)."""
+        if self.alive and PROFILE_DIR:
+            with contextlib.suppress(TimeoutError):
+                await self.terminate(timeout=60)
         if self.alive:
             self.proc.kill()
             await self.proc.wait()

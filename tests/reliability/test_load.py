@@ -11,7 +11,10 @@ connections (more users than connections), while each user's later messages
 queue behind the turn that is running; that is what ordering, cross-talk and
 loss depend on, and more users add only more of the same. The throughput figure
 comes from `bench/load.py`, which runs this test with 200 users and reports
-throughput and latency (DM dispatched → answer posted) as JSON.
+throughput and latency (DM dispatched → answer posted) as JSON, in both
+layouts: PANAGER_LOAD_LAYOUT=one (one `panager run`, the default) and `split`
+(a receiver that only stores, `receiver_answers: false`, plus two
+`panager run --components answers` processes).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from bench.common import percentile
 from tests.reliability.conftest import report, write_home
 
 USERS = int(os.environ.get("PANAGER_LOAD_USERS", "24"))
+LAYOUT = os.environ.get("PANAGER_LOAD_LAYOUT", "one")
+ANSWER_WORKERS = 2  # in the split layout
 pytestmark = pytest.mark.timeout(120 + USERS)
 
 MESSAGES = 5
@@ -40,8 +45,17 @@ async def test_users_5_dms_each_all_answered_in_order_without_cross_talk(
     panager_run, discord, openai, db_url, tmp_path
 ):
     openai.delay = MODEL_SECONDS
-    run = panager_run(database_url=db_url, home=write_home(tmp_path / "home"))
-    await run.start()
+    if LAYOUT == "split":
+        config = {"receiver_answers": False}
+        run = panager_run(database_url=db_url, home=write_home(tmp_path / "home", **config))
+        workers = [
+            panager_run(database_url=db_url, components="answers",
+                        home=write_home(tmp_path / f"answers{i}", **config))
+            for i in range(ANSWER_WORKERS)
+        ]
+    else:
+        run, workers = panager_run(database_url=db_url, home=write_home(tmp_path / "home")), []
+    await asyncio.gather(run.start(), *(w.start() for w in workers))
     users = [FIRST_USER + i for i in range(USERS)]
     sent_at: dict[tuple[int, int], float] = {}
 
@@ -75,7 +89,11 @@ async def test_users_5_dms_each_all_answered_in_order_without_cross_talk(
         "latency_p50_s": round(statistics.median(latencies), 2),
         "latency_p95_s": round(percentile(latencies, 95), 2),
         "latency_max_s": round(max(latencies), 2),
+        # Discord calls besides the answers themselves, per message
+        "edits_per_message": round(len(discord.edits) / total, 2),
+        "typing_per_message": round(len(discord.typing) / total, 2),
     }
-    report(f"{USERS} users x {MESSAGES} DMs", numbers)
+    title = f"{USERS} users x {MESSAGES} DMs" + (", split" if workers else "")
+    report(title, numbers)
     print(f"\nload: {numbers}")
-    assert run.alive
+    assert run.alive and all(w.alive for w in workers)

@@ -156,3 +156,48 @@ async def test_cancel_and_wait_gives_up_on_a_task_that_does_not_stop_and_says_so
     assert "stubborn-loop did not stop when cancelled" in caplog.text
     await asyncio.wait_for(cancel_and_wait([task], grace=0.1), 10)  # three more: it stops
     assert task.cancelled() and len(seen) == 6
+
+
+class Gate(Recorder):
+    """A recorder whose handler waits at a gate; counts how many wait at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = asyncio.Event()
+        self.most = 0
+
+    async def __call__(self, row: InboxMessage) -> str:
+        self.most = max(self.most, len(self.active) + 1)
+        self.active.add(row.user_id)
+        try:
+            await self.open.wait()
+            self.handled.append((row.user_id, row.content))
+            return "done"
+        finally:
+            self.active.discard(row.user_id)
+
+
+async def test_a_limited_process_leaves_what_it_has_no_room_for_to_another(db_url):
+    pool = await open_pool(db_url, max_size=6)
+    clock = FakeClock()
+    first, second = Gate(), Recorder()
+    limited = InboxQueue(InboxService(pool, clock, "proc-a"), first, first, poll_interval=0.05)
+    other = InboxQueue(InboxService(pool, clock, "proc-b"), second, second, poll_interval=0.05)
+    limited.limit(2)
+    people = [ALICE, BOB, 503, 504]
+    try:
+        for n, person in enumerate(people):
+            assert await limited.inbox.accept(**stored(20 + n, person, f"hello {person}"))
+            limited.kick(person)
+        await wait_for(lambda: len(first.active) == 2)  # two claimed, two left unclaimed
+        for person in people:
+            other.kick(person)
+        await wait_for(lambda: len(second.handled) == 2)
+        first.open.set()
+        await wait_for(lambda: len(first.handled) == 2)
+        assert first.most == 2
+        assert {p for p, _ in first.handled} | {p for p, _ in second.handled} == set(people)
+    finally:
+        await limited.close()
+        await other.close()
+        await pool.close()

@@ -2,7 +2,9 @@
 
 `--components` picks a subset, so the pieces can be spread over processes and
 machines (they share nothing but PostgreSQL); by default every component whose
-token is set runs, with the worker and the web server. A process without a
+token is set runs, with the worker and the web server. `answers` runs the chat
+front ends' answering without their intake, in any number of processes
+(frontends/shared/workers.py; docs/deploy.md). A process without a
 bot still delivers (reminders, answers replayed after a Google link) over the
 platform's HTTP API when its token is set. SIGTERM or SIGINT stops the
 process gracefully: running turns and deliveries get a moment to finish, the
@@ -43,7 +45,16 @@ for _front_end in FRONT_ENDS:
     platforms.register(_front_end.platform)
 CHATS = tuple(f for f in FRONT_ENDS if f.platform.chat)  # started before the worker
 PAGES = tuple(f for f in FRONT_ENDS if not f.platform.chat)  # started after it
-COMPONENTS = (*(f.platform.name for f in CHATS), "worker", *(f.platform.name for f in PAGES))
+# `answers`: the chat front ends' answering without their intake, in any number of processes
+# (frontends/shared/workers.py).
+ANSWERS = "answers"
+COMPONENTS = (
+    *(f.platform.name for f in CHATS), ANSWERS, "worker", *(f.platform.name for f in PAGES)
+)
+ANSWERS_WITHOUT_TOKEN = (
+    "--components answers needs a chat front end's token (DISCORD_TOKEN or "
+    "TELEGRAM_BOT_TOKEN): it answers the messages those front ends stored."
+)
 STOP_TIMEOUT = 30.0
 
 
@@ -69,6 +80,8 @@ def parse_components(text: str) -> list[str]:
 
 def settings_problem(settings: Settings, chosen: list[str]) -> str | None:
     """The first front end's settings problem for these components, as one line."""
+    if ANSWERS in chosen and not any(f.configured(settings) for f in CHATS if f.platform.inbox):
+        return ANSWERS_WITHOUT_TOKEN
     for front_end in FRONT_ENDS:
         problem = front_end.settings_problem(settings, chosen=front_end.platform.name in chosen)
         if problem is not None:
@@ -121,6 +134,8 @@ async def _start_all(app, components: list[str]) -> list[Running]:
         for front_end in CHATS:
             if front_end in chosen:
                 running.append(await front_end.start(app))
+            elif ANSWERS in components and front_end.configured(app.settings):
+                running += await front_end.answer_only(app)
             else:
                 others = [f for f in chosen if f is not front_end]
                 running += await front_end.deliver_only(app, alone=not others)
@@ -196,8 +211,9 @@ def register(cli: typer.Typer) -> None:
             "",
             "--components",
             "-c",
-            help="comma-separated subset of discord,telegram,worker,web "
-            "(default: the bots whose tokens are set, worker and web)",
+            help="comma-separated subset of discord,telegram,answers,worker,web "
+            "(default: the bots whose tokens are set, worker and web; answers: answer what "
+            "the bots of another process stored)",
         ),
         debug: bool = typer.Option(False, "--debug", help="verbose logs"),
     ) -> None:

@@ -38,14 +38,20 @@ from panager.db.presence import HELD_OWNERS, OWNER_IS_GONE
 from panager.db.queries import one
 from panager.platforms import inbox_tables
 
-ACCEPT = """
-INSERT INTO {inbox}
-    (message_id, user_id, channel_id, username, display_name, content, attachments,
-     attachment_refs, payload, received_at)
-VALUES (%(message_id)s, %(user_id)s, %(channel_id)s, %(username)s, %(display_name)s,
-        %(content)s, %(attachments)s, %(refs)s, %(payload)s, %(now)s)
-ON CONFLICT (message_id) DO NOTHING
-RETURNING message_id
+# A stored message wakes the answer workers of every process (LISTEN NOTIFY_CHANNEL):
+# '<inbox table>:<sender id>', sent when the insert commits, in the same round trip.
+NOTIFY_CHANNEL = "panager_inbox"
+ACCEPT = f"""
+WITH stored AS (
+    INSERT INTO {{inbox}}
+        (message_id, user_id, channel_id, username, display_name, content, attachments,
+         attachment_refs, payload, received_at)
+    VALUES (%(message_id)s, %(user_id)s, %(channel_id)s, %(username)s, %(display_name)s,
+            %(content)s, %(attachments)s, %(refs)s, %(payload)s, %(now)s)
+    ON CONFLICT (message_id) DO NOTHING
+    RETURNING message_id, user_id
+)
+SELECT message_id, pg_notify('{NOTIFY_CHANNEL}', '{{inbox}}:' || user_id) FROM stored
 """
 CLAIM_NEXT = """
 UPDATE {inbox}

@@ -8,6 +8,8 @@ half-done by a dead process was given up on. The queue owns the rest:
 
 - a drain task per user that claims the user's oldest message
   (`InboxService.claim_next`), so messages sent during a turn wait their turn;
+  with `limit(n)`, only that many at once in this process (the rest stay
+  unclaimed for a process with room: answer workers share the load);
 - the claim's lease, renewed while the message is handled, so another process
   takes it over only when this one died;
 - recovery on start (`recover`): stale claims of dead processes queued again,
@@ -65,6 +67,7 @@ class InboxQueue:
         self._drains: dict[int, asyncio.Task[None]] = {}
         self._dirty: set[int] = set()
         self._background: set[asyncio.Task[Any]] = set()
+        self._slots: asyncio.Semaphore | None = None  # see limit()
 
     def kick(self, user_id: int) -> None:
         """The user has new messages: start (or keep) their drain task."""
@@ -102,6 +105,12 @@ class InboxQueue:
             else:
                 self.kick(row.user_id)
         return len(rows)
+
+    def limit(self, max_active: int) -> None:
+        """Answer at most `max_active` messages at once here (0: no cap); past it a sender's
+        next message waits unclaimed, so another process with room can take it. Set before
+        the first claim."""
+        self._slots = asyncio.Semaphore(max_active) if max_active else None
 
     def start_pruning(self) -> None:
         """Prune finished rows now and every PRUNE_EVERY seconds, in the background."""
@@ -141,8 +150,12 @@ class InboxQueue:
     async def _drain_once(self, user_id: int) -> None:
         for stale in await self.inbox.recover_stale(user_id):
             await self.on_abandoned(stale)
-        while not self.stopping and (row := await self.inbox.claim_next(user_id)):
-            await self._process(row)
+        while not self.stopping:
+            async with self._slots or contextlib.nullcontext():
+                row = None if self.stopping else await self.inbox.claim_next(user_id)
+                if row is None:
+                    break
+                await self._process(row)
         if not self.stopping and await self.inbox.queued_count(user_id):
             # Another process is answering this user's previous message: wait for it.
             self._dirty.add(user_id)

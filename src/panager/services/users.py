@@ -31,6 +31,11 @@ from panager.platforms import identity_names, named
 LOCAL_USER_ID = 1  # the terminal user; Discord snowflakes are far larger, so ids never collide
 
 FIND_IDENTITY = "SELECT user_id FROM identities WHERE platform = %s AND platform_id = %s"
+# The same with the person's name: a sender whose name did not change needs no name search.
+FIND_KNOWN = """
+SELECT i.user_id, u.username FROM identities i JOIN users u ON u.id = i.user_id
+ WHERE i.platform = %s AND i.platform_id = %s
+"""
 LOCK_IDENTITY = (
     f"SELECT pg_advisory_xact_lock({IDENTITY_LOCK_NAMESPACE}, hashtext(%s || ':' || %s::text))"
 )
@@ -242,13 +247,16 @@ class UserService:
     ) -> User:
         if not placeholder:
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(FIND_IDENTITY, (platform, platform_id))).fetchone()
+                row = await (await conn.execute(FIND_KNOWN, (platform, platform_id))).fetchone()
                 if row is not None:
+                    same = row["username"] == username  # theirs already: free for them
                     known = {
                         "platform": platform,
                         "platform_id": platform_id,
                         "id": row["user_id"],
-                        "username": await _free_username(conn, username, row["user_id"]),
+                        "username": username if same else await _free_username(
+                            conn, username, row["user_id"]
+                        ),
                         "display_name": display_name,
                     }
                     found = await (await conn.execute(TOUCH_KNOWN, known)).fetchone()

@@ -7,6 +7,10 @@ Flow of one DM:
    dropped here: exactly once). When the database does not answer, the user is
    told at once and storing is retried until it is back (or given up on, with
    a note to resend).
+   A sender's DMs are stored one after the other, in the gateway's order.
+   With `receiver_answers: false` this process stops here: `panager run
+   --components answers` processes answer the stored rows over REST
+   (frontends/discord/worker.py, frontends/shared/workers.py).
 2. `InboxQueue` (services/inbox_queue.py, transport-independent) runs a drain
    task per user that takes the user's messages oldest first, one at a time
    (`InboxService.claim_next`), so messages sent during a turn wait their turn
@@ -45,19 +49,14 @@ from typing import TYPE_CHECKING, Any
 import discord
 
 from panager.frontends.discord import questions
-from panager.frontends.discord.answers import ATTACHMENT_NOTE, DiscordAnswerer
+from panager.frontends.discord.answers import ATTACHMENT_NOTE
 from panager.frontends.discord.attachments import describe
 from panager.frontends.discord.messenger import DiscordMessenger
 from panager.frontends.discord.replies import nonce
 from panager.frontends.discord.slash import build_tree, sync_if_changed
-from panager.frontends.shared.intake import (
-    ERROR_MESSAGE,
-    STORE_DELAYED,
-    abandoned_notice,
-    open_inbox,
-    store_patiently,
-)
-from panager.frontends.shared.reclaim import reclaim_loop, start_presence
+from panager.frontends.discord.worker import DiscordInbox, send_quietly
+from panager.frontends.shared.intake import ERROR_MESSAGE, STORE_DELAYED, store_patiently
+from panager.frontends.shared.workers import answering
 from panager.services.inbox import InboxMessage, worker_name
 
 if TYPE_CHECKING:
@@ -128,18 +127,22 @@ class PanagerBot(discord.Client):
         super().__init__(**client_options)
         self.app = app
         self.access = app.deps.access
-        self.inbox, self.queue = open_inbox(
+        self.answers = DiscordInbox(
             app,
-            "discord_inbox",
-            self._answer,
-            self._notify_abandoned,
+            self,
+            status_interval=status_interval,
             poll_interval=poll_interval,
             shutdown_grace=shutdown_grace,
         )
-        self.answerer = DiscordAnswerer(app, self.inbox, status_interval=status_interval)
+        self.inbox, self.queue = self.answers.inbox, self.answers.queue
+        self.answerer = self.answers.answerer
+        # False (`receiver_answers: false`): this process only stores DMs; `panager run
+        # --components answers` processes answer them (frontends/shared/workers.py).
+        self.answering = app.settings.runtime.receiver_answers
         self.tree = build_tree(self, self.handle_interaction)
         self.messenger = DiscordMessenger(self, app.deps.users)
-        self._conversations: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._conversations = self.answers.conversations
+        self._intake: defaultdict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._readied = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -157,20 +160,16 @@ class PanagerBot(discord.Client):
         self.queue.spawn(self._after_ready())
 
     async def _after_ready(self) -> None:
-        # Before any claim: others must see this process alive.
-        presence = await start_presence(self.app.url, self.inbox.worker)
-        if presence is not None:
-            self.queue.spawn(reclaim_loop(self.queue, presence))
+        if self.answering:  # presence before any claim: others must see this process alive
+            await answering(self.app, self.inbox, self.queue)
         try:
             await sync_if_changed(self.tree)
         except Exception:
             log.exception("could not register slash commands with Discord")
-        await self.queue.recover_patiently()
         try:
             await self.backfill()
         except Exception:
             log.exception("could not read back the DMs missed while disconnected")
-        self.queue.start_pruning()
 
     async def backfill(self) -> int:
         """Store DMs that arrived while no process was connected; returns how many."""
@@ -183,7 +182,7 @@ class PanagerBot(discord.Client):
                     mine = message.author.id == user_id and message.type in HANDLED_TYPES
                     if mine and not self.queue.stopping and await self._store(message):
                         taken += 1
-                        self.queue.kick(user_id)
+                        self._kick(user_id)
             except discord.HTTPException as exc:
                 log.warning("could not read the DMs of user %s: %s", user_id, exc)
         if taken:
@@ -212,8 +211,18 @@ class PanagerBot(discord.Client):
             return
         if message.type not in HANDLED_TYPES:
             return
-        if await self._store(message):
-            self.queue.kick(message.author.id)
+        # discord.py handles each event in its own task: a sender's DMs are stored one after
+        # the other, in the gateway's order, so a claim never sees a later one stored first.
+        async with self._intake[message.author.id]:
+            stored = await self._store(message)
+        if stored:
+            self._kick(message.author.id)
+
+    def _kick(self, user_id: int) -> None:
+        """Answer the user's new message here, unless answer workers do it (the NOTIFY of
+        the stored row wakes them)."""
+        if self.answering:
+            self.queue.kick(user_id)
 
     async def _store(self, message: discord.Message) -> bool:
         """Put the DM in the inbox, riding out a database outage; False if not stored."""
@@ -242,16 +251,8 @@ class PanagerBot(discord.Client):
     # --------------------------------------------------------------- answering
 
     async def _answer(self, row: InboxMessage) -> str:
-        """The queue's handler: answer one stored DM; a failure gets the user one line."""
-        channel = self.get_partial_messageable(row.channel_id, type=discord.ChannelType.private)
-        try:
-            async with self._conversations[row.user_id]:
-                await self.answerer.answer_row(row, channel)
-        except Exception:
-            log.exception("failed to handle message %s", row.message_id)
-            await self._send_quietly(channel, ERROR_MESSAGE, nonce(row.message_id, "e"))
-            return "failed"
-        return "done"
+        """The queue's handler (frontends/discord/worker.py)."""
+        return await self.answers.answer(row)
 
     # ------------------------------------------------------------ app commands
 
@@ -291,13 +292,6 @@ class PanagerBot(discord.Client):
 
     # ------------------------------------------------------------------ helpers
 
-    async def _notify_abandoned(self, row: InboxMessage) -> None:
-        channel = self.get_partial_messageable(row.channel_id, type=discord.ChannelType.private)
-        await self._send_quietly(channel, abandoned_notice(row), nonce(row.message_id, "r"))
-
     @staticmethod
     async def _send_quietly(channel: discord.abc.Messageable, text: str, nonce_: str) -> None:
-        try:
-            await channel.send(text, nonce=nonce_)
-        except Exception as exc:
-            log.warning("could not send a notice: %s", exc)
+        await send_quietly(channel, text, nonce_)

@@ -115,6 +115,32 @@ class DiscordEntry:
 
         return [Running("discord-delivery", close)]
 
+    async def answer_only(self, app: App) -> list[Running]:
+        """Answer the DMs another process received (`--components answers`): a client logged
+        in over REST only (no gateway) claims stored rows (frontends/shared/workers.py);
+        reminders go out through it too."""
+        from panager.frontends.discord.messenger import DiscordMessenger
+        from panager.frontends.discord.worker import DiscordInbox
+        from panager.frontends.shared.workers import answering
+
+        client = await rest_client(app.settings.discord_token or "")
+        answers = DiscordInbox(app, client)
+        messenger = DiscordMessenger(client, app.deps.users)
+        app.deps.messenger.add(messenger)
+
+        async def close() -> None:
+            await answers.queue.close()
+            with contextlib.suppress(ValueError):
+                app.deps.messenger.messengers.remove(messenger)
+            await client.close()
+
+        try:
+            await answering(app, answers.inbox, answers.queue, worker=True)
+        except BaseException:
+            await close()
+            raise
+        return [Running("answers", close, None, "discord")]
+
     def explain(self, exc: BaseException) -> str | None:
         """A missing privileged intent or a token rejected after start."""
         import discord

@@ -62,6 +62,12 @@ class FrontEnd(Protocol):
         no other chat front end runs here)."""
         ...
 
+    async def answer_only(self, app: App) -> list[Running]:
+        """Without its intake in this process, answer the messages another process stored
+        (`--components answers`: frontends/shared/workers.py); its messenger delivers too.
+        Empty for a front end that stores none."""
+        ...
+
     def explain(self, exc: BaseException) -> str | None:
         """A crash of its running task as one line for the operator, if it knows it."""
         ...

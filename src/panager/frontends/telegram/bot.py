@@ -10,11 +10,12 @@ Flow of one update:
    update is stored (services/telegram_updates.py: private chats only, keyed by
    `update_id`, so a repeated update is dropped) before it is confirmed to
    Telegram (the next `offset`) or answered 200.
-2. Any process running this front end handles stored updates: the shared
-   `InboxQueue` drains each person's rows oldest first, one at a time, even
-   across processes; it notices rows stored elsewhere by looking for queued
-   rows every `poll_interval`, and takes back a dead process's rows at once
-   (frontends/shared/reclaim.py).
+2. Any process running this front end (unless `receiver_answers: false`), and
+   any `panager run --components answers` process, handles stored updates: the
+   shared `InboxQueue` drains each person's rows oldest first, one at a time,
+   even across processes; it hears of rows stored elsewhere from the inbox's
+   NOTIFY (frontends/shared/workers.py), and takes back a dead process's rows at
+   once (frontends/shared/reclaim.py).
 3. The shared `Answerer` (frontends/shared/answering.py) admits the sender before any
    model call and runs a command or a turn; `TelegramChat` shows it. A button
    press is checked against who pressed it (frontends/telegram/buttons.py).
@@ -46,7 +47,7 @@ from panager.frontends.shared.intake import (
     open_inbox,
     store_patiently,
 )
-from panager.frontends.shared.reclaim import reclaim_loop, start_presence
+from panager.frontends.shared.workers import answering
 from panager.frontends.telegram import questions
 from panager.frontends.telegram.api import close_bot, describe_error, make_bot
 from panager.frontends.telegram.buttons import Buttons
@@ -137,6 +138,7 @@ class TelegramFrontEnd:
         self.poll_interval = poll_interval
         self.leader = Leadership(app.url, f"telegram-poller:{self.bot.id}")
         self.username = ""
+        self.answering = app.settings.runtime.receiver_answers  # False: intake only
         self.polled = 0  # getUpdates calls that returned (tests, metrics)
 
     # ------------------------------------------------------------------ lifecycle
@@ -149,14 +151,17 @@ class TelegramFrontEnd:
         self.app.deps.messenger.add(self.messenger)
         self.queue.spawn(self._after_start())
 
+    async def start_answering(self) -> None:
+        """Answer what another process stored, without intake (`--components answers`)."""
+        me = await self.bot.get_me()
+        self.username = me.username or ""
+        self.app.deps.messenger.add(self.messenger)
+        await answering(self.app, self.inbox, self.queue, worker=True)
+
     async def _after_start(self) -> None:
-        presence = await start_presence(self.app.url, self.inbox.worker)  # before any claim
-        if presence is not None:
-            self.queue.spawn(reclaim_loop(self.queue, presence))
+        if self.answering:  # the presence lock comes before any claim
+            await answering(self.app, self.inbox, self.queue)
         await self._register_commands()
-        await self.queue.recover_patiently()
-        self.queue.start_pruning()
-        self.queue.spawn(self._watch())
         url = webhook_url(self.app)
         if url is not None and await self._set_webhook(url):
             return
@@ -273,18 +278,9 @@ class TelegramFrontEnd:
 
         if not await store_patiently(accept, tell, lambda: self.queue.stopping, update.update_id):
             return False
-        self.queue.kick(row.user_id)
+        if self.answering:
+            self.queue.kick(row.user_id)
         return True
-
-    async def _watch(self) -> None:
-        """Pick up updates another process stored (the webhook, the poller elsewhere)."""
-        while not self.queue.stopping:
-            try:
-                for user_id in await self.inbox.queued_users():
-                    self.queue.kick(user_id)
-            except Exception as exc:
-                log.warning("could not look for queued Telegram messages: %s", exc)
-            await asyncio.sleep(self.poll_interval)
 
     # --------------------------------------------------------------- answering
 

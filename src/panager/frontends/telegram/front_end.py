@@ -106,6 +106,25 @@ class TelegramEntry:
 
         return [Running("telegram-delivery", close)]
 
+    async def answer_only(self, app: App) -> list[Running]:
+        """Answer the updates another process stored (`--components answers`) over the Bot
+        API, without polling (frontends/shared/workers.py); reminders go out through it."""
+        from panager.frontends.telegram.api import start_problem
+        from panager.frontends.telegram.bot import TelegramFrontEnd
+
+        settings = app.settings
+        front = TelegramFrontEnd(app)
+        try:
+            await front.start_answering()
+        except BaseException as exc:
+            await front.close()
+            if isinstance(exc, Exception):
+                problem = start_problem(exc, settings.telegram_api_url,
+                                        settings.telegram_bot_token)
+                raise ConfigError(problem) from None
+            raise
+        return [Running("answers", front.close, None, "telegram")]
+
     def explain(self, exc: BaseException) -> str | None:
         """Telegram's front end runs no watched task of its own."""
         return None

@@ -58,6 +58,10 @@ class WebEntry:
         """An open page is reached through the running server only."""
         return []
 
+    async def answer_only(self, app: App) -> list[Running]:
+        """The web chat answers in the web process itself (it stores no inbox rows)."""
+        return []
+
     def explain(self, exc: BaseException) -> str | None:
         """The server runs no watched task of its own."""
         return None

@@ -1,0 +1,45 @@
+"""What a Chat Completions request carries on the wire, now that its messages and tools ride in
+`extra_body` (model_router.plain_json_body: the openai SDK's per-call walk over them is skipped)."""
+
+from __future__ import annotations
+
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from panager.endpoints import Endpoint
+from panager.model_router import endpoint_model, plain_json_body
+from tests.fakes.openai_server import FakeOpenAI
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look something up.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                       "required": ["query"]},
+    },
+}
+
+
+async def test_the_request_on_the_wire_has_its_messages_and_tools_at_the_top():
+    async with FakeOpenAI() as fake:
+        fake.handler = lambda body: "fine"
+        model = endpoint_model(Endpoint("main", fake.base_url, "m", api_key="k"), timeout=10)
+        bound = model.bind_tools([TOOL], tool_choice="auto")
+        reply = await bound.ainvoke([SystemMessage("be brief"), HumanMessage("héllo")])
+        async for _ in model.astream([HumanMessage("again")]):
+            pass
+    assert reply.content == "fine"
+    first, second = fake.requests
+    assert first["messages"] == [{"role": "system", "content": "be brief"},
+                                 {"role": "user", "content": "héllo"}]
+    assert first["tools"] == [TOOL] and first["tool_choice"] == "auto"
+    assert first["model"] == "m" and "extra_body" not in first
+    assert second["messages"] == [{"role": "user", "content": "again"}] and "tools" not in second
+    assert second["stream"] is True
+
+
+def test_structured_output_and_responses_payloads_are_left_alone():
+    structured = {"messages": [{"role": "user", "content": "x"}], "response_format": {}}
+    assert plain_json_body(dict(structured)) == structured
+    responses = {"input": [{"role": "user", "content": "x"}]}
+    assert plain_json_body(dict(responses)) == responses
