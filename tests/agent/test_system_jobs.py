@@ -249,8 +249,10 @@ async def test_a_hundred_calls_a_minute_are_limited_and_each_accepted_one_answer
     await app.stop()  # the process dies after the 202s, before any worker ran
     second, rec2 = await scheduler_app(make_app, model=model)
     w = worker(second)
-    while await w.run_once():
-        pass
+    for _ in range(60):  # a pass that finds its claims busy on a loaded machine runs none
+        if len(rec2.texts(user.id)) >= WEBHOOK_RATE:
+            break
+        await w.run_once()
     assert rec2.texts(user.id) == ["noted"] * WEBHOOK_RATE
     async with second.pool.connection() as conn:
         done = await (await conn.execute(
