@@ -201,3 +201,38 @@ async def test_a_limited_process_leaves_what_it_has_no_room_for_to_another(db_ur
         await limited.close()
         await other.close()
         await pool.close()
+
+
+class LateArrival(InboxService):
+    """An inbox where the sender's next message is stored (and kicked) just after the claim
+    found nothing: the window between `claim_next` and the drain's last look."""
+
+    queue: InboxQueue
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.arrivals = [stored(31, ALICE, "second")]
+
+    async def claim_next(self, user_id: int):
+        row = await super().claim_next(user_id)
+        if row is None and self.arrivals:
+            assert await self.accept(**self.arrivals.pop())
+            self.queue.kick(user_id)
+        return row
+
+
+async def test_a_message_stored_as_the_drain_finds_nothing_is_answered_at_once(db_url):
+    pool = await open_pool(db_url, max_size=4)
+    inbox = LateArrival(pool, FakeClock(), "proc-a")
+    handler = Recorder()
+    # The drain's wait for another process is an hour here: only the kick can end it.
+    queue = InboxQueue(inbox, handler, handler, poll_interval=3600)
+    inbox.queue = queue
+    try:
+        assert await inbox.accept(**stored(30, ALICE, "first"))
+        queue.kick(ALICE)
+        await asyncio.wait_for(wait_for(lambda: len(handler.handled) == 2, timeout=60), 60)
+        assert handler.handled == [(ALICE, "first"), (ALICE, "second")]
+    finally:
+        await queue.close()
+        await pool.close()

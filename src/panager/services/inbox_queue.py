@@ -66,6 +66,7 @@ class InboxQueue:
         self.stopping = False
         self._drains: dict[int, asyncio.Task[None]] = {}
         self._dirty: set[int] = set()
+        self._woken: dict[int, asyncio.Event] = {}  # a kick during a drain's wait ends it
         self._background: set[asyncio.Task[Any]] = set()
         self._slots: asyncio.Semaphore | None = None  # see limit()
 
@@ -77,6 +78,8 @@ class InboxQueue:
         task = self._drains.get(user_id)
         if task is None or task.done():
             self._drains[user_id] = self.spawn(self._drain(user_id))
+        elif (woken := self._woken.get(user_id)) is not None:
+            woken.set()
 
     async def recover(self) -> None:
         """Queue again the messages a dead process left half-done; resume all queued ones."""
@@ -138,14 +141,19 @@ class InboxQueue:
 
     async def _drain(self, user_id: int) -> None:
         """Handle the user's queued messages oldest first until none are left."""
-        while user_id in self._dirty and not self.stopping:
-            self._dirty.discard(user_id)
-            try:
-                await self._drain_once(user_id)
-            except Exception:
-                log.exception("inbox of user %s failed; retrying", user_id)
-                self._dirty.add(user_id)
-                await asyncio.sleep(self.poll_interval)
+        woken = self._woken.setdefault(user_id, asyncio.Event())
+        try:
+            while user_id in self._dirty and not self.stopping:
+                self._dirty.discard(user_id)
+                woken.clear()  # kicks from here on count for this pass's wait
+                try:
+                    await self._drain_once(user_id)
+                except Exception:
+                    log.exception("inbox of user %s failed; retrying", user_id)
+                    self._dirty.add(user_id)
+                    await asyncio.sleep(self.poll_interval)
+        finally:
+            self._woken.pop(user_id, None)
 
     async def _drain_once(self, user_id: int) -> None:
         for stale in await self.inbox.recover_stale(user_id):
@@ -157,9 +165,11 @@ class InboxQueue:
                     break
                 await self._process(row)
         if not self.stopping and await self.inbox.queued_count(user_id):
-            # Another process is answering this user's previous message: wait for it.
+            # Another process is answering this user's previous message: wait for it, or for
+            # a kick (a message stored after the claim found nothing must not wait the poll).
             self._dirty.add(user_id)
-            await asyncio.sleep(self.poll_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._woken[user_id].wait(), self.poll_interval)
 
     async def _process(self, row: InboxMessage) -> None:
         lease = self.spawn(self._keep_lease(row.message_id))
