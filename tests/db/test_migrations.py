@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from alembic.script import ScriptDirectory
@@ -66,3 +68,24 @@ def test_alembic_has_one_head_and_files_are_numbered_by_revision():
     assert len(script.get_heads()) == 1, script.get_heads()
     for revision in script.walk_revisions():
         assert Path(revision.path).name.startswith(f"{revision.revision}_")
+
+
+def test_the_head_read_from_the_files_is_alembics():
+    script = ScriptDirectory.from_config(migrate.alembic_config("postgresql://unused/db"))
+    assert migrate.alembic_head() == script.get_current_head()
+
+
+def test_status_at_head_does_not_load_alembic(db_url):
+    code = (
+        "import asyncio, sys\n"
+        "from panager.db import migrate\n"
+        "from panager.db.pool import open_pool\n"
+        "async def main(url):\n"
+        "    pool = await open_pool(url, max_size=1)\n"
+        "    status = await migrate.schema_status(url, pool)\n"
+        "    await pool.close()\n"
+        "    print(status.up_to_date, 'alembic' in sys.modules, 'sqlalchemy' in sys.modules)\n"
+        f"asyncio.run(main({db_url!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["True", "False", "False"], done.stderr

@@ -7,17 +7,14 @@ then finds nothing to do.
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from sqlalchemy import create_engine, pool
-from sqlalchemy.exc import DBAPIError
 
 from panager.config import ConfigError
 from panager.db.extension import ensure_vector
@@ -25,6 +22,11 @@ from panager.db.locks import MIGRATION_LOCK_KEY
 from panager.db.pool import Pool
 from panager.db.queries import one
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# alembic and SQLAlchemy (about 0.35 s of imports) load only to change the schema: every
+# start asks where the database stands, which needs neither (`schema_status`).
 ALEMBIC_DIR = Path(__file__).parent / "alembic"
 
 
@@ -38,6 +40,8 @@ def sqlalchemy_url(url: str) -> str:
 
 def alembic_config(url: str) -> Config:
     """An alembic Config pointing at our bundled migrations."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(ALEMBIC_DIR))
     cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(url).replace("%", "%%"))
@@ -49,6 +53,9 @@ class MigrationRefused(ConfigError):
 
 
 def _alembic(url: str, action: str, target: str) -> None:
+    from alembic import command
+    from sqlalchemy.exc import DBAPIError
+
     cfg = alembic_config(url)
     try:
         if action == "upgrade":
@@ -78,17 +85,34 @@ class SchemaStatus:
         return self.current == self.head and self.checkpointer_version == self.checkpointer_head
 
 
-def _alembic_revisions(url: str) -> tuple[str | None, str]:
-    cfg = alembic_config(url)
-    head = ScriptDirectory.from_config(cfg).get_current_head()
-    assert head is not None  # the package ships its migrations, so there is a head
-    engine = create_engine(sqlalchemy_url(url), poolclass=pool.NullPool)
-    try:
-        with engine.connect() as conn:
-            current = MigrationContext.configure(conn).get_current_revision()
-    finally:
-        engine.dispose()
-    return current, head
+@functools.cache
+def alembic_head() -> str:
+    """The newest revision among the bundled migrations, read from their `revision` and
+    `down_revision` assignments (tests/db/test_migrations.py checks it against alembic)."""
+    revisions: dict[str, str | None] = {}
+    for path in (ALEMBIC_DIR / "versions").glob("*.py"):
+        found: dict[str, str | None] = {}
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                value = node.value.value
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id in ("revision", "down_revision"):
+                        found[target.id] = value if isinstance(value, str) else None
+        if "revision" in found:
+            revisions[str(found["revision"])] = found.get("down_revision")
+    heads = set(revisions) - {down for down in revisions.values() if down}
+    if len(heads) != 1:
+        raise RuntimeError(f"the bundled migrations have {len(heads)} heads: {sorted(heads)}")
+    return heads.pop()
+
+
+async def _alembic_current(db: Pool) -> str | None:
+    async with db.connection() as conn:
+        row = await (await conn.execute("SELECT to_regclass('alembic_version') AS t")).fetchone()
+        if one(row)["t"] is None:
+            return None
+        row = await (await conn.execute("SELECT version_num FROM alembic_version")).fetchone()
+        return None if row is None else row["version_num"]
 
 
 async def _checkpointer_version(db: Pool) -> int | None:
@@ -104,7 +128,7 @@ async def _checkpointer_version(db: Pool) -> int | None:
 
 async def schema_status(url: str, db: Pool) -> SchemaStatus:
     """Current and head revisions of alembic and of the checkpointer tables."""
-    current, head = await asyncio.to_thread(_alembic_revisions, url)
+    current, head = await _alembic_current(db), alembic_head()
     cp_head = len(AsyncPostgresSaver.MIGRATIONS) - 1
     return SchemaStatus(current, head, await _checkpointer_version(db), cp_head)
 
