@@ -28,6 +28,7 @@ from panager.clock import Clock, SystemClock
 from panager.db.pool import Pool
 from panager.providers.caldav.calendar import NAME, CalDavCalendar, Choice, PasswordRefused
 from panager.providers.caldav.dav import CalDav, DavCalendar
+from panager.providers.caldav.discovery import DnsSettings, address_domain, starting_points
 from panager.providers.caldav.door import (
     CalDavError,
     CertificateUnknown,
@@ -120,6 +121,10 @@ class NeedsFingerprint(ProviderError):
         self.fingerprint = fingerprint
 
 
+class _NoCalDav(ProviderError):
+    """The server answered, but not as a CalDAV server with a principal and calendars."""
+
+
 def _account(stored: StoredAccount) -> CalDavAccount:
     settings = dict(stored.settings)
     read = settings.get("read")
@@ -156,8 +161,10 @@ class CalDavProvider:
         clock: Clock | None = None,
         dial: Dialer = direct,
         deadline: float = 15.0,
+        dns: DnsSettings = DnsSettings(),
     ) -> None:
         self.pool = pool
+        self.dns = dns
         self.connections = connections
         self.guard = guard
         self.clock = clock or SystemClock()
@@ -221,8 +228,8 @@ class CalDavProvider:
 
     async def check(self, user_id: int, values: Mapping[str, str]) -> Checked:
         """`FormProvider.check`: try the values (rate-limited); nothing is stored."""
-        url, login, fingerprint = _values(values)
-        calendars = await self._discover(user_id, url, login, fingerprint)
+        entered, login, fingerprint = _values(values)
+        url, calendars = await self._discover(user_id, entered, login, fingerprint)
         return Checked(
             label=_label(url, login.username),
             summary=_summary(calendars),
@@ -232,8 +239,8 @@ class CalDavProvider:
 
     async def add(self, user_id: int, values: Mapping[str, str]) -> tuple[str, str]:
         """Check the values, then store the account sealed: (its key, "connected: …")."""
-        url, login, fingerprint = _values(values)
-        calendars = await self._discover(user_id, url, login, fingerprint)
+        entered, login, fingerprint = _values(values)
+        url, calendars = await self._discover(user_id, entered, login, fingerprint)
         for existing in await self.stored(user_id):
             if existing.url == url and existing.username == login.username:
                 await self.connections.remove(user_id, NAME, existing.key)  # typed again
@@ -244,9 +251,28 @@ class CalDavProvider:
         return stored.key, f"connected: {_summary(calendars)}"
 
     async def _discover(
-        self, user_id: int, url: str, login: Login, fingerprint: str | None
-    ) -> list[DavCalendar]:
+        self, user_id: int, entered: str, login: Login, fingerprint: str | None
+    ) -> tuple[str, list[DavCalendar]]:
+        """The URL that answered and its calendars: the URL typed, or for an address the
+        server its SRV record names, then its domain's `/.well-known/caldav`."""
         await self._count_check(user_id)
+        try:
+            points = await starting_points(entered, self.guard, self.dns)
+        except (CalDavError, Refused) as exc:
+            raise ProviderError(str(exc)) from None
+        for number, (url, _record) in enumerate(points, 1):
+            try:
+                calendars = await self._calendars_at(url, login, fingerprint)
+            except _NoCalDav:
+                if number < len(points):
+                    continue  # the SRV server is no CalDAV server: the domain's well-known
+                raise
+            return url, calendars
+        raise ProviderError(f"No calendar server was found for {entered}.")  # pragma: no cover
+
+    async def _calendars_at(
+        self, url: str, login: Login, fingerprint: str | None
+    ) -> list[DavCalendar]:
         door = Door(url, login, self.guard, fingerprint=fingerprint, dial=self.dial,
                     deadline=self.deadline)
         try:
@@ -261,7 +287,9 @@ class CalDavProvider:
                 shown,
             ) from None
         except (CalDavError, Refused) as exc:
-            raise ProviderError(str(exc)) from None
+            # only "no CalDAV here" lets another starting point be tried; a refusal, a wrong
+            # password or a time-out is the answer
+            raise (_NoCalDav if type(exc) is CalDavError else ProviderError)(str(exc)) from None
         if not calendars:
             raise ProviderError(f"{door.where} answered, but shows no calendars for this user.")
         return calendars
@@ -348,18 +376,22 @@ def _values(values: Mapping[str, str]) -> tuple[str, Login, str | None]:
     password = values.get("password") or ""
     if not url or not username or not password:
         raise ProviderError("Enter the server address, the user name and the app password.")
-    if "://" not in url:
-        url = "https://" + url
-    try:
-        parsed = parse_url(url)
-    except Refused as exc:
-        raise ProviderError(str(exc)) from None
+    domain = address_domain(url)
+    if domain is not None:
+        url = url.lower()  # anna@example.org: found through DNS (discovery.py)
+    else:
+        if "://" not in url:
+            url = "https://" + url
+        try:
+            url = str(parse_url(url))
+        except Refused as exc:
+            raise ProviderError(str(exc)) from None
     raw_fingerprint = (values.get("fingerprint") or "").strip()
     try:
         fingerprint = normalise_fingerprint(raw_fingerprint) if raw_fingerprint else None
     except ValueError as exc:
         raise ProviderError(str(exc)) from None
-    return str(parsed), Login(username, password), fingerprint
+    return url, Login(username, password), fingerprint
 
 
 def _settings(url: str, username: str, fingerprint: str | None,
