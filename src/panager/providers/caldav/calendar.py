@@ -29,6 +29,7 @@ from panager.providers.caldav.door import (
     PreconditionFailed,
 )
 from panager.providers.caldav.door import Unreachable as DoorUnreachable
+from panager.providers.caldav.parsed import ParsedObjects
 from panager.services.accounts.provider import (
     CalendarInfo,
     Changed,
@@ -64,13 +65,15 @@ class CalDavCalendar:
     """The `Calendar` of one CalDAV account."""
 
     def __init__(
-        self, key: str, label: str, open_door: DoorFactory, choice: Choice = Choice()
+        self, key: str, label: str, open_door: DoorFactory, choice: Choice = Choice(),
+        parsed: ParsedObjects | None = None,
     ) -> None:
         self.key = key
         self.label = label
         self._open = open_door
         self.choice = choice
         self._known: list[DavCalendar] | None = None
+        self.parsed = parsed if parsed is not None else ParsedObjects()
 
     # -- ids ------------------------------------------------------------------------------
 
@@ -175,9 +178,8 @@ class CalDavCalendar:
         found: list[Event] = []
         capped = False
         for obj in objects:
-            instances, more = ical.occurrences(
-                ical.parse(obj.ics), start, end, zone, MAX_INSTANCES - len(found)
-            )
+            instances, more = self.parsed.instances(obj, start, end, zone,
+                                                    MAX_INSTANCES - len(found))
             found.extend(self._event(info, obj, o) for o in instances)
             if more or len(found) >= MAX_INSTANCES:
                 capped = capped or more

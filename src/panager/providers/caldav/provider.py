@@ -37,6 +37,7 @@ from panager.providers.caldav.door import (
     normalise_fingerprint,
     peer_fingerprint,
 )
+from panager.providers.caldav.parsed import ParsedCaches
 from panager.services.accounts.connections import Connections, StoredAccount
 from panager.services.accounts.provider import (
     CALENDAR,
@@ -165,6 +166,7 @@ class CalDavProvider:
     ) -> None:
         self.pool = pool
         self.dns = dns
+        self.parsed = ParsedCaches()  # parsed calendar objects, per account (parsed.py)
         self.connections = connections
         self.guard = guard
         self.clock = clock or SystemClock()
@@ -214,6 +216,7 @@ class CalDavProvider:
             return CalDavCalendar(
                 key, account.label, self.door_factory(account.url, login, account.fingerprint),
                 Choice(read=account.read, default=account.default),
+                self.parsed.of(user_id, key),
             )
         raise ProviderError("That CalDAV account is no longer connected.")
 
@@ -243,7 +246,7 @@ class CalDavProvider:
         url, calendars = await self._discover(user_id, entered, login, fingerprint)
         for existing in await self.stored(user_id):
             if existing.url == url and existing.username == login.username:
-                await self.connections.remove(user_id, NAME, existing.key)  # typed again
+                await self.remove(user_id, existing.key)  # typed again
         stored = await self.connections.add(
             user_id, NAME, _label(url, login.username), {"password": login.password},
             _settings(url, login.username, fingerprint, calendars),
@@ -325,7 +328,12 @@ class CalDavProvider:
 
     async def remove(self, user_id: int, key: str) -> bool:
         """Delete the account: its sealed password and its cached calendars go with it."""
+        self.forget(user_id, key)
         return await self.connections.remove(user_id, NAME, key)
+
+    def forget(self, user_id: int, key: str) -> None:
+        """`FormProvider.forget`: the account's parsed objects leave this process."""
+        self.parsed.drop(user_id, key)
 
 
 class _LazyCalendar:
