@@ -198,5 +198,7 @@ def test_the_parse_cache_checks_the_text_too_and_is_bounded() -> None:
     caches = ParsedCaches(accounts=2)
     assert caches.of(1, "k") is caches.of(1, "k") and caches.of(2, "k") is not caches.of(1, "k")
     kept = caches.of(1, "k")
+    kept.instances(DavObject("/a", None, ics(
+        "UID:a\nDTSTART:20261203T120000Z\nDTEND:20261203T130000Z\nSUMMARY:A")), *week, BERLIN, 9)
     caches.drop(1, "k")  # the account was removed
-    assert caches.of(1, "k") is not kept
+    assert caches.of(1, "k") is not kept and len(kept) == 0

@@ -103,7 +103,11 @@ class ParsedCaches:
         return cache
 
     def drop(self, user_id: int, key: str) -> None:
-        self._caches.pop((user_id, key), None)
+        cache = self._caches.pop((user_id, key), None)
+        if cache is not None:
+            cache.clear()  # a calendar opened before the removal may still hold it
 
     def clear(self) -> None:
-        self._caches.clear()
+        """Forget every parsed object (the accounts' caches stay, empty)."""
+        for cache in self._caches.values():
+            cache.clear()
