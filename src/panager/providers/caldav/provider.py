@@ -2,8 +2,9 @@
 
 - Any number of accounts per person, kept by the seam's form-connect store
   (`services/accounts/connections.py`, table `provider_accounts`): the app password
-  sealed with PANAGER_SECRET_KEY; as plain settings the address entered (a full CalDAV
-  URL, or just `https://host/` for servers with `/.well-known/caldav`), the user name,
+  sealed with PANAGER_SECRET_KEY; as plain settings the server's address (a full CalDAV
+  URL, or just `https://host/` for servers with `/.well-known/caldav`, or the server an
+  address's DNS SRV record named: discovery.py), the user name,
   a pinned certificate fingerprint for a server with its own certificate, the calendars
   the last check found (names as the server sent them), which are read and which one
   new events go to. Removing the account deletes the row, and with it all of that.
@@ -69,7 +70,9 @@ NOT_CONNECTED = (
     "(/connect caldav gives its link)."
 )
 FIELDS = (
-    Field("url", "Server address", hint="https://caldav.example.com/ — or the full CalDAV URL"),
+    Field("url", "Server address",
+          hint="https://caldav.example.com/, the full CalDAV URL, or your address "
+               "(anna@example.org) when your domain publishes CalDAV DNS records"),
     Field("username", "User name"),
     Field("password", "App password", secret=True,
           hint="An app-specific password (iCloud, Fastmail), not your main one"),
