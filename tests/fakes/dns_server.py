@@ -31,7 +31,7 @@ class DnsServer:
         self.queries: list[tuple[str, str]] = []
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._socket.bind(("127.0.0.1", 0))
-        self._socket.settimeout(0.2)
+        self._socket.settimeout(5)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="dns-server", daemon=True)
 
@@ -49,6 +49,7 @@ class DnsServer:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self._stop.set()
+        self._socket.sendto(b"", ("127.0.0.1", self.port))  # wake the thread at once
         self._thread.join(5)
         self._socket.close()
 
@@ -59,6 +60,8 @@ class DnsServer:
             except TimeoutError:
                 continue
             except OSError:
+                return
+            if self._stop.is_set():
                 return
             reply = self._answer(data)
             if reply is not None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import dns.asyncresolver
 import dns.exception
@@ -102,7 +103,7 @@ def _resolver(settings: DnsSettings) -> dns.asyncresolver.Resolver:
 
 async def _answer(
     resolver: dns.asyncresolver.Resolver, name: str, kind: dns.rdatatype.RdataType
-) -> list[object]:
+) -> list[Any]:
     """The records of `name`, [] when there are none; DnsUnanswered when DNS is silent."""
     try:
         answer = await resolver.resolve(name, kind, search=False)
@@ -116,10 +117,10 @@ async def _answer(
     return list(answer)
 
 
-def _context_path(records: list[object]) -> str:
+def _context_path(records: list[Any]) -> str:
     """RFC 6764 §4: a TXT string `path=/dav/` gives the context path; "/" otherwise."""
     for record in records:
-        for raw in getattr(record, "strings", ()):
+        for raw in record.strings:
             text = raw.decode("utf-8", errors="replace").strip()
             if text.lower().startswith("path="):
                 path = text[5:].strip()
@@ -140,14 +141,14 @@ async def lookup(domain: str, settings: DnsSettings) -> Found | None:
     for service, scheme in SERVICES:
         record = f"{service}.{domain}"
         found = [r for r in await _answer(resolver, record, dns.rdatatype.SRV)
-                 if str(getattr(r, "target", ".")) != "."]
+                 if str(r.target) != "."]  # "." : the service is decidedly not offered
         if not found:
             continue
-        best = min(found, key=lambda r: (r.priority, -r.weight))  # type: ignore[attr-defined]
-        target = str(best.target).rstrip(".").lower()  # type: ignore[attr-defined]
+        best = min(found, key=lambda r: (r.priority, -r.weight))
+        target = str(best.target).rstrip(".").lower()
         path = _context_path(await _answer(resolver, record, dns.rdatatype.TXT))
         try:
-            url = parse_url(f"{scheme}://{target}:{best.port}{path}")  # type: ignore[attr-defined]
+            url = parse_url(f"{scheme}://{target}:{best.port}{path}")
         except Refused:
             raise CalDavError(f"The DNS record {record} names an invalid server; enter the "
                               "calendar server's full address instead.") from None
