@@ -18,7 +18,7 @@ from panager.services.accounts.provider import ProviderError
 from panager.services.accounts.sealing import Sealer
 from panager.services.web.guard import AddressGuard, AllowList, Refused
 from tests.fakes.dns_server import DnsServer
-from tests.fakes.web_server import PUBLIC_IP, FakeDNS, tls_pair
+from tests.fakes.web_server import PUBLIC_IP, FakeDNS, RecordingDialer, tls_pair
 from tests.providers.test_caldav_door import LOGIN, ScriptedDav, principal_answer
 
 pytestmark = pytest.mark.timeout(60)
@@ -71,6 +71,21 @@ async def test_an_address_finds_a_loopback_radicale_by_srv_only_where_allowed(
             assert [c.name for c in await opened.calendars()] == ["Home"]
             # https first, then plain http; the TXT path of the record that answered
             assert dns.queries[:3] == [(SRV, "SRV"), (PLAIN_SRV, "SRV"), (PLAIN_SRV, "TXT")]
+
+            # the record names a server that is no CalDAV server: the domain's https next
+            dialer = RecordingDialer()  # example.org's address leads nowhere
+            names.table["example.org"] = [PUBLIC_IP]
+            async with ScriptedDav() as empty:
+                dns.records[(PLAIN_SRV, "SRV")] = [f"0 1 {empty.port} dav.example.org."]
+                caldav_dialing = CalDavProvider(
+                    pool, connections, AddressGuard(names, AllowList.parse(["127.0.0.1"])),
+                    clock=clock, dns=dns.settings(), dial=dialer)
+                with pytest.raises(ProviderError) as fell_back:
+                    await caldav_dialing.check(1, typed)
+            assert [path for _, path, _ in empty.seen] == ["/.well-known/caldav", "/"]
+            assert (PUBLIC_IP, 443) in dialer.attempts
+            assert str(fell_back.value) == (
+                "The calendar server at https://example.org could not be reached.")
         finally:
             await pool.close()
 
