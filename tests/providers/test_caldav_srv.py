@@ -149,7 +149,7 @@ async def test_a_silent_dns_server_is_a_sentence_and_the_form_keeps_the_input(ma
     client = await h.client(ALICE)
     with DnsServer() as dns:
         dns.silent = True
-        caldav_of(h.app).dns = dns.settings(lifetime=0.5)
+        caldav_of(h.app).dns = dns.settings(lifetime=0.3)
         status, body = await client.post("/connections/caldav/add", {
             "url": "anna@example.org", "username": "anna", "password": "app-password-1"})
     assert status == 400
