@@ -111,6 +111,7 @@ KNOWN = [
         "first_token.py",
     ),
     Benchmark("load", "Reliability", [], ["--users", "40"], "load.py"),
+    Benchmark("caldav", "Calendars: CalDAV", [], ["--repeat", "2"], "caldav.py"),
     Benchmark(
         "models", "Models", [], ["--people", "2", "--items", "6", "--ttft-turns", "2"],
         "models.py",

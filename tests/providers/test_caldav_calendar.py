@@ -144,3 +144,61 @@ def test_expansion_cap_is_two_thousand_instances() -> None:
     found, more = ical.occurrences(calendar, start, start + dt.timedelta(days=2), BERLIN,
                                    MAX_INSTANCES)
     assert len(found) == 48 and not more
+
+
+async def test_a_changed_event_is_never_served_from_the_parse_cache(account) -> None:
+    server, url, calendar = account
+    server.put("alice", url, "lunch", ics(
+        "UID:lunch\nDTSTART:20261203T120000Z\nDTEND:20261203T130000Z\nSUMMARY:Lunch"))
+    server.put("alice", url, "standup", ics(
+        "UID:standup\nDTSTART:20261201T090000Z\nDTEND:20261201T091500Z\n"
+        "RRULE:FREQ=WEEKLY\nSUMMARY:Standup"))
+    week = (dt.datetime(2026, 12, 1, tzinfo=BERLIN), dt.datetime(2026, 12, 8, tzinfo=BERLIN))
+
+    def shown(listing) -> list[tuple[str, str]]:
+        return [(e.title, e.start.isoformat()) for e in listing.events]
+
+    first = await calendar.events(*week, BERLIN)
+    assert calendar.parsed.parsed == 2 and calendar.parsed.expanded == 2
+    again = await calendar.events(*week, BERLIN)  # another turn: nothing parsed again
+    assert shown(again) == shown(first) and len(first.events) == 2
+    assert (calendar.parsed.parsed, calendar.parsed.expanded) == (2, 2)
+
+    etag = server.put("alice", url, "lunch", ics(  # changed on a phone
+        "UID:lunch\nDTSTART:20261204T120000Z\nDTEND:20261204T130000Z\nSUMMARY:Lunch moved"))
+    changed = await calendar.events(*week, BERLIN)
+    lunch = next(e for e in changed.events if e.title.startswith("Lunch"))
+    assert lunch.title == "Lunch moved" and lunch.start.day == 4
+    assert etag and lunch.version == etag  # the version is the new ETag
+    assert calendar.parsed.parsed == 3  # only the changed object was parsed again
+
+
+def test_the_parse_cache_checks_the_text_too_and_is_bounded() -> None:
+    from panager.providers.caldav.dav import DavObject
+    from panager.providers.caldav.parsed import ParsedCaches, ParsedObjects
+
+    week = (dt.datetime(2026, 12, 1, tzinfo=dt.UTC), dt.datetime(2026, 12, 8, tzinfo=dt.UTC))
+    cache = ParsedObjects(objects=2)
+
+    def listed(path: str, title: str, etag: str = '"same"') -> str:
+        obj = DavObject(path, etag, ics(
+            f"UID:{path}\nDTSTART:20261203T120000Z\nDTEND:20261203T130000Z\nSUMMARY:{title}"))
+        [instance], more = cache.instances(obj, *week, BERLIN, MAX_INSTANCES)
+        assert not more
+        return instance.title
+
+    assert listed("/a", "Before") == "Before"
+    # a server that keeps the ETag of a changed object: the text differs, so parsed again
+    assert listed("/a", "After") == "After" and cache.parsed == 2
+    assert listed("/a", "After") == "After" and cache.parsed == 2
+    listed("/b", "B")
+    listed("/c", "C")  # the third object: the least recently listed (/a) goes
+    assert len(cache) == 2 and listed("/a", "After") == "After" and cache.parsed == 5
+
+    caches = ParsedCaches(accounts=2)
+    assert caches.of(1, "k") is caches.of(1, "k") and caches.of(2, "k") is not caches.of(1, "k")
+    kept = caches.of(1, "k")
+    kept.instances(DavObject("/a", None, ics(
+        "UID:a\nDTSTART:20261203T120000Z\nDTEND:20261203T130000Z\nSUMMARY:A")), *week, BERLIN, 9)
+    caches.drop(1, "k")  # the account was removed
+    assert caches.of(1, "k") is not kept and len(kept) == 0

@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import ipaddress
 import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urljoin
 
 import httpcore
 import httpx
@@ -201,7 +203,10 @@ class _FingerprintBackend(PinnedBackend):
         return _PinnedStream(await super().connect_tcp(*args, **kwargs), self._pinned_cert)
 
 
+@functools.cache
 def _verifying_context() -> ssl.SSLContext:
+    """One per process: loading the CA bundle takes tens of milliseconds of CPU, and every
+    listing opens a door; a context is safe to share (it holds no connection)."""
     return httpx.create_ssl_context(trust_env=False)
 
 
@@ -264,8 +269,10 @@ class Door:
     def resolve(self, base: str, href: str) -> str:
         """An href a server returned, made absolute and checked to stay with this account."""
         try:
-            joined = str(httpx.URL(base).join(href.strip()))
-        except (httpx.InvalidURL, ValueError):
+            # urljoin (RFC 3986 resolution) rather than httpx.URL.join: a listing resolves one
+            # href per event, and parse_url below judges the result strictly either way
+            joined = urljoin(base, href.strip())
+        except ValueError:
             raise Refused("The calendar server returned an invalid address; refused.") from None
         url = parse_url(joined)
         if Origin.of(url) not in self.trusted:

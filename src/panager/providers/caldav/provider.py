@@ -2,8 +2,9 @@
 
 - Any number of accounts per person, kept by the seam's form-connect store
   (`services/accounts/connections.py`, table `provider_accounts`): the app password
-  sealed with PANAGER_SECRET_KEY; as plain settings the address entered (a full CalDAV
-  URL, or just `https://host/` for servers with `/.well-known/caldav`), the user name,
+  sealed with PANAGER_SECRET_KEY; as plain settings the server's address (a full CalDAV
+  URL, or just `https://host/` for servers with `/.well-known/caldav`, or the server an
+  address's DNS SRV record named: discovery.py), the user name,
   a pinned certificate fingerprint for a server with its own certificate, the calendars
   the last check found (names as the server sent them), which are read and which one
   new events go to. Removing the account deletes the row, and with it all of that.
@@ -28,6 +29,7 @@ from panager.clock import Clock, SystemClock
 from panager.db.pool import Pool
 from panager.providers.caldav.calendar import NAME, CalDavCalendar, Choice, PasswordRefused
 from panager.providers.caldav.dav import CalDav, DavCalendar
+from panager.providers.caldav.discovery import DnsSettings, address_domain, starting_points
 from panager.providers.caldav.door import (
     CalDavError,
     CertificateUnknown,
@@ -36,6 +38,7 @@ from panager.providers.caldav.door import (
     normalise_fingerprint,
     peer_fingerprint,
 )
+from panager.providers.caldav.parsed import ParsedCaches
 from panager.services.accounts.connections import Connections, StoredAccount
 from panager.services.accounts.provider import (
     CALENDAR,
@@ -67,7 +70,9 @@ NOT_CONNECTED = (
     "(/connect caldav gives its link)."
 )
 FIELDS = (
-    Field("url", "Server address", hint="https://caldav.example.com/ — or the full CalDAV URL"),
+    Field("url", "Server address",
+          hint="https://caldav.example.com/, the full CalDAV URL, or your address "
+               "(anna@example.org) when your domain publishes CalDAV DNS records"),
     Field("username", "User name"),
     Field("password", "App password", secret=True,
           hint="An app-specific password (iCloud, Fastmail), not your main one"),
@@ -120,6 +125,10 @@ class NeedsFingerprint(ProviderError):
         self.fingerprint = fingerprint
 
 
+class _NoCalDav(ProviderError):
+    """The server answered, but not as a CalDAV server with a principal and calendars."""
+
+
 def _account(stored: StoredAccount) -> CalDavAccount:
     settings = dict(stored.settings)
     read = settings.get("read")
@@ -156,8 +165,11 @@ class CalDavProvider:
         clock: Clock | None = None,
         dial: Dialer = direct,
         deadline: float = 15.0,
+        dns: DnsSettings = DnsSettings(),
     ) -> None:
         self.pool = pool
+        self.dns = dns
+        self.parsed = ParsedCaches()  # parsed calendar objects, per account (parsed.py)
         self.connections = connections
         self.guard = guard
         self.clock = clock or SystemClock()
@@ -207,6 +219,7 @@ class CalDavProvider:
             return CalDavCalendar(
                 key, account.label, self.door_factory(account.url, login, account.fingerprint),
                 Choice(read=account.read, default=account.default),
+                self.parsed.of(user_id, key),
             )
         raise ProviderError("That CalDAV account is no longer connected.")
 
@@ -221,8 +234,8 @@ class CalDavProvider:
 
     async def check(self, user_id: int, values: Mapping[str, str]) -> Checked:
         """`FormProvider.check`: try the values (rate-limited); nothing is stored."""
-        url, login, fingerprint = _values(values)
-        calendars = await self._discover(user_id, url, login, fingerprint)
+        entered, login, fingerprint = _values(values)
+        url, calendars = await self._discover(user_id, entered, login, fingerprint)
         return Checked(
             label=_label(url, login.username),
             summary=_summary(calendars),
@@ -232,11 +245,11 @@ class CalDavProvider:
 
     async def add(self, user_id: int, values: Mapping[str, str]) -> tuple[str, str]:
         """Check the values, then store the account sealed: (its key, "connected: …")."""
-        url, login, fingerprint = _values(values)
-        calendars = await self._discover(user_id, url, login, fingerprint)
+        entered, login, fingerprint = _values(values)
+        url, calendars = await self._discover(user_id, entered, login, fingerprint)
         for existing in await self.stored(user_id):
             if existing.url == url and existing.username == login.username:
-                await self.connections.remove(user_id, NAME, existing.key)  # typed again
+                await self.remove(user_id, existing.key)  # typed again
         stored = await self.connections.add(
             user_id, NAME, _label(url, login.username), {"password": login.password},
             _settings(url, login.username, fingerprint, calendars),
@@ -244,9 +257,28 @@ class CalDavProvider:
         return stored.key, f"connected: {_summary(calendars)}"
 
     async def _discover(
-        self, user_id: int, url: str, login: Login, fingerprint: str | None
-    ) -> list[DavCalendar]:
+        self, user_id: int, entered: str, login: Login, fingerprint: str | None
+    ) -> tuple[str, list[DavCalendar]]:
+        """The URL that answered and its calendars: the URL typed, or for an address the
+        server its SRV record names, then its domain's `/.well-known/caldav`."""
         await self._count_check(user_id)
+        try:
+            points = await starting_points(entered, self.guard, self.dns)
+        except (CalDavError, Refused) as exc:
+            raise ProviderError(str(exc)) from None
+        for number, (url, _record) in enumerate(points, 1):
+            try:
+                calendars = await self._calendars_at(url, login, fingerprint)
+            except _NoCalDav:
+                if number < len(points):
+                    continue  # the SRV server is no CalDAV server: the domain's well-known
+                raise
+            return url, calendars
+        raise ProviderError(f"No calendar server was found for {entered}.")  # pragma: no cover
+
+    async def _calendars_at(
+        self, url: str, login: Login, fingerprint: str | None
+    ) -> list[DavCalendar]:
         door = Door(url, login, self.guard, fingerprint=fingerprint, dial=self.dial,
                     deadline=self.deadline)
         try:
@@ -261,7 +293,9 @@ class CalDavProvider:
                 shown,
             ) from None
         except (CalDavError, Refused) as exc:
-            raise ProviderError(str(exc)) from None
+            # only "no CalDAV here" lets another starting point be tried; a refusal, a wrong
+            # password or a time-out is the answer
+            raise (_NoCalDav if type(exc) is CalDavError else ProviderError)(str(exc)) from None
         if not calendars:
             raise ProviderError(f"{door.where} answered, but shows no calendars for this user.")
         return calendars
@@ -297,7 +331,12 @@ class CalDavProvider:
 
     async def remove(self, user_id: int, key: str) -> bool:
         """Delete the account: its sealed password and its cached calendars go with it."""
+        self.forget(user_id, key)
         return await self.connections.remove(user_id, NAME, key)
+
+    def forget(self, user_id: int, key: str) -> None:
+        """`FormProvider.forget`: the account's parsed objects leave this process."""
+        self.parsed.drop(user_id, key)
 
 
 class _LazyCalendar:
@@ -348,18 +387,22 @@ def _values(values: Mapping[str, str]) -> tuple[str, Login, str | None]:
     password = values.get("password") or ""
     if not url or not username or not password:
         raise ProviderError("Enter the server address, the user name and the app password.")
-    if "://" not in url:
-        url = "https://" + url
-    try:
-        parsed = parse_url(url)
-    except Refused as exc:
-        raise ProviderError(str(exc)) from None
+    domain = address_domain(url)
+    if domain is not None:
+        url = url.lower()  # anna@example.org: found through DNS (discovery.py)
+    else:
+        if "://" not in url:
+            url = "https://" + url
+        try:
+            url = str(parse_url(url))
+        except Refused as exc:
+            raise ProviderError(str(exc)) from None
     raw_fingerprint = (values.get("fingerprint") or "").strip()
     try:
         fingerprint = normalise_fingerprint(raw_fingerprint) if raw_fingerprint else None
     except ValueError as exc:
         raise ProviderError(str(exc)) from None
-    return str(parsed), Login(username, password), fingerprint
+    return url, Login(username, password), fingerprint
 
 
 def _settings(url: str, username: str, fingerprint: str | None,

@@ -133,6 +133,9 @@ class MemoryProvider:
         """No account with `capability`: one sentence."""
         raise ProviderError("No in-memory account can do that; add one first.")
 
+    def forget(self, user_id: int, key: str) -> None:
+        """Nothing is kept outside the account's row."""
+
     async def check(self, user_id: int, values: Mapping[str, str]) -> Checked:
         """A form connect's check: any non-empty name works."""
         label = (values.get("label") or "").strip()

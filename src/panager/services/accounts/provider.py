@@ -285,3 +285,8 @@ class FormProvider(Protocol):
         """Try the values against the server; `ProviderError` as one line when they do not
         work (nothing is stored then)."""
         ...
+
+    def forget(self, user_id: int, key: str) -> None:
+        """Drop what this process keeps of the account (parsed data); called when the
+        account is removed."""
+        ...

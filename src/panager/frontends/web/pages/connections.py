@@ -90,11 +90,15 @@ class ConnectionsPage:
         raise see_other("/connections", "connected")
 
     async def remove(self, request: web.Request, session: WebSession) -> web.Response:
-        """Delete one form-connected account and its sealed credentials."""
+        """Delete one form-connected account, its sealed credentials and what the provider
+        keeps of it."""
         connections = self.app.deps.connections
+        name, key = request.match_info["provider"], request.match_info["key"]
         if connections is not None:
-            await connections.remove(session.user.id, request.match_info["provider"],
-                                     request.match_info["key"])
+            await connections.remove(session.user.id, name, key)
+        for provider in self._form_providers():
+            if provider.name == name:
+                provider.forget(session.user.id, key)
         raise see_other("/connections", "removed")
 
     async def caldav_choose(self, request: web.Request, session: WebSession) -> web.Response:
