@@ -236,3 +236,22 @@ async def test_task_create_list_update_delete(linked, fake):
     with pytest.raises(ToolError, match="Nothing to change"):
         await tools["task_update"].ainvoke({"task_id": late["id"]})
     assert [t["title"] for t in (await tools["task_list"].ainvoke({}))["tasks"]] == ["Call mum"]
+
+
+async def test_a_listing_asks_every_calendar_at_once(linked, fake):
+    _, tools = linked
+    family = next(k for k in fake.calendars[ALICE] if k != "primary")
+    fake.add_event(ALICE, family, summary="Family dinner",
+                   start="2026-11-22T10:00:00Z", end="2026-11-22T12:00:00Z")
+    fake.add_event(ALICE, summary="Standup",
+                   start="2026-11-23T09:00:00Z", end="2026-11-23T09:15:00Z")
+    # Each calendar's listing is held until both are in flight: asked one after the other,
+    # the first would wait its 10 s out alone.
+    fake.gather_listings = 2
+    listed = await tools["calendar_list_events"].ainvoke(
+        {"start": "2026-11-22", "end": "2026-11-28"}
+    )
+    assert sorted(e["title"] for e in listed["events"]) == ["Family dinner", "Standup"]
+    assert fake.most_in_flight >= 2
+    listings = [r for r in fake.requests if r["path"].endswith("/events")]
+    assert len(listings) == 2 and all(r["authorization"] for r in listings)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import hashlib
 import itertools
@@ -1288,6 +1289,11 @@ class FakeGoogle(_OAuthMixin, _CalendarMixin, _TasksMixin, _GmailMixin):
         self.requests: list[dict] = []
         self.stalled: asyncio.Event | None = None  # set: API calls wait until it is set
         self.latency = 0.0  # seconds each API call waits first (a network's round trip; bench)
+        self.in_flight = 0  # API calls being answered now, and the most there were at once
+        self.most_in_flight = 0
+        # set to n: event listings wait (up to 10 s) until n of them are in flight together
+        self.gather_listings: int | None = None
+        self._listings: list[asyncio.Event] = []
         self.token_requests: list[dict] = []
         self.calendars: dict[str, dict[str, dict]] = {}
         self.tasks: dict[str, dict[str, dict[str, dict]]] = {}
@@ -1465,8 +1471,33 @@ class FakeGoogle(_OAuthMixin, _CalendarMixin, _TasksMixin, _GmailMixin):
         record = self._record(request) if request.path.startswith(_API_PREFIXES) else None
         if record is not None and self.stalled is not None:
             await self.stalled.wait()  # an API that does not answer (until released)
-        if record is not None and self.latency:
-            await asyncio.sleep(self.latency)
+        if record is not None:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if record is not None and self.latency:
+                await asyncio.sleep(self.latency)
+            if record is not None and self.gather_listings and request.method == "GET" and \
+                    request.path.endswith("/events"):
+                await self._gather_listing(self.gather_listings)
+            return await self._answer(request, handler, record)
+        finally:
+            if record is not None:
+                self.in_flight -= 1
+
+    async def _gather_listing(self, wanted: int) -> None:
+        arrived = asyncio.Event()
+        self._listings.append(arrived)
+        if len(self._listings) >= wanted:
+            for waiting in self._listings:
+                waiting.set()
+            self._listings.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(arrived.wait(), 10)
+
+    async def _answer(
+        self, request: web.Request, handler: Any, record: dict | None
+    ) -> web.StreamResponse:
         try:
             if record is None:
                 return await handler(request)

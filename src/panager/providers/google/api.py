@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from functools import cached_property
 from typing import Any
@@ -28,6 +29,7 @@ from panager.services.accounts.provider import Changed, NotFound, ProviderError
 When = date | datetime
 MAX_EVENTS = 100
 MAX_TASKS = 100
+CALENDARS_AT_ONCE = 8  # a listing asks this many calendars for their events at once
 HTTP_TIMEOUT = 30
 RETRIES = 2  # for idempotent requests only
 
@@ -39,13 +41,22 @@ class GoogleClients:
         self.credentials = credentials
         self.endpoints = endpoints
         self._built: list[Any] = []
+        self._connections: list[Any] = []
 
-    def _build(self, name: str, version: str, endpoint: str | None) -> Any:
+    def http(self) -> Any:
+        """A new authorized connection: httplib2's are not thread-safe, so each thread
+        that sends requests of its own (`list_events`) needs one."""
         import httplib2
         from google_auth_httplib2 import AuthorizedHttp
-        from googleapiclient.discovery import build
 
         http = AuthorizedHttp(self.credentials, http=httplib2.Http(timeout=HTTP_TIMEOUT))
+        self._connections.append(http)
+        return http
+
+    def _build(self, name: str, version: str, endpoint: str | None) -> Any:
+        from googleapiclient.discovery import build
+
+        http = self.http()
         options = {"api_endpoint": endpoint} if endpoint else None
         service = build(
             name,
@@ -77,18 +88,21 @@ class GoogleClients:
         """Close the HTTP connections of every service built."""
         for service in self._built:
             service.close()
+        for http in self._connections:
+            http.close()
 
 
 def _status(exc: HttpError) -> int:
     return int(exc.resp.status)
 
 
-def _pages(collection: Any, limit: int, **params: Any) -> Iterator[dict]:
-    """Every item of a list call, page by page (`list_next`), up to `limit`."""
+def _pages(collection: Any, limit: int, http: Any = None, **params: Any) -> Iterator[dict]:
+    """Every item of a list call, page by page (`list_next`), up to `limit`; sent over
+    `http` when given (else the service's own connection)."""
     request = collection.list(**params)
     count = 0
     while request is not None:
-        page = request.execute(num_retries=RETRIES)
+        page = request.execute(http=http, num_retries=RETRIES)
         for item in page.get("items", []):  # Tasks omits "items" when a page is empty
             yield item
             count += 1
@@ -144,11 +158,13 @@ def list_events(
     clients: GoogleClients, time_min: datetime, time_max: datetime
 ) -> tuple[list[tuple[dict, dict]], list[str], bool]:
     """([(calendar entry, event)], names of calendars that refused, truncated): the events of
-    every readable calendar between two instants, recurrences expanded, cancelled left out."""
+    every readable calendar between two instants, recurrences expanded, cancelled left out.
+    The calendars are asked at once (up to CALENDARS_AT_ONCE, each thread on a connection
+    of its own): a person with five calendars waits one round trip, not five."""
     cal = clients.calendar
-    found: list[tuple[dict, dict]] = []
-    skipped: list[str] = []
-    for entry in calendar_entries(clients):
+    entries = calendar_entries(clients)
+
+    def one(entry: dict) -> list[dict] | None:
         query = {
             "calendarId": entry["id"],
             "singleEvents": True,
@@ -156,14 +172,27 @@ def list_events(
             "timeMin": time_min.isoformat(),
             "timeMax": time_max.isoformat(),
         }
+        http = clients.http() if len(entries) > 1 else None
         try:
-            for event in _pages(cal.events(), MAX_EVENTS + 1, **query):
-                if event.get("status") != "cancelled":
-                    found.append((entry, event))
+            return [e for e in _pages(cal.events(), MAX_EVENTS + 1, http=http, **query)
+                    if e.get("status") != "cancelled"]
         except HttpError as exc:
             if _status(exc) not in (403, 404):
                 raise
+            return None  # a calendar this account may list but not read
+
+    if len(entries) > 1:
+        with ThreadPoolExecutor(min(CALENDARS_AT_ONCE, len(entries))) as pool:
+            answers = list(pool.map(one, entries))
+    else:
+        answers = [one(entry) for entry in entries]
+    found: list[tuple[dict, dict]] = []
+    skipped: list[str] = []
+    for entry, events in zip(entries, answers, strict=True):
+        if events is None:
             skipped.append(entry.get("summaryOverride") or entry.get("summary") or entry["id"])
+        else:
+            found.extend((entry, event) for event in events)
     return found, skipped, len(found) > MAX_EVENTS
 
 
