@@ -1,13 +1,16 @@
 """Real Chromium for the web page tests: Debian's `chromium` driven by Playwright.
 
 Never `playwright install`: the browser is the system package, which
-`scripts/test` installs when it is missing. Screenshots go to
-docs/screenshots/ (the README shows them).
+`scripts/test` installs when it is missing. Screenshots are taken on every run; they are
+written to docs/screenshots/ (the README shows them) only with PANAGER_SCREENSHOTS=docs, so
+a test run leaves the tracked pictures alone; otherwise to a temporary folder.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
@@ -18,7 +21,11 @@ ARGS = [
     "--disable-component-update", "--disable-sync", "--no-first-run",
     "--disable-dev-shm-usage",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+SCREENSHOTS = (
+    Path(__file__).resolve().parents[1] / "docs" / "screenshots"
+    if os.environ.get("PANAGER_SCREENSHOTS") == "docs"
+    else Path(tempfile.gettempdir()) / "panager-screenshots"
+)
 VIEWPORT = {"width": 1280, "height": 860}
 
 
@@ -65,6 +72,7 @@ class Browsers:
 
 
 async def shot(page: Page, name: str) -> None:
-    """Save a full-page screenshot as docs/screenshots/<name>.png."""
+    """Save a full-page screenshot as <name>.png (docs/screenshots/ with
+    PANAGER_SCREENSHOTS=docs)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
