@@ -43,3 +43,31 @@ def test_structured_output_and_responses_payloads_are_left_alone():
     assert plain_json_body(dict(structured)) == structured
     responses = {"input": [{"role": "user", "content": "x"}]}
     assert plain_json_body(dict(responses)) == responses
+
+
+async def test_replies_are_read_as_plain_json_streamed_or_not():
+    """The SDK hands back parsed JSON (PlainJsonCompletions): text, tool calls and usage
+    arrive as they did through its typed objects, and a server error is still the SDK's."""
+    import openai
+    import pytest
+
+    from panager.model_router import PlainJsonCompletions
+    from tests.fakes.openai_server import tool_call
+
+    async with FakeOpenAI() as fake:
+        model = endpoint_model(Endpoint("main", fake.base_url, "m", api_key="k"), timeout=10)
+        assert isinstance(model.async_client, PlainJsonCompletions)
+        fake.script("plain answer", tool_call("lookup", {"query": "q"}), "streamed answer")
+        whole = await model.ainvoke([HumanMessage("one")])
+        called = await model.bind_tools([TOOL]).ainvoke([HumanMessage("two")])
+        chunks = [c async for c in model.astream([HumanMessage("three")])]
+        fake.fail_next(500)
+        with pytest.raises(openai.InternalServerError):
+            await model.ainvoke([HumanMessage("four")])
+    assert whole.content == "plain answer" and whole.usage_metadata["total_tokens"] > 0
+    assert [(c["name"], c["args"]) for c in called.tool_calls] == [("lookup", {"query": "q"})]
+    streamed = chunks[0]
+    for chunk in chunks[1:]:
+        streamed += chunk
+    assert streamed.content == "streamed answer"
+    assert streamed.usage_metadata and streamed.usage_metadata["total_tokens"] > 0

@@ -57,12 +57,67 @@ def plain_json_body(payload: dict) -> dict:
     return payload
 
 
+# Keyword arguments of `create` that are request options, not fields of the JSON body.
+REQUEST_OPTIONS = ("extra_headers", "extra_query", "extra_body", "timeout")
+
+
+class PlainJsonCompletions:
+    """The openai SDK's `chat.completions` as ChatOpenAI calls it, in plain JSON both ways.
+
+    `create` posts the body as it is (`plain_json_body`'s `extra_body` merged in: the same
+    request on the wire) and hands back the parsed JSON — the reply, or each streamed chunk
+    — as a dict, which LangChain reads as it reads the SDK's objects. The SDK would build
+    a typed object field by field for every streamed chunk only for LangChain to dump it
+    back into a dict (`model_dump`): per answer, more of the process's time than parsing
+    it. Errors (HTTP statuses, an error event in the stream) are raised by the SDK as
+    before. Everything else (`with_raw_response`, `parse`) is the SDK's own."""
+
+    def __init__(self, completions: Any) -> None:
+        self._completions = completions
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._completions, name)
+
+    async def create(self, **payload: Any) -> Any:
+        """POST /chat/completions; the reply (or a stream of chunks) as parsed JSON."""
+        from openai import AsyncStream, NotGiven
+        from openai._base_client import make_request_options
+
+        if "response_format" in payload:  # structured output: the SDK's own checks
+            return await self._completions.create(**payload)
+        options = {key: payload.pop(key) for key in REQUEST_OPTIONS if key in payload}
+        body = {**payload, **(options.pop("extra_body", None) or {})}
+        timeout = options.pop("timeout", NotGiven())  # None stays None: no timeout
+        return await self._completions._post(
+            "/chat/completions",
+            body=body,
+            options=make_request_options(
+                **options,
+                timeout=timeout,
+                security={"bearer_auth": True},
+            ),
+            cast_to=object,
+            stream=bool(body.get("stream")),
+            stream_cls=AsyncStream[object],
+        )
+
+
 @functools.cache
 def _chat_openai() -> Any:  # Any: a ChatOpenAI subclass, imported only when a model is made
-    """ChatOpenAI sending Chat Completions requests through `plain_json_body`."""
+    """ChatOpenAI sending Chat Completions requests through `plain_json_body` and reading
+    the replies as plain JSON (`PlainJsonCompletions`)."""
     from langchain_openai import ChatOpenAI
+    from pydantic import model_validator
 
     class PlainJsonChatOpenAI(ChatOpenAI):
+        @model_validator(mode="after")
+        def _plain_json_replies(self) -> Any:
+            if self.async_client is not None and not isinstance(
+                self.async_client, PlainJsonCompletions
+            ):
+                self.async_client = PlainJsonCompletions(self.async_client)
+            return self
+
         def _get_request_payload(self, input_: Any, *, stop: Any = None, **kwargs: Any) -> dict:
             payload = super()._get_request_payload(input_, stop=stop, **kwargs)
             return payload if self._use_responses_api(payload) else plain_json_body(payload)

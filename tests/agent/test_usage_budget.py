@@ -92,3 +92,23 @@ async def test_admins_of_every_front_end_are_not_capped(make_app, tmp_path):
         await app.assistant.run_turn(who, "spend tokens " * 40)
     assert "today's token budget" not in (await app.assistant.run_turn(boss, "more")).text
     assert "today's token budget" in (await app.assistant.run_turn(other, "more")).text
+
+
+async def test_recording_usage_adds_up_and_leaves_the_pooled_connection_as_it_was(
+    make_app,
+):
+    """RECORD turns synchronous_commit off for its own statement (one round trip): the pooled
+    connection that ran it commits other people's data as usual afterwards."""
+    from panager.services.usage import RECORD
+
+    app = await make_app()
+    alice = await app.deps.users.ensure(111, "alice")
+    params = {"user_id": alice.id, "day": app.deps.usage.today(), "model": "m",
+              "prompt": 3, "completion": 4, "total": 7}
+    async with app.pool.connection() as conn:
+        for _ in range(2):
+            await conn.execute(RECORD, params)
+        after = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+        assert after["synchronous_commit"] == "on"
+    (row,) = (await app.deps.usage.report(alice)).today
+    assert (row.model, row.calls, row.total) == ("m", 2, 14)

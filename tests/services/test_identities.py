@@ -99,3 +99,39 @@ def test_admin_ids_name_platforms(monkeypatch):
         monkeypatch.setenv("PANAGER_ADMIN_IDS", wrong)
         with pytest.raises(ConfigError, match="PANAGER_ADMIN_IDS"):
             load_settings(_env_file=None)
+
+
+async def test_a_known_sender_is_read_with_all_their_identities_at_every_message(make_app):
+    """`touch_known` (one round trip for a known sender who kept their name) notes the
+    identity as seen and brings every identity of the person, so rights that come through
+    another, joined identity are decided from what is stored now; a new name or a new
+    sender goes the whole way (`ensure_identity`)."""
+    app = await make_app(access="allowlist")
+    users = app.deps.users
+    assert await users.touch_known("telegram", TG, "carol") is None  # never seen
+    listed = AccessService(app.pool, users, app.clock, mode="allowlist", admin_ids=[SNOWFLAKE])
+    carol = (await listed.admit_identity("telegram", TG, "carol")).user
+    async with app.pool.connection() as conn:
+        await conn.execute("UPDATE identities SET last_seen_at = NULL WHERE platform_id = %s",
+                           (TG,))
+    user, identities = await users.touch_known("telegram", TG, "carol", "Carol C")
+    assert user.id == carol.id and user.display_name == "Carol C"
+    assert identities == [("telegram", TG)]
+    async with app.pool.connection() as conn:
+        seen = await (await conn.execute(
+            "SELECT last_seen_at FROM identities WHERE platform_id = %s", (TG,))).fetchone()
+    assert seen["last_seen_at"] is not None
+    assert await users.touch_known("telegram", TG, "carol-renamed") is None  # the whole way
+    async with app.pool.connection() as conn:  # carol's listed Discord account joins her
+        await conn.execute(
+            "INSERT INTO identities (platform, platform_id, user_id) VALUES ('discord', %s, %s)",
+            (SNOWFLAKE, carol.id))
+    admitted = await listed.admit_identity("telegram", TG, "carol")
+    assert admitted.allowed and admitted.user.role == "admin"
+    assert (await users.touch_known("telegram", TG, "carol"))[1] == [
+        ("discord", SNOWFLAKE), ("telegram", TG)]
+    async with app.pool.connection() as conn:  # ... and leaves again: the rights go with it
+        await conn.execute("DELETE FROM identities WHERE platform = 'discord' AND user_id = %s",
+                           (carol.id,))
+    again = await listed.admit_identity("telegram", TG, "carol")
+    assert again.user.role == "user" and not await listed.is_admin(carol.id)

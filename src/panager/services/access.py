@@ -231,7 +231,9 @@ class AccessService:
     async def standing(self, user_id: int) -> Standing:
         """The person's identities and the rights they carry, read now: no process keeps
         rights from an earlier join or /unlink (another process may have made it)."""
-        found = frozenset(await self.users.identities(user_id))
+        return self._standing(user_id, frozenset(await self.users.identities(user_id)))
+
+    def _standing(self, user_id: int, found: frozenset[Identity]) -> Standing:
         listed = any(i in self.admins for i in found)
         self._seen_listed[user_id] = listed
         return Standing(found, admin=listed or OWNER in found, listed=listed)
@@ -287,13 +289,19 @@ class AccessService:
             user = await self._ensure_admin(platform, platform_id, username, display_name)
             self._seen_listed[user.id] = True
             return Admission(user, True)
-        initial = "active" if self.mode == "open" else "pending"
-        user = await self.users.ensure_identity(
-            platform, platform_id, username, display_name=display_name, status=initial
-        )
         # Listed through another, joined identity (the terminal's counts)? Asked at every
-        # message: a join or /unlink in another process changes who holds what.
-        listed = await self.has_admin_rights(user.id)
+        # message: a join or /unlink in another process changes who holds what. A known
+        # sender's identities are read with the sender (`touch_known`: one round trip).
+        known = await self.users.touch_known(platform, platform_id, username, display_name)
+        if known is not None:
+            user, identities = known
+            listed = self._standing(user.id, frozenset(identities)).admin
+        else:
+            initial = "active" if self.mode == "open" else "pending"
+            user = await self.users.ensure_identity(
+                platform, platform_id, username, display_name=display_name, status=initial
+            )
+            listed = await self.has_admin_rights(user.id)
         if listed and (user.role != "admin" or user.status != "active"):
             return Admission(await self._promote(user), True)
         if user.role == "admin" and not listed:  # no longer listed: demoted

@@ -18,9 +18,15 @@ from panager.db.pool import Pool
 from panager.db.queries import one
 from panager.services.users import User
 
+# Usage rows are counters, not user data: their commits need not wait for the WAL flush
+# (a crash can lose the last fraction of a second of counts, never corrupt them). The setting
+# is made for this statement's own transaction, in the same round trip (was BEGIN, SET LOCAL,
+# INSERT, COMMIT: four).
 RECORD = """
+WITH async_commit AS (SELECT set_config('synchronous_commit', 'off', true))
 INSERT INTO token_usage (user_id, day, model, prompt_tokens, completion_tokens, total_tokens, calls)
-VALUES (%(user_id)s, %(day)s, %(model)s, %(prompt)s, %(completion)s, %(total)s, 1)
+SELECT %(user_id)s, %(day)s, %(model)s, %(prompt)s, %(completion)s, %(total)s, 1
+  FROM async_commit
 ON CONFLICT (user_id, day, model) DO UPDATE
    SET prompt_tokens = token_usage.prompt_tokens + EXCLUDED.prompt_tokens,
        completion_tokens = token_usage.completion_tokens + EXCLUDED.completion_tokens,
@@ -28,9 +34,6 @@ ON CONFLICT (user_id, day, model) DO UPDATE
        calls = token_usage.calls + 1,
        updated_at = now()
 """
-# Usage rows are counters, not user data: their commits need not wait for the WAL flush
-# (a crash can lose the last fraction of a second of counts, never corrupt them).
-ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 DAY_TOTAL = """
 SELECT COALESCE(sum(total_tokens), 0) AS total FROM token_usage WHERE user_id = %s AND day = %s
 """
@@ -112,8 +115,7 @@ class UsageService:
             "completion": completion,
             "total": total,
         }
-        async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(ASYNC_COMMIT)
+        async with self.pool.connection() as conn:
             await conn.execute(RECORD, params)
 
     async def today_total(self, user: User) -> int:

@@ -61,6 +61,25 @@ UPDATE users SET username = %(username)s,
  WHERE id = (SELECT user_id FROM seen) AND id = %(id)s
 RETURNING *
 """
+# The commonest case of all: a known identity whose person keeps their name (nearly every
+# message). Noted as seen, the person read, and all their identities with it (admission reads
+# them at every message), in one round trip; no row: `ensure_identity` does the rest.
+TOUCH_SAME_NAME = """
+WITH seen AS (
+    UPDATE identities i SET last_seen_at = now()
+      FROM users u
+     WHERE i.platform = %(platform)s AND i.platform_id = %(platform_id)s
+       AND u.id = i.user_id AND u.username = %(username)s
+    RETURNING i.user_id
+)
+UPDATE users SET display_name = COALESCE(%(display_name)s, users.display_name), updated_at = now()
+ WHERE id = (SELECT user_id FROM seen)
+RETURNING users.*,
+       ARRAY(SELECT platform FROM identities WHERE user_id = users.id
+              ORDER BY platform, platform_id) AS identity_platforms,
+       ARRAY(SELECT platform_id FROM identities WHERE user_id = users.id
+              ORDER BY platform, platform_id) AS identity_ids
+"""
 GET_BY_USERNAME = (
     "SELECT * FROM users WHERE lower(username) = lower(%s) ORDER BY created_at LIMIT 1"
 )
@@ -234,6 +253,24 @@ class UserService:
                 if attempt == MAX_NAME_TRIES - 1:
                     raise
         raise AssertionError("unreachable")
+
+    async def touch_known(
+        self, platform: str, platform_id: int, username: str, display_name: str | None = None
+    ) -> tuple[User, list[tuple[str, int]]] | None:
+        """A known identity whose person keeps the name `username`, noted as seen (as
+        `ensure_identity` notes it): the person and all their identities, read together.
+        None when the identity is new or the name changed: call `ensure_identity`."""
+        params = {
+            "platform": platform,
+            "platform_id": platform_id,
+            "username": username,
+            "display_name": display_name,
+        }
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(TOUCH_SAME_NAME, params)).fetchone()
+        if row is None:
+            return None
+        return _user(row), list(zip(row["identity_platforms"], row["identity_ids"], strict=True))
 
     async def _ensure_identity_once(
         self,

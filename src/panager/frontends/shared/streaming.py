@@ -2,10 +2,13 @@
 
 `StreamedReply` follows the turn's `message_delta` / `message_reset` events. An
 answer finished within `first_after` seconds is sent once, without edits. A
-longer one is posted then, and edited at most once per `interval` (platforms
-rate-limit edits); past the platform's limit it continues in a new message,
-cut by `split_message` so code fences stay balanced (a fence still open in the
-partial text is closed for display). Live messages show no link previews.
+longer one is posted then — if it is still arriving (a piece came within the
+last half of `first_after`; else at its next piece, or once by `finish`: text
+that is all there gains nothing from a post and an edit while the turn winds
+up, as it does when many turns share the process) — and edited at most once
+per `interval` (platforms rate-limit edits); past the platform's limit it
+continues in a new message, cut by `split_message` so code fences stay balanced
+(a fence still open in the partial text is closed for display). Live messages show no link previews.
 `finish` makes every message carry its exact part of the final text, the link
 (a button where the platform can) or the question's buttons on the last one,
 and link previews only when the caller allows them (never for an answer written
@@ -83,6 +86,7 @@ class StreamedReply(Generic[H]):
         self.messages: list[H] = []
         self.shown: list[str] = []
         self.edits = 0
+        self._last_piece = 0.0  # loop time of the latest text piece
         self._changed = asyncio.Event()
         self._closing = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -91,6 +95,7 @@ class StreamedReply(Generic[H]):
         """Collect the streamed text; the first piece starts the updater."""
         if event.type == "message_delta":
             self.text += event.data.get("text", "")
+            self._last_piece = asyncio.get_running_loop().time()
         elif event.type == "message_reset":
             self.text = ""
         else:
@@ -134,6 +139,12 @@ class StreamedReply(Generic[H]):
     async def _run(self) -> None:
         if await self._closed_within(self.first_after):
             return  # a short answer: finish() sends it once
+        loop = asyncio.get_running_loop()
+        while loop.time() - self._last_piece > self.first_after / 2:  # not arriving now
+            self._changed.clear()
+            await self._changed.wait()  # its next piece, or finish() sends it once
+            if self._closing.is_set():
+                return
         while True:
             self._changed.clear()
             try:
