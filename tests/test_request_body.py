@@ -57,6 +57,7 @@ async def test_replies_are_read_as_plain_json_streamed_or_not():
     async with FakeOpenAI() as fake:
         model = endpoint_model(Endpoint("main", fake.base_url, "m", api_key="k"), timeout=10)
         assert isinstance(model.async_client, PlainJsonCompletions)
+        assert model.async_client._plain  # the installed SDK's request layer is the known one
         fake.script("plain answer", tool_call("lookup", {"query": "q"}), "streamed answer")
         whole = await model.ainvoke([HumanMessage("one")])
         called = await model.bind_tools([TOOL]).ainvoke([HumanMessage("two")])
@@ -71,3 +72,16 @@ async def test_replies_are_read_as_plain_json_streamed_or_not():
         streamed += chunk
     assert streamed.content == "streamed answer"
     assert streamed.usage_metadata and streamed.usage_metadata["total_tokens"] > 0
+
+
+async def test_an_sdk_without_the_known_request_layer_gets_its_own_create():
+    from panager.model_router import PlainJsonCompletions
+
+    class Completions:  # no `_post`: a request layer this was not written against
+        async def create(self, **payload):
+            return {"created_by": "sdk", **payload}
+
+    plain = PlainJsonCompletions(Completions())
+    assert not plain._plain
+    assert await plain.create(model="m", messages=[]) == {
+        "created_by": "sdk", "model": "m", "messages": []}

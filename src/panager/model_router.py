@@ -74,6 +74,7 @@ class PlainJsonCompletions:
 
     def __init__(self, completions: Any) -> None:
         self._completions = completions
+        self._plain = _plain_posting_supported() and callable(getattr(completions, "_post", None))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._completions, name)
@@ -83,7 +84,9 @@ class PlainJsonCompletions:
         from openai import AsyncStream, NotGiven
         from openai._base_client import make_request_options
 
-        if "response_format" in payload:  # structured output: the SDK's own checks
+        if "response_format" in payload or not self._plain:
+            # structured output (the SDK's own checks), or an SDK whose request layer is
+            # not the one this was written against: the SDK's own `create`
             return await self._completions.create(**payload)
         options = {key: payload.pop(key) for key in REQUEST_OPTIONS if key in payload}
         body = {**payload, **(options.pop("extra_body", None) or {})}
@@ -100,6 +103,21 @@ class PlainJsonCompletions:
             stream=bool(body.get("stream")),
             stream_cls=AsyncStream[object],
         )
+
+
+@functools.cache
+def _plain_posting_supported() -> bool:
+    """Whether the installed openai SDK has the request layer `PlainJsonCompletions` uses
+    (`make_request_options(security=…)`, `AsyncStream`; `_post` is checked on the client):
+    private parts, so a newer SDK that changed them falls back to its public `create`."""
+    import inspect
+
+    try:
+        from openai import AsyncStream  # noqa: F401
+        from openai._base_client import make_request_options
+    except ImportError:
+        return False
+    return "security" in inspect.signature(make_request_options).parameters
 
 
 @functools.cache
