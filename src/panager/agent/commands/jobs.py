@@ -143,7 +143,8 @@ async def webhook_command(ctx: CommandContext, args: str) -> CommandReply | str:
         return CommandReply(f"Usage: {WEBHOOK_USAGE}", ok=False)
     hooks = await service.webhooks(ctx.user.id)
     if not hooks:
-        return "You have no webhooks. Create one with /webhook new NAME INSTRUCTION…"
+        return ("You have no webhooks. Create one with /webhook new NAME INSTRUCTION… or on the "
+                "web page's Schedules page.")
     lines = ["Your webhooks (each address was shown once, on the web page, when it was created):"]
     lines += [f"  {h.name}{' (signed)' if h.signed else ''} — “{h.instruction}”"
               for h in hooks]
