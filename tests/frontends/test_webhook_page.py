@@ -49,6 +49,9 @@ async def test_webhook_new_in_a_chat_links_to_the_filled_in_form_and_creates_not
     status, body = await client.get(f"{link.path}?{link.query}")
     assert status == 200 and 'value="door"' in body and "checked" in body
     assert "the &lt;b&gt;doorbell&lt;/b&gt;." in body and "<b>doorbell" not in body
+    long = await dispatch(CommandContext(alice, h.app.assistant), "/webhook new note " + "한" * 900)
+    assert long.ok and "paste the instruction there" in long.text
+    assert parse_qs(urlsplit(long.link["url"]).query) == {"name": ["note"]}  # fits a request line
     bad = await dispatch(CommandContext(alice, h.app.assistant), "/webhook new Door! Who rang?")
     assert not bad.ok and "a–z, 0–9" in bad.text and bad.link is None
     await client.close()

@@ -16,6 +16,7 @@ BRIEFING_USAGE = "/briefing [HH:MM | off]"
 WEBHOOK_USAGE = "/webhook [new NAME [--signed] INSTRUCTION… | revoke NAME]"
 SIGNED_FLAG = "--signed"
 WEBHOOK_FORM_PATH = "/schedules/webhooks/new"
+MAX_LINK = 4_000  # characters of a link to the form (a long non-Latin instruction: left out)
 _EVERY = re.compile(r"^(\d{1,4})\s*(m|min|h)$", re.IGNORECASE)
 _HOURS = re.compile(r"^(\d{1,2}:\d{2})-(\d{1,2}:\d{2})$")
 UNAVAILABLE = CommandReply("System jobs are not available in this setup.", ok=False)
@@ -114,11 +115,14 @@ def webhook_form_reply(ctx: CommandContext, service: SystemJobService, rest: str
     signed = instruction.startswith(SIGNED_FLAG + " ")
     instruction = instruction.removeprefix(SIGNED_FLAG + " ") if signed else instruction
     name, instruction = service.check_webhook(name, instruction, signed=signed)
-    query = {"name": name, "instruction": instruction, **({"signed": "1"} if signed else {})}
-    url = f"{ctx.deps.settings.public_url.rstrip('/')}{WEBHOOK_FORM_PATH}?{urlencode(query)}"
-    text = (f"Create the webhook {name!r} on the web page (filled in for you): its secret "
-            "address is shown there once, never in a chat. Use /web if you are not signed in "
-            "there.")
+    form = f"{ctx.deps.settings.public_url.rstrip('/')}{WEBHOOK_FORM_PATH}?"
+    flag = {"signed": "1"} if signed else {}
+    url = form + urlencode({"name": name, "instruction": instruction, **flag})
+    filled = "filled in for you"
+    if len(url) > MAX_LINK:  # past what servers and proxies take in a request line
+        url, filled = form + urlencode({"name": name, **flag}), "paste the instruction there"
+    text = (f"Create the webhook {name!r} on the web page ({filled}): its secret address is "
+            "shown there once, never in a chat. Use /web if you are not signed in there.")
     return CommandReply(text, link={"url": url, "label": f"Create webhook {name}"})
 
 
