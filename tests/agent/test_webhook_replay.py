@@ -18,11 +18,11 @@ from tests.scheduler_helpers import worker
 pytestmark = pytest.mark.timeout(90)
 
 
-def _created(text: str) -> tuple[str, str | None]:
-    url = next(line for line in text.splitlines() if "/hooks/" in line).strip()
-    secret = next((line.split(": ", 1)[1] for line in text.splitlines()
-                   if line.startswith("Signing secret")), None)
-    return url.rsplit("/", 1)[1], secret
+async def _created(app, user, name: str, instruction: str, signed: bool = False):
+    """(token, signing secret) of a new hook, as the web page shows them once."""
+    hook, token = await app.deps.system_jobs.create_webhook(user, name, instruction,
+                                                            signed=signed)
+    return token, hook.signing_secret
 
 
 KEY = "webhook-test-key-1"
@@ -31,7 +31,7 @@ KEY = "webhook-test-key-1"
 async def test_a_signed_hook_takes_each_fresh_signature_once(make_app, clock):
     app, _, server = await hook_app(make_app, ScriptedChatModel(default="Noted."), secret_key=KEY)
     user = await app.local_user()
-    token, secret = _created(await command(app, user, "/webhook new bank --signed Note it."))
+    token, secret = await _created(app, user, "bank", "Note it.", signed=True)
     assert secret and "(signed)" in await command(app, user, "/webhook")
     async with app.pool.connection() as conn:  # at rest: sealed with PANAGER_SECRET_KEY
         row = await (await conn.execute("SELECT signing_secret FROM webhooks")).fetchone()
@@ -58,7 +58,7 @@ async def test_a_signed_hook_takes_each_fresh_signature_once(make_app, clock):
 async def test_an_unsigned_hook_refuses_the_same_body_for_ten_minutes(make_app, clock):
     app, _, server = await hook_app(make_app, ScriptedChatModel(default="Noted."))
     user = await app.local_user()
-    token, secret = _created(await command(app, user, "/webhook new door Who rang?"))
+    token, secret = await _created(app, user, "door", "Who rang?")
     assert secret is None
     url = server.url + "/hooks/" + token
     assert (await post(url, '{"ring": 1}'))[0] == 202
@@ -115,7 +115,7 @@ async def test_a_signed_hook_needs_the_secret_key_and_refuses_calls_when_it_chan
 
     app, _, server = await hook_app(make_app, ScriptedChatModel(default="Noted."), secret_key=KEY)
     user = await app.local_user()
-    token, secret = _created(await command(app, user, "/webhook new bank --signed Note it."))
+    token, secret = await _created(app, user, "bank", "Note it.", signed=True)
     await server.stop()
     other, _, server = await hook_app(make_app, ScriptedChatModel(default="Noted."),
                                       secret_key="another-key")

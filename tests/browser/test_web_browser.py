@@ -125,6 +125,16 @@ async def test_every_page_renders_and_is_screenshotted(make_app, browsers):
     await page.goto(h.url + "/schedules")
     assert "Now: off." in await page.inner_text("#heartbeat")
     await page.locator("#heartbeat").screenshot(path=str(SCREENSHOTS / "heartbeat.png"))
+    await page.goto(h.url + "/schedules/webhooks/new?name=door&instruction=Tell+me+who+rang.")
+    assert await page.input_value("#name") == "door"  # filled in as /webhook new links it
+    await page.click("form[action='/schedules/webhooks/new'] button")
+    address = await page.input_value("#hook-url")
+    assert "/hooks/" in address and "only time" in await page.inner_text("#webhook-created")
+    await shot(page, "webhook-created")
+    await page.goto(h.url + "/schedules")
+    assert "Tell me who rang." in await page.inner_text("#webhooks")
+    assert address not in await page.content()  # shown once only
+    await page.locator("#webhooks").screenshot(path=str(SCREENSHOTS / "webhooks.png"))
     await h.app.deps.media.take(ALICE, "lease.txt", b"The lease ends on 31 March 2027.")
     await page.goto(h.url + "/files")
     listing = await page.inner_text("main")

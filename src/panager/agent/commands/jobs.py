@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import time, timedelta
+from urllib.parse import urlencode
 
 from panager.agent.commands.base import CommandContext, CommandReply, command
 from panager.agent.models import current_model
@@ -14,7 +15,8 @@ HEARTBEAT_USAGE = "/heartbeat [30m 08:00-22:00 | off]"
 BRIEFING_USAGE = "/briefing [HH:MM | off]"
 WEBHOOK_USAGE = "/webhook [new NAME [--signed] INSTRUCTION… | revoke NAME]"
 SIGNED_FLAG = "--signed"
-HOOKS_PATH = "/hooks/"
+WEBHOOK_FORM_PATH = "/schedules/webhooks/new"
+MAX_LINK = 4_000  # characters of a link to the form (a long non-Latin instruction: left out)
 _EVERY = re.compile(r"^(\d{1,4})\s*(m|min|h)$", re.IGNORECASE)
 _HOURS = re.compile(r"^(\d{1,2}:\d{2})-(\d{1,2}:\d{2})$")
 UNAVAILABLE = CommandReply("System jobs are not available in this setup.", ok=False)
@@ -105,6 +107,25 @@ async def briefing_command(ctx: CommandContext, args: str) -> CommandReply | str
     return f"Daily briefing set: every day at {arg} ({ctx.user.timezone}), first {first}."
 
 
+def webhook_form_reply(ctx: CommandContext, service: SystemJobService, rest: str) -> CommandReply:
+    """`/webhook new`: the web page's form, filled in. The address (a bearer secret) and a
+    signing secret are shown there once, never in a chat, whose messages the chat platform
+    keeps; nothing is created here. Bad input is said here already."""
+    name, _, instruction = rest.strip().partition(" ")
+    signed = instruction.startswith(SIGNED_FLAG + " ")
+    instruction = instruction.removeprefix(SIGNED_FLAG + " ") if signed else instruction
+    name, instruction = service.check_webhook(name, instruction, signed=signed)
+    form = f"{ctx.deps.settings.public_url.rstrip('/')}{WEBHOOK_FORM_PATH}?"
+    flag = {"signed": "1"} if signed else {}
+    url = form + urlencode({"name": name, "instruction": instruction, **flag})
+    filled = "filled in for you"
+    if len(url) > MAX_LINK:  # past what servers and proxies take in a request line
+        url, filled = form + urlencode({"name": name, **flag}), "paste the instruction there"
+    text = (f"Create the webhook {name!r} on the web page ({filled}): its secret address is "
+            "shown there once, never in a chat. Use /web if you are not signed in there.")
+    return CommandReply(text, link={"url": url, "label": f"Create webhook {name}"})
+
+
 @command("webhook", WEBHOOK_USAGE, "a secret address that makes me act when something calls it")
 async def webhook_command(ctx: CommandContext, args: str) -> CommandReply | str:
     """List, create or revoke the person's webhooks."""
@@ -115,21 +136,7 @@ async def webhook_command(ctx: CommandContext, args: str) -> CommandReply | str:
     verb = verb.lower()
     try:
         if verb == "new":
-            name, _, instruction = rest.strip().partition(" ")
-            signed = instruction.startswith(SIGNED_FLAG + " ")
-            instruction = instruction.removeprefix(SIGNED_FLAG + " ") if signed else instruction
-            hook, token = await service.create_webhook(ctx.user, name, instruction, signed=signed)
-            url = f"{ctx.deps.settings.public_url.rstrip('/')}{HOOKS_PATH}{token}"
-            signing = "" if hook.signing_secret is None else (
-                f"\nSigning secret (shown only now): {hook.signing_secret}\nEach call must send "
-                "X-Panager-Timestamp (Unix seconds) and X-Panager-Signature (hex HMAC-SHA256 "
-                "of the timestamp followed by the body, with this secret)."
-            )
-            return (
-                f"Webhook {hook.name!r} created. POST to this address (shown only now; keep "
-                f"it secret — anyone with it can wake me for you):\n{url}\n"
-                f"Each call: “{hook.instruction}”, with the request body as data.{signing}"
-            )
+            return webhook_form_reply(ctx, service, rest)
         if verb == "revoke" and rest.strip():
             name = rest.strip()
             done = await service.revoke_webhook(ctx.user.id, name)
@@ -140,8 +147,9 @@ async def webhook_command(ctx: CommandContext, args: str) -> CommandReply | str:
         return CommandReply(f"Usage: {WEBHOOK_USAGE}", ok=False)
     hooks = await service.webhooks(ctx.user.id)
     if not hooks:
-        return "You have no webhooks. Create one with /webhook new NAME INSTRUCTION…"
-    lines = ["Your webhooks (addresses are shown only when created):"]
+        return ("You have no webhooks. Create one with /webhook new NAME INSTRUCTION… or on the "
+                "web page's Schedules page.")
+    lines = ["Your webhooks (each address was shown once, on the web page, when it was created):"]
     lines += [f"  {h.name}{' (signed)' if h.signed else ''} — “{h.instruction}”"
               for h in hooks]
     lines.append("Revoke one with /webhook revoke NAME.")

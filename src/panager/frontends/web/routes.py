@@ -16,6 +16,7 @@ from panager.frontends.web.pages.home import HomePage
 from panager.frontends.web.pages.memories import MemoriesPage
 from panager.frontends.web.pages.schedules import SchedulesPage
 from panager.frontends.web.pages.usage import UsagePage
+from panager.frontends.web.pages.webhooks import WebhooksPage
 from panager.frontends.web.render import STATIC_DIR
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def add_pages(web_app: web.Application, app: App, spawn: Callable) -> Gate:
     """Register every page of the web UI on `web_app`; returns the session gate."""
     gate = Gate(app)
     pages: list[Page] = [
-        HomePage(app), SchedulesPage(app), MemoriesPage(app), FilesPage(app),
+        HomePage(app), SchedulesPage(app), WebhooksPage(app), MemoriesPage(app), FilesPage(app),
         ChatPage(app, spawn),
         UsagePage(app), ConnectionsPage(app), AdminPages(app),
     ]

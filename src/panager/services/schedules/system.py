@@ -43,6 +43,10 @@ WEBHOOK_NAME_CHARS = 32
 WEBHOOK_INSTRUCTION_CHARS = 2_000
 WEBHOOK_PAYLOAD_CHARS = 16_000  # what of a body reaches the model
 MAX_WEBHOOKS = 20
+SIGNING_HOWTO = (
+    "Each call must send X-Panager-Timestamp (Unix seconds) and X-Panager-Signature (hex "
+    "HMAC-SHA256 of the timestamp followed by the body, with this secret)."
+)
 _NAME_OK = "abcdefghijklmnopqrstuvwxyz0123456789-_"
 
 INSERT_JOB = f"""
@@ -381,16 +385,16 @@ class SystemJobService:
 
     # -- webhooks ------------------------------------------------------------------------------
 
-    async def create_webhook(
-        self, user: User, name: str, instruction: str, *, signed: bool = False
-    ) -> tuple[Webhook, str]:
-        """A new hook and its token (shown once; only its hash is stored). `signed`: calls
-        must carry an HMAC signature with the hook's `signing_secret`."""
+    def check_webhook(
+        self, name: str, instruction: str, *, signed: bool = False
+    ) -> tuple[str, str]:
+        """The hook's name and instruction as they would be stored, or ScheduleInputError
+        saying what is wrong (nothing is stored or made up here)."""
         name = clean_hook_name(name)
         instruction = " ".join((instruction or "").split())
         if not instruction:
-            raise ScheduleInputError("Say what to do with each call, e.g. /webhook new door "
-                                     "Tell me who rang the doorbell.")
+            raise ScheduleInputError("Say what to do with each call, e.g. “Tell me who rang "
+                                     "the doorbell.”")
         if len(instruction) > WEBHOOK_INSTRUCTION_CHARS:
             raise ScheduleInputError(
                 f"The instruction is {len(instruction):,} characters; the limit is "
@@ -400,8 +404,16 @@ class SystemJobService:
             raise ScheduleInputError(
                 "A signed webhook needs PANAGER_SECRET_KEY, which this Panager does not have: "
                 "its signing secret is stored encrypted with that key. Ask the operator to "
-                "set it, or make the webhook without --signed."
+                "set it, or make the webhook unsigned."
             )
+        return name, instruction
+
+    async def create_webhook(
+        self, user: User, name: str, instruction: str, *, signed: bool = False
+    ) -> tuple[Webhook, str]:
+        """A new hook and its token (shown once, on the web page; only its hash is stored).
+        `signed`: calls must carry an HMAC signature with the hook's `signing_secret`."""
+        name, instruction = self.check_webhook(name, instruction, signed=signed)
         if one(await fetch_one(self.pool, COUNT_HOOKS, (user.id,)))["n"] >= MAX_WEBHOOKS:
             raise ScheduleInputError(f"At most {MAX_WEBHOOKS} webhooks; revoke one first.")
         token = secrets.token_urlsafe(32)

@@ -31,6 +31,7 @@ NOTICES = {
     "profile-saved": "Profile saved.",
     "profile-approved": "Profile change applied.",
     "profile-rejected": "Profile change rejected.",
+    "webhook-revoked": "Webhook revoked: its address no longer works.",
     "heartbeat-on": "Heartbeat on: it writes only when something needs you.",
     "heartbeat-off": "Heartbeat off.",
     "heartbeat-invalid": (

@@ -62,12 +62,14 @@ class SchedulesPage:
         schedules = await self.service.list_all(user.id)
         jobs = self.app.deps.system_jobs
         heartbeat = await jobs.heartbeat(user.id) if jobs is not None else None
+        hooks = await jobs.webhooks(user.id) if jobs is not None else None
         first, days, prev_day, next_day = _window(view, anchor)
         slots = grid(schedules, first, days, zone)
         return render("schedules.html", **page(
             session, "schedules", "Schedules", request, schedules=schedules, view=view,
             weeks=_weeks(first, days, slots), anchor=anchor, today=now.astimezone(zone).date(),
             prev_day=prev_day, next_day=next_day, zone=zone, now=now, heartbeat=heartbeat,
+            webhooks=hooks,
             title_range=_range_title(view, first, days)))
 
     async def new(self, request: web.Request, session: WebSession) -> web.Response:
