@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar, overload
 
 import psycopg
@@ -35,13 +35,18 @@ from panager.providers.google.oauth import (
     SCOPE_NAMES,
     SCOPES,
     START_PATH,
-    STATE_TTL,
     TASKS_SCOPE,
-    Browser,
     GoogleEndpoints,
-    LinkOutcome,
     OAuthFlow,
     Tokens,
+)
+from panager.services.accounts.oauth import (
+    DELETE_OPEN_STATES,
+    DELETE_PENDING,
+    STATE_TTL,
+    Browser,
+    LinkOutcome,
+    PendingMessages,
 )
 from panager.services.accounts.sealing import Sealer
 
@@ -66,7 +71,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-PENDING_MAX_AGE = timedelta(hours=1)
 NOT_CONFIGURED = (
     "Google Calendar and Tasks are not configured on this Panager instance: the admin must "
     "set GOOGLE_CLIENT_ID and GOOGLE_CLIENT_SECRET (see docs/google.md)."
@@ -112,14 +116,6 @@ ON CONFLICT (user_id) DO UPDATE
 SUB_OWNER = "SELECT user_id FROM google_accounts WHERE google_sub = %s AND user_id <> %s"
 USER_STATUS = "SELECT status FROM users WHERE id = %s"
 DELETE_ACCOUNT = "DELETE FROM google_accounts WHERE user_id = %s"
-DELETE_OPEN_STATES = "DELETE FROM oauth_states WHERE user_id = %s AND used_at IS NULL"
-INSERT_PENDING = "INSERT INTO pending_messages (user_id, text, created_at) VALUES (%s, %s, %s)"
-CLAIM_PENDING = """
-UPDATE pending_messages SET replayed_at = %s
- WHERE user_id = %s AND replayed_at IS NULL
-RETURNING id, text, created_at
-"""
-DELETE_PENDING = "DELETE FROM pending_messages WHERE user_id = %s AND replayed_at IS NULL"
 
 
 def quiet_secret_loggers() -> None:
@@ -170,6 +166,7 @@ class GoogleService:
             settings.public_url.rstrip("/") + CALLBACK_PATH,
             endpoints or GoogleEndpoints(),
         )
+        self.pending = PendingMessages(pool, clock)
         self.calls = GoogleCalls(pool, clock, self._sealer, self.oauth, client_secret)
         quiet_secret_loggers()
 
@@ -347,20 +344,11 @@ class GoogleService:
 
     async def add_pending(self, user_id: int, text: str) -> None:
         """Keep a message to answer once the user has linked Google."""
-        async with self.pool.connection() as conn:
-            await conn.execute(INSERT_PENDING, (user_id, text, self.clock.now()))
+        await self.pending.add(user_id, text)
 
     async def claim_pending(self, user_id: int) -> list[str]:
         """Take the user's pending messages (oldest first, recent ones only); each once."""
-        now = self.clock.now()
-        async with self.pool.connection() as conn:
-            rows = await (await conn.execute(CLAIM_PENDING, (now, user_id))).fetchall()
-        rows.sort(key=lambda r: (r["created_at"], r["id"]))
-        texts: list[str] = []
-        for row in rows:
-            if now - row["created_at"] <= PENDING_MAX_AGE and row["text"] not in texts:
-                texts.append(row["text"])
-        return texts
+        return await self.pending.claim(user_id)
 
     # -- API calls ------------------------------------------------------------------------
 
