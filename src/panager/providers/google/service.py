@@ -45,8 +45,10 @@ from panager.services.accounts.oauth import (
     DELETE_PENDING,
     STATE_TTL,
     Browser,
+    Claimed,
     LinkOutcome,
     PendingMessages,
+    finish_link,
 )
 from panager.services.accounts.sealing import Sealer
 
@@ -141,7 +143,11 @@ def _account(row: dict | None) -> GoogleAccount | None:
 
 
 class GoogleService:
-    """Links users' Google accounts and runs Calendar/Tasks calls with their tokens."""
+    """Links users' Google accounts (an `OAuthLink`) and runs Calendar/Tasks calls with
+    their tokens."""
+
+    name = "google"
+    title = "Google"
 
     def __init__(
         self,
@@ -166,6 +172,7 @@ class GoogleService:
             settings.public_url.rstrip("/") + CALLBACK_PATH,
             endpoints or GoogleEndpoints(),
         )
+        self.states = self.oauth.states
         self.pending = PendingMessages(pool, clock)
         self.calls = GoogleCalls(pool, clock, self._sealer, self.oauth, client_secret)
         quiet_secret_loggers()
@@ -205,16 +212,14 @@ class GoogleService:
         self, *, state: str | None, code: str | None, error: str | None = None,
         browser: Browser,
     ) -> LinkOutcome:
-        """Finish the OAuth callback: validate `state` (and the browser, see
-        `OAuthFlow.claim_state`), exchange `code`, store the tokens."""
-        claimed = await self.oauth.claim_state(state, browser)
-        if isinstance(claimed, LinkOutcome):
-            return claimed
-        user_id, verifier, asked = claimed
-        if not await self.may_link(user_id):
-            return LinkOutcome(False, "blocked", user_id)
-        if error or not code:
-            return LinkOutcome(False, "denied", user_id)
+        """Finish the OAuth callback: the shared `finish_link` (state, browser, consent),
+        then `redeem`."""
+        return await finish_link(self, state=state, code=code, error=error, browser=browser)
+
+    async def redeem(self, claimed: Claimed, code: str) -> LinkOutcome:
+        """Exchange `code` for tokens, check them (scopes, refresh token, which Google
+        account) and store them sealed."""
+        user_id, verifier, asked = claimed.user_id, claimed.verifier, claimed.scopes
         try:
             tokens = await asyncio.to_thread(self.oauth.exchange, code, verifier, asked)
         except Exception as exc:  # the reason is logged without the code or any token

@@ -19,6 +19,9 @@ steps; only the consent address, the scopes and the token exchange are its own:
    to Panager as someone else: "other_browser"), then the state is marked used in
    the statement that checks it, so two concurrent callbacks cannot both pass.
    The provider then exchanges the code and stores its tokens sealed.
+   `finish_link` runs this step for any provider: claim, the person may link,
+   the consent was given, then the provider's `redeem` (exchange the code,
+   store the tokens sealed with PANAGER_SECRET_KEY).
 5. `PendingMessages` — the message that needed the connection is kept when its
    link is handed out and answered once after a successful callback (the replay).
 """
@@ -30,6 +33,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from panager.clock import Clock
 from panager.db.pool import Pool
@@ -41,8 +45,10 @@ __all__ = [
     "Browser",
     "Claimed",
     "LinkOutcome",
+    "OAuthLink",
     "OAuthStates",
     "PendingMessages",
+    "finish_link",
 ]
 
 STATE_TTL = timedelta(minutes=10)
@@ -252,3 +258,47 @@ class PendingMessages:
             if now - row["created_at"] <= PENDING_MAX_AGE and row["text"] not in texts:
                 texts.append(row["text"])
         return texts
+
+
+class OAuthLink(Protocol):
+    """What an OAuth provider gives the shared flow: its states (signed with its name),
+    who may link, its consent address and its code exchange. Google's is `GoogleService`;
+    a Microsoft one is another."""
+
+    name: str  # "google": the /connect word, signed into its states
+    title: str  # "Google": for sentences
+    states: OAuthStates
+    pending: PendingMessages
+
+    async def create_link(self, user_id: int, scopes: tuple[str, ...] = ()) -> str:
+        """A fresh link (a new state) to hand to the person."""
+        ...
+
+    async def consent_url(self, state: str | None) -> str | LinkOutcome:
+        """The provider's consent address for a checked state, or why not."""
+        ...
+
+    async def may_link(self, user_id: int) -> bool:
+        """False for a person who may not link (blocked, unknown)."""
+        ...
+
+    async def redeem(self, claimed: Claimed, code: str) -> LinkOutcome:
+        """Exchange `code` (with the claimed state's PKCE verifier) and store the tokens
+        sealed; a refusal says why. Nothing of the code or the tokens is logged."""
+        ...
+
+
+async def finish_link(
+    link: OAuthLink, *, state: str | None, code: str | None, error: str | None,
+    browser: Browser,
+) -> LinkOutcome:
+    """A provider's callback: the state claimed (valid, this browser, now used), the
+    person allowed to link, consent given, then the provider's exchange and storage."""
+    claimed = await link.states.claim(state, browser)
+    if isinstance(claimed, LinkOutcome):
+        return claimed
+    if not await link.may_link(claimed.user_id):
+        return LinkOutcome(False, "blocked", claimed.user_id)
+    if error or not code:
+        return LinkOutcome(False, "denied", claimed.user_id)
+    return await link.redeem(claimed, code)
