@@ -44,8 +44,10 @@ from panager.services.accounts.oauth import (
     DELETE_OPEN_STATES,
     DELETE_PENDING,
     STATE_TTL,
+    UNCONFIGURED,
     Browser,
     Claimed,
+    Linked,
     LinkOutcome,
     PendingMessages,
     finish_link,
@@ -73,10 +75,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-NOT_CONFIGURED = (
-    "Google Calendar and Tasks are not configured on this Panager instance: the admin must "
-    "set GOOGLE_CLIENT_ID and GOOGLE_CLIENT_SECRET (see docs/google.md)."
-)
+NOT_CONFIGURED = UNCONFIGURED["google"]
 # Libraries that print tokens at DEBUG level; they must never reach a log.
 _SECRET_LOGGERS = (
     "requests_oauthlib",
@@ -148,6 +147,13 @@ class GoogleService:
 
     name = "google"
     title = "Google"
+    # Google's link addresses from before providers existed: operators registered the
+    # callback as the redirect URI in Google Cloud, so they stay as they are.
+    start_path = START_PATH
+    callback_path = CALLBACK_PATH
+    scope_names = SCOPE_NAMES
+    access = "Calendar and Tasks"
+    mail_title = "Gmail"
 
     def __init__(
         self,
@@ -311,6 +317,11 @@ class GoogleService:
         """The user's linked account, or None."""
         async with self.pool.connection() as conn:
             return _account(await (await conn.execute(GET_ACCOUNT, (user_id,))).fetchone())
+
+    async def linked(self, user_id: int) -> Linked | None:
+        """The linked account as the shared flow shows it."""
+        found = await self.account(user_id)
+        return None if found is None else Linked(found.email, found.scopes, found.connected)
 
     async def disconnect(self, user_id: int) -> bool:
         """Revoke the grant at Google and delete the tokens; False when nothing was linked."""

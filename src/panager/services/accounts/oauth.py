@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -42,9 +42,11 @@ from panager.services.accounts.sealing import InvalidToken, Sealer
 __all__ = [
     "PENDING_MAX_AGE",
     "STATE_TTL",
+    "UNCONFIGURED",
     "Browser",
     "Claimed",
     "LinkOutcome",
+    "Linked",
     "OAuthLink",
     "OAuthStates",
     "PendingMessages",
@@ -53,6 +55,14 @@ __all__ = [
 
 STATE_TTL = timedelta(minutes=10)
 PENDING_MAX_AGE = timedelta(hours=1)
+# What the admin sets for an OAuth provider this instance has not registered, by its name
+# (/connect answers with it); one line per OAuth provider.
+UNCONFIGURED = {
+    "google": (
+        "Google Calendar and Tasks are not configured on this Panager instance: the admin "
+        "must set GOOGLE_CLIENT_ID and GOOGLE_CLIENT_SECRET (see docs/google.md)."
+    ),
+}
 
 INSERT_STATE = """
 INSERT INTO oauth_states (state_hash, user_id, code_verifier, created_at, expires_at, scopes)
@@ -110,6 +120,15 @@ class Browser:
     def key_of(cookie: str | None) -> bytes | None:
         """The stored form of the link page's cookie (only its hash is kept)."""
         return hashlib.sha256(cookie.encode()).digest() if cookie else None
+
+
+@dataclass(frozen=True)
+class Linked:
+    """A person's account with an OAuth provider, as the commands and pages show it."""
+
+    label: str | None  # the account's address, when known
+    scopes: tuple[str, ...]  # what was granted
+    connected: bool  # False once the provider refused the stored tokens
 
 
 @dataclass(frozen=True)
@@ -267,8 +286,22 @@ class OAuthLink(Protocol):
 
     name: str  # "google": the /connect word, signed into its states
     title: str  # "Google": for sentences
+    start_path: str  # its link's page ("/connect/<name>/start"; Google's is older)
+    callback_path: str  # the redirect URI's path the operator registered
+    scope_names: Mapping[str, str]  # each scope in words ("Calendar")
+    access: str  # what a default link gives, in words ("Calendar and Tasks")
+    mail_title: str  # its mailbox's name, for the mail link's words ("Gmail")
+    link_prefix: str  # how every link it hands out starts (found again in a thread)
     states: OAuthStates
     pending: PendingMessages
+
+    async def linked(self, user_id: int) -> Linked | None:
+        """The person's account, or None when none is linked."""
+        ...
+
+    async def disconnect(self, user_id: int) -> bool:
+        """Revoke the grant, delete the sealed tokens; False when nothing was linked."""
+        ...
 
     async def create_link(self, user_id: int, scopes: tuple[str, ...] = ()) -> str:
         """A fresh link (a new state) to hand to the person."""

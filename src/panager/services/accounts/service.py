@@ -93,6 +93,15 @@ class AccountService:
         """The OAuth link of the provider called `name` (None: no such OAuth provider)."""
         return next((link for link in self.oauth_links() if link.name == name), None)
 
+    def oauth_scopes(self, name: str, capabilities: frozenset[Capability]) -> tuple[str, ...]:
+        """The scopes a link of OAuth provider `name` asks for to give `capabilities`."""
+        provider = self.provider(name)
+        if provider is None or not isinstance(provider.connect, OAuthConnect):
+            return ()
+        wanted = provider.connect.scopes
+        return tuple(dict.fromkeys(s for c in Capability if c in capabilities
+                                   for s in wanted.get(c, ())))
+
     def form_providers(self) -> list[Provider]:
         """The registered providers that connect by a form (the Connections page)."""
         return [p for p in self.providers if isinstance(p.connect, FormConnect)]
