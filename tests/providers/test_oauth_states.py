@@ -4,16 +4,10 @@ that pressed Continue; and the messages kept for the replay after linking."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-from urllib.parse import parse_qs, urlencode, urlsplit
-
-import aiohttp
-from aiohttp import web
+from urllib.parse import parse_qs, urlsplit
 
 from panager.db.pool import open_pool
 from panager.providers.memory.provider import MemoryProvider
-from panager.services.accounts.connections import Connections
 from panager.services.accounts.oauth import (
     Browser,
     Claimed,
@@ -22,10 +16,10 @@ from panager.services.accounts.oauth import (
     PendingMessages,
     finish_link,
 )
-from panager.services.accounts.provider import Capability, OAuthConnect
 from panager.services.accounts.sealing import Sealer
 from panager.services.accounts.service import AccountService
 from panager.services.users import UserService
+from tests.oauth_helpers import ExampleLink, challenge_of, example_provider, token_endpoint
 
 
 def _reason(outcome: object) -> str:
@@ -89,143 +83,69 @@ async def test_pending_messages_are_replayed_once_and_only_while_recent(db_url, 
         await pool.close()
 
 
-# -- a test-only OAuth provider through the shared flow ----------------------------------------
-
-
-class FakeTokenEndpoint:
-    """An OAuth token endpoint: one code per consent, redeemed once with the PKCE verifier
-    whose S256 challenge the consent address carried."""
-
-    def __init__(self) -> None:
-        self.challenges: dict[str, str] = {}  # code -> code_challenge
-        self.url = ""
-
-    async def token(self, request: web.Request) -> web.Response:
-        form = await request.post()
-        challenge = self.challenges.pop(str(form.get("code")), None)
-        verifier = str(form.get("code_verifier") or "")
-        sent = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
-        if challenge is None or sent.decode().rstrip("=") != challenge:
-            return web.json_response({"error": "invalid_grant"}, status=400)
-        return web.json_response({"access_token": "ACCESS-xyz", "refresh_token": "REFRESH-abc",
-                                  "token_type": "Bearer", "expires_in": 3600})
-
-
-class ExampleLink:
-    """An OAuth provider as a newcomer writes one: endpoints, consent address, exchange;
-    its tokens sealed in the form connects' store (provider_accounts)."""
-
-    name, title = "example", "Example"
-
-    def __init__(self, pool, clock, sealer, token_url: str) -> None:
-        self.states = OAuthStates(pool, clock, sealer, self.name)
-        self.pending = PendingMessages(pool, clock)
-        self.users = UserService(pool)
-        self.connections = Connections(pool, clock, sealer)
-        self.token_url = token_url
-
-    async def create_link(self, user_id: int, scopes: tuple[str, ...] = ()) -> str:
-        state = await self.states.new(user_id, scopes)
-        return f"http://panager.test/connect/example/start?{urlencode({'state': state})}"
-
-    async def consent_url(self, state: str | None) -> str | LinkOutcome:
-        row = await self.states.check(state)
-        if isinstance(row, LinkOutcome):
-            return row
-        verifier = self.states.verifier(row)
-        if isinstance(verifier, LinkOutcome):
-            return verifier
-        digest = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
-        query = {"state": state, "code_challenge": digest.decode().rstrip("="),
-                 "code_challenge_method": "S256"}
-        return f"https://login.example/authorize?{urlencode(query)}"
-
-    async def may_link(self, user_id: int) -> bool:
-        user = await self.users.get(user_id)
-        return user is not None and user.status != "blocked"
-
-    async def redeem(self, claimed: Claimed, code: str) -> LinkOutcome:
-        form = {"code": code, "code_verifier": claimed.verifier, "grant_type": "authorization_code"}
-        async with aiohttp.ClientSession() as session, session.post(self.token_url,
-                                                                    data=form) as answer:
-            if answer.status != 200:
-                return LinkOutcome(False, "exchange_failed", claimed.user_id)
-            tokens = await answer.json()
-        await self.connections.add(claimed.user_id, self.name, "ann@example", tokens, {})
-        return LinkOutcome(True, "linked", claimed.user_id, "ann@example", claimed.scopes)
-
-
 async def test_a_registered_oauth_provider_links_through_the_shared_flow(db_url, clock):
-    fake = FakeTokenEndpoint()
-    server = web.Application()
-    server.router.add_post("/token", fake.token)
-    runner = web.AppRunner(server)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     pool = await open_pool(db_url, max_size=2)
     try:
-        users = UserService(pool)
-        ann = (await users.ensure_identity("discord", 101, "ann")).id
-        link = ExampleLink(pool, clock, Sealer("a secret key"), f"http://127.0.0.1:{port}/token")
-        example = MemoryProvider()
-        example.name, example.title = "example", "Example"
-        example.connect = OAuthConnect("https://login.example/authorize", link.token_url,
-                                       {Capability.MAIL_READ: ("mail",)}, link=link)
-        accounts = AccountService([MemoryProvider()])
-        accounts.register(example)  # one registration line, as in app.PROVIDERS
-        assert accounts.oauth_links() == [link] and accounts.oauth_link("example") is link
-        assert accounts.oauth_link("memory") is None
-        assert [p.name for p in accounts.form_providers()] == ["memory"]
-
-        await link.pending.add(ann, "summarise my inbox")
-        url = await link.create_link(ann, ("mail",))
-        state = parse_qs(urlsplit(url).query)["state"][0]
-        key = Browser.key_of("the-browser")
-        assert key is not None and await link.states.bind(state, key)
-        consent = await link.consent_url(state)
-        assert isinstance(consent, str)
-        fake.challenges["good-code"] = parse_qs(urlsplit(consent).query)["code_challenge"][0]
-
-        forged = await finish_link(link, state=state[:-2] + "xx", code="good-code", error=None,
-                                   browser=Browser(key))
-        assert (forged.ok, forged.reason) == (False, "forged")
-        wrong = await finish_link(link, state=state, code="bad-code", error=None,
-                                  browser=Browser(key))
-        assert (wrong.ok, wrong.reason) == (False, "exchange_failed")  # the state is used up
-        again = await finish_link(link, state=state, code="good-code", error=None,
-                                  browser=Browser(key))
-        assert again.reason == "replayed"
-
-        state = parse_qs(urlsplit(await link.create_link(ann, ("mail",))).query)["state"][0]
-        await link.states.bind(state, key)
-        denied = await finish_link(link, state=state, code=None, error="access_denied",
-                                   browser=Browser(key))
-        assert (denied.ok, denied.reason) == (False, "denied")
-
-        state = parse_qs(urlsplit(await link.create_link(ann, ("mail",))).query)["state"][0]
-        await link.states.bind(state, key)
-        consent = await link.consent_url(state)
-        assert isinstance(consent, str)
-        fake.challenges["good-code"] = parse_qs(urlsplit(consent).query)["code_challenge"][0]
-        linked = await finish_link(link, state=state, code="good-code", error=None,
-                                   browser=Browser(key))
-        assert (linked.ok, linked.reason, linked.user_id) == (True, "linked", ann)
-        assert linked.scopes == ("mail",)
-        stored = await link.connections.accounts(ann, "example")
-        assert [a.label for a in stored] == ["ann@example"]
-        assert "REFRESH-abc" not in stored[0].sealed and "REFRESH-abc" not in str(stored[0])
-        assert link.connections.secret(stored[0])["refresh_token"] == "REFRESH-abc"
-        assert await link.pending.claim(ann) == ["summarise my inbox"]  # replayed once
-        assert await link.pending.claim(ann) == []
-
-        await users.set_status(ann, "blocked")
-        state = parse_qs(urlsplit(await link.create_link(ann)).query)["state"][0]
-        await link.states.bind(state, key)
-        blocked = await finish_link(link, state=state, code="good-code", error=None,
-                                    browser=Browser(key))
-        assert (blocked.ok, blocked.reason) == (False, "blocked")
+        async with token_endpoint() as (fake, token_url):
+            await _link_example(pool, clock, fake, token_url)
     finally:
         await pool.close()
-        await runner.cleanup()
+
+
+async def _link_example(pool, clock, fake, token_url) -> None:
+    users = UserService(pool)
+    ann = (await users.ensure_identity("discord", 101, "ann")).id
+    link = ExampleLink(pool, clock, Sealer("a secret key"), token_url)
+    accounts = AccountService([MemoryProvider()])
+    accounts.register(example_provider(link))  # one registration line
+    assert accounts.oauth_links() == [link] and accounts.oauth_link("example") is link
+    assert accounts.oauth_link("memory") is None
+    assert [p.name for p in accounts.form_providers()] == ["memory"]
+
+    await link.pending.add(ann, "summarise my inbox")
+    url = await link.create_link(ann, ("mail",))
+    state = parse_qs(urlsplit(url).query)["state"][0]
+    key = Browser.key_of("the-browser")
+    assert key is not None and await link.states.bind(state, key)
+    consent = await link.consent_url(state)
+    assert isinstance(consent, str)
+    fake.challenges["good-code"] = challenge_of(consent)
+
+    forged = await finish_link(link, state=state[:-2] + "xx", code="good-code", error=None,
+                               browser=Browser(key))
+    assert (forged.ok, forged.reason) == (False, "forged")
+    wrong = await finish_link(link, state=state, code="bad-code", error=None,
+                              browser=Browser(key))
+    assert (wrong.ok, wrong.reason) == (False, "exchange_failed")  # the state is used up
+    again = await finish_link(link, state=state, code="good-code", error=None,
+                              browser=Browser(key))
+    assert again.reason == "replayed"
+
+    state = parse_qs(urlsplit(await link.create_link(ann, ("mail",))).query)["state"][0]
+    await link.states.bind(state, key)
+    denied = await finish_link(link, state=state, code=None, error="access_denied",
+                               browser=Browser(key))
+    assert (denied.ok, denied.reason) == (False, "denied")
+
+    state = parse_qs(urlsplit(await link.create_link(ann, ("mail",))).query)["state"][0]
+    await link.states.bind(state, key)
+    consent = await link.consent_url(state)
+    assert isinstance(consent, str)
+    fake.challenges["good-code"] = challenge_of(consent)
+    linked = await finish_link(link, state=state, code="good-code", error=None,
+                               browser=Browser(key))
+    assert (linked.ok, linked.reason, linked.user_id) == (True, "linked", ann)
+    assert linked.scopes == ("mail",)
+    stored = await link.connections.accounts(ann, "example")
+    assert [a.label for a in stored] == ["ann@example"]
+    assert "REFRESH-abc" not in stored[0].sealed and "REFRESH-abc" not in str(stored[0])
+    assert link.connections.secret(stored[0])["refresh_token"] == "REFRESH-abc"
+    assert await link.pending.claim(ann) == ["summarise my inbox"]  # replayed once
+    assert await link.pending.claim(ann) == []
+
+    await users.set_status(ann, "blocked")
+    state = parse_qs(urlsplit(await link.create_link(ann)).query)["state"][0]
+    await link.states.bind(state, key)
+    blocked = await finish_link(link, state=state, code="good-code", error=None,
+                                browser=Browser(key))
+    assert (blocked.ok, blocked.reason) == (False, "blocked")
