@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from panager.services.accounts.provider import (
     DraftView,
@@ -22,9 +22,6 @@ from panager.services.accounts.provider import (
     ProviderError,
     qualify,
 )
-
-if TYPE_CHECKING:
-    from panager.providers.memory.provider import MemoryProvider
 
 NAME = "memory"
 CHANGED = ("Not sent: the draft changed after the person was shown it. Ask again (call "
@@ -58,12 +55,12 @@ class MemoryMailbox:
 
     name = "In-memory mail"
 
-    def __init__(self, provider: MemoryProvider, store: MailStore) -> None:
-        self.provider, self.store = provider, store
+    def __init__(self, reached: Callable[[], Awaitable[None]], store: MailStore) -> None:
+        self.reached, self.store = reached, store  # reached: the provider's (see `stalled`)
 
     async def search(self, query: str, limit: int = 10) -> list[MailSummary]:
         """Messages whose sender, subject or text holds `query` (any case), newest first."""
-        await self.provider.reached()
+        await self.reached()
         words = query.strip().lower()
         found = [m for m in reversed(self.store.messages.values())
                  if words in f"{m.sender}\n{m.subject}\n{m.text}".lower()]
@@ -72,7 +69,7 @@ class MemoryMailbox:
 
     async def read(self, message_id: str) -> Mail:
         """One message, whole."""
-        await self.provider.reached()
+        await self.reached()
         found = self.store.messages.get(message_id)
         if found is None:
             raise NotFound(f"No message {message_id!r} in this mailbox; use an id email_search "
@@ -83,7 +80,7 @@ class MemoryMailbox:
         self, to: str, subject: str, body: str, reply_to_id: str | None = None
     ) -> str:
         """Save a draft (not sent); its id."""
-        await self.provider.reached()
+        await self.reached()
         if reply_to_id is not None and reply_to_id not in self.store.messages:
             raise NotFound(f"No message {reply_to_id!r} to reply to; use an id email_search "
                            "shows.")
@@ -93,7 +90,7 @@ class MemoryMailbox:
 
     async def draft_view(self, draft_id: str) -> DraftView:
         """The draft as held now, with the digest of exactly what is shown."""
-        await self.provider.reached()
+        await self.reached()
         held = self.store.drafts.get(draft_id)
         if held is None:
             raise NotFound(f"No draft {draft_id!r}; use the draft_id email_draft returned.")

@@ -181,7 +181,7 @@ class MemoryProvider:
     def mailbox(self, user_id: int, account: Account) -> Mailbox | None:
         """The account's mailbox (mailbox.py), or None without a mail capability."""
         store = self.book(user_id, account).mail
-        return MemoryMailbox(self, store) if store is not None else None
+        return MemoryMailbox(self.reached, store) if store is not None else None
 
 
 class _Part:

@@ -284,16 +284,55 @@ class OAuthLink(Protocol):
     who may link, its consent address and its code exchange. Google's is `GoogleService`;
     a Microsoft one is another."""
 
-    name: str  # "google": the /connect word, signed into its states
-    title: str  # "Google": for sentences
-    start_path: str  # its link's page ("/connect/<name>/start"; Google's is older)
-    callback_path: str  # the redirect URI's path the operator registered
-    scope_names: Mapping[str, str]  # each scope in words ("Calendar")
-    access: str  # what a default link gives, in words ("Calendar and Tasks")
-    mail_title: str  # its mailbox's name, for the mail link's words ("Gmail")
-    link_prefix: str  # how every link it hands out starts (found again in a thread)
-    states: OAuthStates
-    pending: PendingMessages
+    @property
+    def name(self) -> str:
+        """"google": the /connect word, signed into its states."""
+        ...
+
+    @property
+    def title(self) -> str:
+        """"Google": for sentences."""
+        ...
+
+    @property
+    def start_path(self) -> str:
+        """Its link's page ("/connect/<name>/start"; Google's is older)."""
+        ...
+
+    @property
+    def callback_path(self) -> str:
+        """The redirect URI's path the operator registered ("/connect/<name>/callback")."""
+        ...
+
+    @property
+    def scope_names(self) -> Mapping[str, str]:
+        """Each scope in words ("Calendar")."""
+        ...
+
+    @property
+    def access(self) -> str:
+        """What a default link gives, in words ("Calendar and Tasks")."""
+        ...
+
+    @property
+    def mail_title(self) -> str:
+        """Its mailbox's name, for the mail link's words ("Gmail")."""
+        ...
+
+    @property
+    def link_prefix(self) -> str:
+        """How every link it hands out starts (found again in a thread)."""
+        ...
+
+    @property
+    def states(self) -> OAuthStates:
+        """Its link states (`OAuthStates(pool, clock, sealer, name)`)."""
+        ...
+
+    @property
+    def pending(self) -> PendingMessages:
+        """The messages kept for the replay after linking."""
+        ...
 
     async def linked(self, user_id: int) -> Linked | None:
         """The person's account, or None when none is linked."""
