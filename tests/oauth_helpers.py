@@ -77,12 +77,10 @@ class ExampleLink:
                                                               stored[0].key)
 
     async def consent_url(self, state: str | None) -> str | LinkOutcome:
-        row = await self.states.check(state)
-        if isinstance(row, LinkOutcome):
-            return row
-        verifier = self.states.verifier(row)
-        if isinstance(verifier, LinkOutcome):
-            return verifier
+        checked = await self.states.consenting(state)
+        if isinstance(checked, LinkOutcome):
+            return checked
+        _, verifier = checked
         digest = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
         query = {"state": state, "code_challenge": digest.decode().rstrip("="),
                  "code_challenge_method": "S256"}

@@ -26,7 +26,7 @@ from urllib.parse import urlencode
 
 from panager.clock import Clock
 from panager.db.pool import Pool
-from panager.services.accounts.oauth import Browser, LinkOutcome, OAuthStates
+from panager.services.accounts.oauth import LinkOutcome, OAuthStates
 from panager.services.accounts.sealing import Sealer
 
 if TYPE_CHECKING:
@@ -182,18 +182,12 @@ class OAuthFlow:
         base = self.redirect_uri.removesuffix(CALLBACK_PATH)
         return f"{base}{START_PATH}?{urlencode({'state': state})}"
 
-    async def check_state(self, state: str | None) -> dict | LinkOutcome:
-        """The stored row of a valid, unused, unexpired state — or why it is refused."""
-        return await self.states.check(state)
-
     async def consent_url(self, state: str | None) -> str | LinkOutcome:
         """Google's consent URL for a valid, unused, unexpired state — or why it is refused."""
-        row = await self.states.check(state)
-        if isinstance(row, LinkOutcome):
-            return row
-        verifier = self.states.verifier(row)
-        if isinstance(verifier, LinkOutcome):
-            return verifier
+        checked = await self.states.consenting(state)
+        if isinstance(checked, LinkOutcome):
+            return checked
+        row, verifier = checked
         flow = self._flow(verifier, row.get("scopes") or ())
         try:
             url, _ = flow.authorization_url(
@@ -205,20 +199,6 @@ class OAuthFlow:
         finally:
             flow.oauth2session.close()
         return url
-
-    async def bind_state(self, state: str | None, browser_key: bytes) -> bool:
-        """Tie a checked, unused state to the browser continuing it (`OAuthStates.bind`)."""
-        return await self.states.bind(state, browser_key)
-
-    async def claim_state(
-        self, state: str | None, browser: Browser
-    ) -> tuple[int, str, tuple[str, ...]] | LinkOutcome:
-        """(user id, PKCE verifier, scopes asked for; empty: the default) of a valid, now
-        used, state — or why it is refused (`OAuthStates.claim`)."""
-        claimed = await self.states.claim(state, browser)
-        if isinstance(claimed, LinkOutcome):
-            return claimed
-        return claimed.user_id, claimed.verifier, claimed.scopes
 
     def exchange(self, code: str, verifier: str, scopes: Sequence[str] = ()) -> Tokens:
         """Swap the authorization code for tokens (blocking: run it in a thread)."""

@@ -50,7 +50,6 @@ from panager.services.accounts.oauth import (
     Linked,
     LinkOutcome,
     PendingMessages,
-    finish_link,
 )
 from panager.services.accounts.sealing import Sealer
 
@@ -214,16 +213,9 @@ class GoogleService:
         """Where a link from create_link sends the browser (Google), or why it cannot."""
         return await self.oauth.consent_url(state)
 
-    async def complete_link(
-        self, *, state: str | None, code: str | None, error: str | None = None,
-        browser: Browser,
-    ) -> LinkOutcome:
-        """Finish the OAuth callback: the shared `finish_link` (state, browser, consent),
-        then `redeem`."""
-        return await finish_link(self, state=state, code=code, error=error, browser=browser)
-
     async def redeem(self, claimed: Claimed, code: str) -> LinkOutcome:
-        """Exchange `code` for tokens, check them (scopes, refresh token, which Google
+        """The callback's Google part, after the shared `finish_link` (state, browser,
+        consent): exchange `code` for tokens, check them (scopes, refresh token, which Google
         account) and store them sealed."""
         user_id, verifier, asked = claimed.user_id, claimed.verifier, claimed.scopes
         try:

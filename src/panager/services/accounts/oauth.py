@@ -212,6 +212,15 @@ class OAuthStates:
         except InvalidToken:
             return LinkOutcome(False, "forged", row["user_id"])
 
+    async def consenting(self, state: str | None) -> tuple[dict, str] | LinkOutcome:
+        """(row, PKCE verifier) of a checked state, for the provider's consent address —
+        or why it is refused."""
+        row = await self.check(state)
+        if isinstance(row, LinkOutcome):
+            return row
+        verifier = self.verifier(row)
+        return verifier if isinstance(verifier, LinkOutcome) else (row, verifier)
+
     async def bind(self, state: str | None, browser_key: bytes) -> bool:
         """Tie a (checked, unused) state to the browser continuing it: the callback must
         then come from that browser. A first binding stays: False when another browser
