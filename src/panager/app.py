@@ -26,7 +26,7 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from panager.agent.deps import AgentDeps
-from panager.agent.flows.connect import GoogleLinkFlow, auth_hook
+from panager.agent.flows.connect import LinkReplay, auth_hook
 from panager.agent.flows.delivery import AssistantDelivery
 from panager.agent.graph.build import build_graph
 from panager.agent.graph.config import GraphConfig, GraphLimits, ModelInvoker, StreamInvoker
@@ -137,7 +137,7 @@ class App:
     graph_config: GraphConfig
     assistant: Assistant
     emitter: EventEmitter
-    google_link: GoogleLinkFlow | None  # None when Google is not configured
+    link_replay: LinkReplay | None  # None when no provider connects by OAuth
     closers: list[Closer] = field(default_factory=list)  # run newest first by stop()
     backups: BackupJob | None = None  # scheduled backups (`backup:` in the config)
 
@@ -228,7 +228,7 @@ class App:
             checkpointer=checkpointer,
             effects=runtime.graph_effects,
             recall=_recall(memory, config.memory_inject_limit),
-            on_auth_required=auth_hook(google) if google is not None else None,
+            on_auth_required=auth_hook(accounts) if accounts.oauth_links() else None,
             on_overflow=runtime.compactor.on_overflow,
             skills_text=runtime.skills.prompt_sections,
             profile=_profile_loader(profiles),
@@ -265,7 +265,6 @@ class App:
             messenger=messenger,
             runtime=runtime,
             memory=memory,
-            google=google,
             accounts=accounts,
             connections=connections,
             relay=relay,
@@ -288,9 +287,9 @@ class App:
         )
         assistant.background = router.background() if router else None
         runtime.compactor.background_model = assistant.background
-        google_link = None
-        if google is not None:
-            google_link = GoogleLinkFlow(google, users, assistant, messenger)
+        link_replay = (
+            LinkReplay(accounts, users, assistant, messenger) if accounts.oauth_links() else None
+        )
         closers: list[Closer] = [threads.locks.close]
         if runtime.pruner is not None:
             closers.append(runtime.pruner.drain)
@@ -306,8 +305,13 @@ class App:
             backups = BackupJob(pool, clock, settings, config.backup, url, notify)
         return cls(
             settings, clock, url, pool, checkpointer, model, deps, graph_config, assistant,
-            emitter, google_link, closers, backups,
+            emitter, link_replay, closers, backups,
         )  # fmt: skip
+
+    @property
+    def google_link(self) -> LinkReplay | None:
+        """The replay after linking, by its older name."""
+        return self.link_replay
 
     async def stop(self) -> None:
         """Close everything this app opened, newest first, then the pool."""

@@ -19,6 +19,7 @@ class AuthRequired(Exception):
         self.provider = provider
         self.link = link
         self.message = message or f"To do that I need access to your {provider} account."
+        self.scopes: tuple[str, ...] = ()  # what the link must ask for (empty: the default)
 
 
 class ModelUnavailable(Exception):

@@ -6,6 +6,11 @@ seam's users rely on: create and list, a listing across a DST change, a
 weekly series with one occurrence moved and one cancelled, an all-day event,
 a write with a stale version refused (with the event as it is now), delete,
 tasks, errors as one sentence, and a server that does not answer.
+
+The mail cases (search, read, draft, send a stored draft only as it was shown —
+the send the person approved —, errors, a server that does not answer) take a
+`mail_driver` instead: they run on every provider that declares the mail
+capability (drivers.MAIL_DRIVERS).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from datetime import date, datetime, timedelta
 
 import pytest
 
+from panager.errors import ToolError
 from panager.services.accounts.provider import (
     Capability,
     Changed,
@@ -189,3 +195,58 @@ async def test_a_server_that_does_not_answer_is_one_sentence_in_time(driver):
         assert time.monotonic() - started < 20  # bounded by the timeout, not the server
         one_sentence(failed.value.message)
         assert "did not answer" in failed.value.message
+
+
+# -- mail: every provider that declares the mail capability (`mail_driver`) -------------------
+
+
+async def test_mail_search_then_read(mail_driver):
+    box = await mail_driver.mailbox()
+    await mail_driver.deliver("Ann <ann@example.org>", "Invoice 42", "Please pay by Friday.")
+    await mail_driver.deliver("bob@example.org", "Lunch?", "Noon at the usual place.")
+    found = await box.search("invoice")
+    assert [(m.subject, "ann@example.org" in m.sender) for m in found] == [("Invoice 42", True)]
+    mail = await box.read(found[0].id)
+    assert mail.id == found[0].id and mail.subject == "Invoice 42"
+    assert "Please pay by Friday." in mail.text and "ann@example.org" in mail.sender
+
+
+async def test_a_draft_is_sent_only_as_it_was_shown(mail_driver):
+    box = await mail_driver.mailbox()
+    draft_id = await box.draft("carol@example.org", "Minutes", "Here they are.")
+    shown = await box.draft_view(draft_id)
+    assert "carol@example.org" in shown.to and shown.subject == "Minutes"
+    assert shown.body.strip() == "Here they are." and shown.digest
+    await mail_driver.edit_draft(draft_id, "Send me your password.")  # changed elsewhere
+    with pytest.raises(ToolError) as refused:
+        await box.send_draft(draft_id, shown.digest)
+    one_sentence(str(refused.value))
+    assert await mail_driver.sent() == []  # nothing went out
+    now = await box.draft_view(draft_id)
+    assert now.digest != shown.digest and "password" in now.body
+    sent_id = await box.send_draft(draft_id, now.digest)  # what the person approved now
+    assert sent_id
+    sent = await mail_driver.sent()
+    assert [(("carol@example.org" in to), subject) for to, subject, _ in sent] == [
+        (True, "Minutes")]
+    assert "password" in sent[0][2]
+
+
+async def test_mail_errors_are_one_sentence(mail_driver):
+    box = await mail_driver.mailbox()
+    for attempt in (box.read("no-such-message"), box.draft_view("no-such-draft"),
+                    box.send_draft("no-such-draft", "0" * 64)):
+        with pytest.raises(ToolError) as failed:
+            await attempt
+        one_sentence(str(failed.value))
+
+
+async def test_a_mail_server_that_does_not_answer_is_one_sentence_in_time(mail_driver):
+    box = await mail_driver.mailbox(timeout=0.3)
+    async with mail_driver.stalled(0.3):
+        began = time.monotonic()
+        with pytest.raises(Unreachable) as failed:
+            await box.search("anything")
+        assert time.monotonic() - began < 20  # bounded by the timeout, not the server
+    one_sentence(str(failed.value))
+    assert "did not answer" in str(failed.value)

@@ -1,9 +1,11 @@
 """Drivers: how the contract suite reaches one provider (tests/providers/contract.py).
 
 A driver gives the suite the provider's `Calendar` and `Tasks` for one connected
-account, and plays what the seam cannot: seeding a weekly series, another device
-changing an event behind Panager's back, a server that stops answering. Adding a
-provider to the suite is one driver class here and one entry in `DRIVERS`.
+account (and its `Mailbox`, for a provider with mail), and plays what the seam cannot:
+seeding a weekly series, a message arriving, another device changing an event or a
+draft behind Panager's back, a server that stops answering. Adding a provider to the
+suite is one driver class here and one entry in `DRIVERS`; the mail cases run on every
+entry whose provider declares the mail capability (`MAIL_DRIVERS`).
 """
 
 from __future__ import annotations
@@ -18,14 +20,17 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from panager.agent.commands import CommandContext, dispatch
 from panager.providers.google.provider import GoogleProvider
 from panager.providers.memory.provider import MemoryCalendar, MemoryProvider
 from panager.services.accounts.provider import (
     CALENDAR,
+    MAIL,
     TASKS,
     Account,
     Calendar,
     Event,
+    Mailbox,
     NewEvent,
     Tasks,
 )
@@ -54,6 +59,25 @@ class Driver(Protocol):
         after `timeout` seconds."""
 
 
+class MailDriver(Driver, Protocol):
+    """A provider with mail, as the suite's mail cases drive it."""
+
+    async def mailbox(self, timeout: float | None = None) -> Mailbox:
+        """The account's mailbox (giving up after `timeout` seconds when given)."""
+
+    async def deliver(self, sender: str, subject: str, text: str) -> None:
+        """A message arriving from outside."""
+
+    async def edit_draft(self, draft_id: str, body: str) -> None:
+        """The person changing a draft elsewhere (in the provider's own app)."""
+
+    async def sent(self) -> list[tuple[str, str, str]]:
+        """(to, subject, body) of every message sent, oldest first."""
+
+    def stalled(self, timeout: float) -> Any:
+        """As `Driver.stalled`; mail calls wait too."""
+
+
 class MemoryDriver:
     """The in-memory provider."""
 
@@ -61,11 +85,32 @@ class MemoryDriver:
 
     def __init__(self) -> None:
         self.provider = MemoryProvider()
-        account = self.provider.add_account(1, "alice@memory")
-        calendar = self.provider.calendar(1, account)
+        self.account = self.provider.add_account(1, "alice@memory", self.provider.capabilities)
+        calendar = self.provider.calendar(1, self.account)
         assert calendar is not None
         self.calendar: MemoryCalendar = calendar
-        self.tasks = self.provider.tasks(1, account)
+        self.tasks = self.provider.tasks(1, self.account)
+        store = self.provider.book(1, self.account).mail
+        assert store is not None
+        self.mail = store
+
+    async def mailbox(self, timeout: float | None = None) -> Mailbox:
+        """The account's mailbox (the provider's `timeout` is set by `stalled`)."""
+        box = self.provider.mailbox(1, self.account)
+        assert box is not None
+        return box
+
+    async def deliver(self, sender: str, subject: str, text: str) -> None:
+        """Straight into the store."""
+        self.mail.deliver(sender, subject, text)
+
+    async def edit_draft(self, draft_id: str, body: str) -> None:
+        """The stored draft's body changes."""
+        self.mail.drafts[draft_id]["body"] = body
+
+    async def sent(self) -> list[tuple[str, str, str]]:
+        """What the store sent."""
+        return [(m.to, m.subject, m.text) for m in self.mail.sent]
 
     async def add_weekly(self, title: str, first: datetime, minutes: int, count: int) -> None:
         """A series with an RRULE in ZONE."""
@@ -99,6 +144,38 @@ class GoogleDriver:
         self.fake, self.harness, self.user = fake, harness, user
         self.provider = GoogleProvider(harness.app.deps.google)
         self.calendar, self.tasks = self._parts(self.provider)
+        self._mail_linked = False
+
+    async def mailbox(self, timeout: float | None = None) -> Mailbox:
+        """Gmail, linked on first use as /connect google mail does."""
+        if not self._mail_linked:
+            context = CommandContext(user=self.user, assistant=self.harness.app.assistant)
+            reply = await dispatch(context, "/connect google mail")
+            assert reply.ok and reply.link, reply.text
+            consent = await self.harness.consent(reply.link["url"])
+            status, _ = await self.harness.follow(
+                await self.fake.authorize(consent, account=ALICE))
+            assert status == 200
+            await self.harness.recorder.wait(2)
+            self._mail_linked = True
+        provider = self.provider if timeout is None else GoogleProvider(
+            self.harness.app.deps.google, timeout)
+        box = provider.mailbox(self.user.id, Account("google", "", ALICE, MAIL))
+        assert box is not None
+        return box
+
+    async def deliver(self, sender: str, subject: str, text: str) -> None:
+        """A message delivered to the fake Gmail."""
+        self.fake.add_mail(ALICE, sender=sender, subject=subject, text=text)
+
+    async def edit_draft(self, draft_id: str, body: str) -> None:
+        """The person editing the draft in Gmail."""
+        self.fake.edit_draft(ALICE, draft_id, body=body)
+
+    async def sent(self) -> list[tuple[str, str, str]]:
+        """What the fake Gmail sent."""
+        return [(str(m["To"]), str(m["Subject"]), m.get_content().strip())
+                for m in self.fake.sent_messages(ALICE)]
 
     def _parts(self, provider: GoogleProvider) -> tuple[Calendar, Tasks | None]:
         linked = Account("google", "", ALICE, CALENDAR | TASKS)
@@ -159,6 +236,9 @@ DRIVERS: dict[str, str] = {
     "memory": "memory_driver",
     "google": "google_driver",
 }
+# What each provider declares it can do: the mail cases run where it includes mail.
+DECLARED = {"memory": MemoryProvider.capabilities, "google": GoogleProvider.capabilities}
+MAIL_DRIVERS = {name: fixture for name, fixture in DRIVERS.items() if DECLARED[name] >= MAIL}
 
 
 class CalDavDriver:

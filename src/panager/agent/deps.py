@@ -1,9 +1,9 @@
 """What tools and slash commands may use: the services, settings and clock. Built once by the app.
 
 Every field is created in exactly one place (`App.start`); nothing here builds a
-service on demand. `memory` and `google` are None where the feature is off (a
-bare graph in a test; Google not configured); so are `web` and `search`; `accounts`
-holds every registered provider (Google among them when configured).
+service on demand. `memory` is None where the feature is off (a bare graph in a test);
+so are `web` and `search`; `accounts` holds every registered provider (Google among them
+when configured) and answers which connect by OAuth (`oauth_links`) or by a form.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from panager.clock import Clock
     from panager.config import RuntimeConfig, Settings
     from panager.db.pool import Pool
-    from panager.providers.google.service import GoogleService
     from panager.services.access import AccessService
     from panager.services.accounts.connections import Connections
+    from panager.services.accounts.oauth import OAuthLink
     from panager.services.accounts.service import AccountService
     from panager.services.mcp.hub import McpHub
     from panager.services.media.intake import MediaIntake
@@ -54,7 +54,6 @@ class AgentDeps:
     messenger: FanoutMessenger  # delivery to users (terminal, Discord), filled by front ends
     runtime: AgentRuntime  # effects, compactor, skills, sessions, activity (commands)
     memory: MemoryService | None = None
-    google: GoogleService | None = None  # None when Google is not configured
     accounts: AccountService | None = None  # the providers (calendars, tasks, mail), see app.py
     connections: Connections | None = None  # form-connected accounts, sealed; None without a key
     relay: UserMessageRelay | None = None  # send_user_message; None unless enabled
@@ -65,3 +64,9 @@ class AgentDeps:
     proposals: ProposalService | None = None  # calls unattended runs held for approval
     media: MediaIntake | None = None  # attachments (images, voice, documents)
     profiles: ProfileService | None = None  # the standing profile in every prompt
+
+    @property
+    def google(self) -> OAuthLink | None:
+        """Google's OAuth link, through the registry (None when Google is not configured);
+        the agent asks `accounts` which providers connect by OAuth instead of naming one."""
+        return self.accounts.oauth_link("google") if self.accounts is not None else None

@@ -169,7 +169,7 @@ class Linking:
                 f"not confirmed yet: it must send /link confirm there before "
                 f"{request.expires_at:%H:%M} UTC. Then send /link approve again."
             )
-        question = await self._google_choice(request, choice)
+        question = await self._account_choice(request, choice)
         if question is not None:
             return question
         try:
@@ -184,29 +184,31 @@ class Linking:
             "are shared. /notify says where reminders go; /unlink detaches a front end."
         )
 
-    async def _google_choice(self, request: LinkRequest, choice: str) -> str | None:
-        """None when at most one Google account is left; else the question to ask."""
-        google = self.deps.google
-        if google is None:
-            return None
-        mine = await google.account(request.issuer)
-        theirs = await google.account(request.claimant)
-        if mine is None or theirs is None:
-            return None
-        options = {"1": (mine, theirs), "2": (theirs, mine)}
-        choice = choice.strip().lower()
-        for key, (kept, dropped) in options.items():
-            if choice in (key, (kept.email or "").lower()):
-                await google.disconnect(dropped.user_id)
-                return None
-        other = platform_label(request.claimed_platform)
-        return (
-            "Both of you have a Google account linked; the joined person keeps one:\n"
-            f"  1. {mine.email or 'unknown address'} (linked here)\n"
-            f"  2. {theirs.email or 'unknown address'} (linked on {other})\n"
-            "Send /link approve 1 or /link approve 2. The other is disconnected and its access "
-            "revoked at Google."
-        )
+    async def _account_choice(self, request: LinkRequest, choice: str) -> str | None:
+        """None when each OAuth provider (at most one account per person, e.g. Google)
+        keeps at most one account; else the question to ask."""
+        accounts = self.deps.accounts
+        for link in accounts.oauth_links() if accounts is not None else []:
+            mine = await link.linked(request.issuer)
+            theirs = await link.linked(request.claimant)
+            if mine is None or theirs is None:
+                continue
+            options = {"1": (request.claimant, mine), "2": (request.issuer, theirs)}
+            picked = choice.strip().lower()
+            dropped = next((drop for key, (drop, kept) in options.items()
+                            if picked in (key, (kept.label or "").lower())), None)
+            if dropped is not None:
+                await link.disconnect(dropped)
+                continue
+            other = platform_label(request.claimed_platform)
+            return (
+                f"Both of you have a {link.title} account linked; the joined person keeps "
+                f"one:\n  1. {mine.label or 'unknown address'} (linked here)\n"
+                f"  2. {theirs.label or 'unknown address'} (linked on {other})\n"
+                "Send /link approve 1 or /link approve 2. The other is disconnected and its "
+                f"access revoked at {link.title}."
+            )
+        return None
 
     async def join(self, request: LinkRequest) -> None:
         """Join the claimant's person into the issuer's, under both turn locks."""

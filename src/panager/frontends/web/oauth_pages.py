@@ -1,4 +1,5 @@
-"""The small HTML pages of the Google OAuth flow: the start page and each callback outcome.
+"""The small HTML pages of an OAuth link (Google, or any OAuth provider): the start page
+and each callback outcome, in the provider's words.
 
 They are plain strings (no template engine, no script) with their own strict
 headers, so the callback works even where the web page's templates are not
@@ -11,17 +12,17 @@ import html
 
 from aiohttp import web
 
-from panager.providers.google.service import SCOPE_NAMES, STATE_TTL, LinkOutcome
+from panager.services.accounts.oauth import STATE_TTL, LinkOutcome, OAuthLink
 
 _MINUTES = int(STATE_TTL.total_seconds() // 60)
-_AGAIN = "Send /connect google to Panager for a new link."
+_AGAIN = "Send /connect {name} to Panager for a new link."
 
 # reason -> (HTTP status, title, explanation)
 PAGES: dict[str, tuple[int, str, str]] = {
     "linked": (
         200,
-        "Google account linked",
-        "Panager can now use the Google {scopes}{who} for @{owner}.",
+        "{title} account linked",
+        "Panager can now use the {title} {scopes}{who} for @{owner}.",
     ),
     "blocked": (
         403,
@@ -30,16 +31,16 @@ PAGES: dict[str, tuple[int, str, str]] = {
     ),
     "already_linked": (
         409,
-        "This Google account is already linked",
-        "It is linked to another Panager user, and one Google account can be linked to one "
-        "user at a time. Nothing was stored. Disconnect it there first (/disconnect google).",
+        "This {title} account is already linked",
+        "It is linked to another Panager user, and one {title} account can be linked to one "
+        "user at a time. Nothing was stored. Disconnect it there first (/disconnect {name}).",
     ),
     "other_account": (
         409,
-        "This is another Google account",
-        "Gmail access must come from the Google account already linked to Panager, so nothing "
-        "was stored and your link is unchanged. Sign in to Google with that account and use "
-        "/connect google mail again (or /disconnect google first to switch accounts).",
+        "This is another {title} account",
+        "{more} access must come from the {title} account already linked to Panager, so nothing "
+        "was stored and your link is unchanged. Sign in to {title} with that account and use "
+        "/connect {name} mail again (or /disconnect {name} first to switch accounts).",
     ),
     "missing_state": (
         400,
@@ -69,7 +70,7 @@ PAGES: dict[str, tuple[int, str, str]] = {
         "Continue from your link's page",
         "This browser did not come from the page your link opens, or it refuses cookies, so "
         "nothing was stored. Open the link from your chat again in this browser and press "
-        "Continue there: Panager sets one cookie so it knows this browser when Google sends "
+        "Continue there: Panager sets one cookie so it knows this browser when {title} sends "
         "it back.",
     ),
     "replayed": (
@@ -81,12 +82,12 @@ PAGES: dict[str, tuple[int, str, str]] = {
         200,
         "Access not granted",
         "You did not allow access, so nothing was stored. If you change your mind: "
-        "/connect google.",
+        "/connect {name}.",
     ),
     "exchange_failed": (
         502,
-        "Google did not complete the sign-in",
-        "Google refused the sign-in code, so nothing was stored. " + _AGAIN,
+        "{title} did not complete the sign-in",
+        "{title} refused the sign-in code, so nothing was stored. " + _AGAIN,
     ),
     "no_scopes": (
         400,
@@ -95,13 +96,13 @@ PAGES: dict[str, tuple[int, str, str]] = {
     ),
     "no_refresh_token": (
         400,
-        "Google did not grant lasting access",
+        "{title} did not grant lasting access",
         "Nothing was stored. Please sign in once more and confirm the consent screen.",
     ),
     "not_configured": (
         404,
-        "Google is not configured",
-        "This Panager instance has no Google OAuth client (GOOGLE_CLIENT_ID).",
+        "{title} is not configured",
+        "This Panager instance has no {title} OAuth client.",
     ),
     "error": (
         500,
@@ -121,14 +122,14 @@ padding:.5rem 1rem;background:#1a73e8;color:#fff;border-radius:.3rem;text-decora
 <body><h1>{icon} {title}</h1><p>{text}</p>{extra}</body></html>
 """
 CONFIRM_TEXT = (
-    "This link connects a Google account to the Panager user @{owner} on {instance}. "
-    "Continue only if you are @{owner}: whoever continues gives @{owner} access to the "
-    "Calendar and Tasks of the Google account they sign in with."
+    "This link connects a {title} account to the Panager user @{owner} on {instance}. "
+    "Continue only if you are @{owner}: whoever continues gives @{owner} access to "
+    "the {access} of the {title} account they sign in with."
 )
 CONFIRM_FORM = (
     '<form method="post" action="{action}"><input type="hidden" name="state" value="{state}">'
     '<input type="hidden" name="browser" value="{browser}">'
-    '<button class="button" type="submit">Continue to Google</button></form>'
+    '<button class="button" type="submit">Continue to {title}</button></form>'
 )
 SECURITY_HEADERS = {
     "Cache-Control": "no-store",
@@ -142,17 +143,25 @@ SECURITY_HEADERS = {
 
 
 def render_page(
-    reason: str, outcome: LinkOutcome | None = None, owner: str | None = None
+    reason: str,
+    outcome: LinkOutcome | None = None,
+    owner: str | None = None,
+    link: OAuthLink | None = None,
+    name: str = "google",
 ) -> web.Response:
-    """The small HTML page for a callback outcome."""
+    """The small HTML page for a callback outcome, in the words of `link` (or of the
+    provider called `name` when none is configured)."""
     status, title, text = PAGES.get(reason, PAGES["error"])
+    words = _words(link, name)
+    title, text = title.format(**words), text.format(**words)
     extra = ""
-    if outcome is not None and outcome.ok:
-        names = " and ".join(SCOPE_NAMES.get(s, s) for s in outcome.scopes)
+    if outcome is not None and outcome.ok and link is not None:
+        names = " and ".join(link.scope_names.get(s, s) for s in outcome.scopes)
         who = f" of {outcome.email}" if outcome.email else " account"
         text = text.format(scopes=names or "account", who=who, owner=owner or "you")
-        if len(outcome.scopes) < len(SCOPE_NAMES):
-            text += " Only part of the access was allowed; /connect google again to add the rest."
+        if len(outcome.scopes) < len(link.scope_names):
+            text += (" Only part of the access was allowed; /connect "
+                     f"{link.name} again to add the rest.")
         text += " You can close this tab — your answer arrives in the chat."
     if outcome is not None and outcome.retry_link:
         url = html.escape(outcome.retry_link, quote=True)
@@ -162,3 +171,11 @@ def render_page(
     return web.Response(
         text=body, status=status, content_type="text/html", headers=SECURITY_HEADERS
     )
+
+
+def _words(link: OAuthLink | None, name: str) -> dict[str, str]:
+    title = link.title if link is not None else name.capitalize()
+    name = link.name if link is not None else name
+    return {"title": title, "name": name, "more": "Gmail" if name == "google" else "Mail",
+            # kept for the "linked" page, filled in by render_page
+            "scopes": "{scopes}", "who": "{who}", "owner": "{owner}"}

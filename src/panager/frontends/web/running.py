@@ -2,7 +2,7 @@
 
 `WebServer` (its counters, background work, notices) lives here, below both
 server.py, which builds and starts it, and the pages that count and spawn on
-it (google_link.py), so neither imports the other.
+it (oauth_link.py), so neither imports the other.
 """
 
 from __future__ import annotations

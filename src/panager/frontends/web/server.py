@@ -1,5 +1,5 @@
 """The web server: the web page (frontends/web/routes.py), the Google link's pages
-(frontends/web/google_link.py), webhooks, health, metrics.
+(frontends/web/oauth_link.py), webhooks, health, metrics.
 
 `start_web(app)` binds PANAGER_HTTP_HOST/PANAGER_HTTP_PORT (port 0 picks a
 free port; the bound one is on the returned server) and registers the server's
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from panager.frontends.web.google_link import GoogleLinkPages
 from panager.frontends.web.hooks import WebhookEndpoint
+from panager.frontends.web.oauth_link import OAuthLinkPages
 from panager.frontends.web.running import PathOnlyAccessLogger, WebServer
 from panager.frontends.web.telegram_hook import TelegramWebhook
 
@@ -47,7 +47,7 @@ def build_web_app(app: App, server: WebServer) -> web.Application:
     )
     from panager.frontends.web.routes import add_pages
 
-    web_app.add_routes(GoogleLinkPages(app, server).routes())
+    web_app.add_routes(OAuthLinkPages(app, server).routes())
     web_app.add_routes(WebhookEndpoint(app).routes())
     web_app.add_routes(TelegramWebhook(app).routes())
     gate = add_pages(web_app, app, server.spawn)
@@ -158,12 +158,13 @@ async def start_for_terminal(app: App) -> WebServer | None:
         return await start_web(app)
     except OSError as exc:
         where = f"{app.settings.http_host}:{app.settings.http_port}"
-        if app.deps.google is None:
+        links = app.deps.accounts.oauth_links() if app.deps.accounts is not None else []
+        if not links:
             log.info("web server not started: %s is unavailable (%s)", where, exc)
             return None
         print(
-            f"Web server not started: {where} is unavailable ({exc.strerror or exc}); Google "
-            "linking needs it — free the port or set PANAGER_HTTP_PORT.",
+            f"Web server not started: {where} is unavailable ({exc.strerror or exc}); "
+            f"{links[0].title} linking needs it — free the port or set PANAGER_HTTP_PORT.",
             flush=True,
         )
         return None

@@ -1,17 +1,9 @@
 """The OAuth 2 web flow for Google: consent links and the callback's code exchange.
 
-A link's `state` is a random nonce plus an HMAC over (nonce, user, expiry).
-Only the nonce's SHA-256 is stored, with the user, the expiry and the PKCE
-verifier (encrypted), in `oauth_states` — so any process can finish the flow,
-and neither a database reader nor a log reader can rebuild a usable state.
-The callback checks, in order: a state row exists and the signature matches
-(else "forged"), it was not used ("replayed"), it has not expired
-("expired"), the browser is not signed in to Panager as someone else and it
-is the browser that pressed Continue on the link's page ("other_browser": the
-page sets a random cookie, Continue binds the state to its hash, the callback
-must bring the same cookie, so Google's consent address cannot be passed on to
-someone else's browser); then it marks the state used in the same statement
-that checks it, so two concurrent callbacks cannot both pass.
+The link's state (signed, expiring, single use, bound to the browser that
+pressed Continue) is the shared `OAuthStates` of services/accounts/oauth.py;
+this module adds what is Google's: its endpoints, scopes, consent address and
+token exchange.
 
 Links always ask for offline access with forced consent, so Google returns a
 refresh token every time, and with `include_granted_scopes=true`, so a link
@@ -24,19 +16,18 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import logging
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from panager.clock import Clock
 from panager.db.pool import Pool
-from panager.services.accounts.sealing import InvalidToken, Sealer
+from panager.services.accounts.oauth import LinkOutcome, OAuthStates
+from panager.services.accounts.sealing import Sealer
 
 if TYPE_CHECKING:
     from google_auth_oauthlib.flow import Flow
@@ -59,29 +50,9 @@ SCOPE_NAMES = {
     GMAIL_READ_SCOPE: "Gmail (read)",
     GMAIL_COMPOSE_SCOPE: "Gmail (drafts and sending)",
 }
-STATE_TTL = timedelta(minutes=10)
+NAME = "google"
 CALLBACK_PATH = "/oauth/google/callback"
 START_PATH = "/oauth/google/start"
-
-INSERT_STATE = """
-INSERT INTO oauth_states (state_hash, user_id, code_verifier, created_at, expires_at, scopes)
-VALUES (%s, %s, %s, %s, %s, %s)
-"""
-PRUNE_STATES = """
-DELETE FROM oauth_states
- WHERE user_id = %s AND (used_at IS NOT NULL OR expires_at < %s)
-"""
-GET_STATE = "SELECT * FROM oauth_states WHERE state_hash = %s"
-BIND_STATE = """
-UPDATE oauth_states SET browser_key = %s
- WHERE state_hash = %s AND used_at IS NULL AND browser_key IS NULL
-RETURNING user_id
-"""
-USE_STATE = """
-UPDATE oauth_states SET used_at = %s
- WHERE state_hash = %s AND user_id = %s AND used_at IS NULL
-RETURNING user_id
-"""
 
 
 @dataclass(frozen=True)
@@ -94,20 +65,6 @@ class GoogleEndpoints:
     calendar_api: str | None = None  # None: the client library's default endpoint
     tasks_api: str | None = None
     gmail_api: str | None = None
-
-
-@dataclass(frozen=True)
-class LinkOutcome:
-    """What a callback achieved; `reason` picks the page the user sees."""
-
-    ok: bool
-    reason: str  # linked | missing_state | forged | expired | replayed | denied |
-    #              exchange_failed | no_scopes | no_refresh_token | blocked | already_linked |
-    #              other_browser | no_cookie | other_account
-    user_id: int | None = None
-    email: str | None = None
-    scopes: tuple[str, ...] = ()
-    retry_link: str | None = None
 
 
 @dataclass
@@ -166,39 +123,9 @@ def id_token_claims(id_token: str | None) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-@dataclass(frozen=True)
-class Browser:
-    """Who a browser is to the link flow: the hash of the cookie the link's page set
-    (None: it has none) and the Panager user its web session belongs to (None: not
-    signed in)."""
-
-    key: bytes | None
-    user_id: int | None = None
-
-    @staticmethod
-    def key_of(cookie: str | None) -> bytes | None:
-        """The stored form of the link page's cookie (only its hash is kept)."""
-        return hashlib.sha256(cookie.encode()).digest() if cookie else None
-
-
-def _same_browser(row: dict, browser: Browser) -> bool:
-    """The callback's browser may finish this link (see `claim_state`)."""
-    if browser.user_id is not None and browser.user_id != row["user_id"]:
-        return False
-    bound = row.get("browser_key")
-    return bound is not None and browser.key is not None and bytes(bound) == browser.key
-
-
-def _state_hash(nonce: str) -> str:
-    return hashlib.sha256(nonce.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _state_message(nonce: str, user_id: int, expires_at: datetime) -> str:
-    return f"google|{nonce}|{user_id}|{int(expires_at.timestamp())}"
-
-
 class OAuthFlow:
-    """Creates consent links and validates callbacks; stores nothing but `oauth_states`."""
+    """Creates Google consent links and exchanges callbacks' codes; the link states are
+    the shared `OAuthStates` (`self.states`)."""
 
     def __init__(
         self,
@@ -217,6 +144,7 @@ class OAuthFlow:
         self._client_secret = client_secret
         self.redirect_uri = redirect_uri
         self.endpoints = endpoints
+        self.states = OAuthStates(pool, clock, sealer, NAME)
 
     def client_config(self) -> dict:
         """The `{"web": ...}` client-secrets mapping google-auth-oauthlib expects."""
@@ -250,49 +178,16 @@ class OAuthFlow:
         redirect, PKCE challenge, state) runs past Discord's 512-character limit
         for link buttons.
         """
-        now = self.clock.now()
-        expires_at = (now + STATE_TTL).replace(microsecond=0)
-        nonce = secrets.token_urlsafe(24)
-        state = f"{nonce}.{self.sealer.sign(_state_message(nonce, user_id, expires_at))}"
-        sealed_verifier = self.sealer.seal(secrets.token_urlsafe(96))
-        async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(PRUNE_STATES, (user_id, now - timedelta(days=1)))
-            await conn.execute(
-                INSERT_STATE,
-                (
-                    _state_hash(nonce), user_id, sealed_verifier, now, expires_at,
-                    [*scopes, "openid"] if scopes else None,
-                ),
-            )
+        state = await self.states.new(user_id, [*scopes, "openid"] if scopes else ())
         base = self.redirect_uri.removesuffix(CALLBACK_PATH)
         return f"{base}{START_PATH}?{urlencode({'state': state})}"
 
-    async def check_state(self, state: str | None) -> dict | LinkOutcome:
-        """The stored row of a valid, unused, unexpired state — or why it is refused."""
-        nonce, _, signature = (state or "").partition(".")
-        if not nonce or not signature:
-            return LinkOutcome(False, "missing_state" if not state else "forged")
-        async with self.pool.connection() as conn:
-            row = await (await conn.execute(GET_STATE, (_state_hash(nonce),))).fetchone()
-        if row is None or not self.sealer.verify(
-            _state_message(nonce, row["user_id"], row["expires_at"]), signature
-        ):
-            return LinkOutcome(False, "forged")
-        if row["used_at"] is not None:
-            return LinkOutcome(False, "replayed", row["user_id"])
-        if self.clock.now() > row["expires_at"]:
-            return LinkOutcome(False, "expired", row["user_id"])
-        return row
-
     async def consent_url(self, state: str | None) -> str | LinkOutcome:
         """Google's consent URL for a valid, unused, unexpired state — or why it is refused."""
-        row = await self.check_state(state)
-        if isinstance(row, LinkOutcome):
-            return row
-        try:
-            verifier = self.sealer.open(row["code_verifier"])
-        except InvalidToken:
-            return LinkOutcome(False, "forged", row["user_id"])
+        checked = await self.states.consenting(state)
+        if isinstance(checked, LinkOutcome):
+            return checked
+        row, verifier = checked
         flow = self._flow(verifier, row.get("scopes") or ())
         try:
             url, _ = flow.authorization_url(
@@ -304,58 +199,6 @@ class OAuthFlow:
         finally:
             flow.oauth2session.close()
         return url
-
-    async def bind_state(self, state: str | None, browser_key: bytes) -> bool:
-        """Tie a (checked, unused) state to the browser continuing it: the callback must
-        then come from that browser. A first binding stays: False when another browser
-        continued it already."""
-        nonce = (state or "").partition(".")[0]
-        async with self.pool.connection() as conn:
-            bound = await (
-                await conn.execute(BIND_STATE, (browser_key, _state_hash(nonce)))
-            ).fetchone()
-            if bound is not None:
-                return True
-            row = await (await conn.execute(GET_STATE, (_state_hash(nonce),))).fetchone()
-        return row is not None and row["browser_key"] is not None and (
-            bytes(row["browser_key"]) == browser_key)
-
-    async def claim_state(
-        self, state: str | None, browser: Browser
-    ) -> tuple[int, str, tuple[str, ...]] | LinkOutcome:
-        """(user id, PKCE verifier, scopes asked for; empty: the default) of a valid, now
-        used, state — or why it is refused.
-
-        `browser` is the browser the callback came with: it must carry the cookie of the
-        browser that pressed Continue, and if it is signed in to Panager, be signed in as
-        the link's user; a refusal for this reason leaves the state unused for the right
-        browser."""
-        nonce, _, signature = (state or "").partition(".")
-        if not nonce or not signature:
-            return LinkOutcome(False, "missing_state" if not state else "forged")
-        async with self.pool.connection() as conn:
-            row = await (await conn.execute(GET_STATE, (_state_hash(nonce),))).fetchone()
-            if row is None or not self.sealer.verify(
-                _state_message(nonce, row["user_id"], row["expires_at"]), signature
-            ):
-                return LinkOutcome(False, "forged")
-            user_id = row["user_id"]
-            if row["used_at"] is not None:
-                return LinkOutcome(False, "replayed", user_id)
-            now = self.clock.now()
-            if now > row["expires_at"]:
-                return LinkOutcome(False, "expired", user_id)
-            if not _same_browser(row, browser):
-                return LinkOutcome(False, "other_browser", user_id)
-            used = await (
-                await conn.execute(USE_STATE, (now, _state_hash(nonce), user_id))
-            ).fetchone()
-        if used is None:  # another request used it a moment ago
-            return LinkOutcome(False, "replayed", user_id)
-        try:
-            return user_id, self.sealer.open(row["code_verifier"]), tuple(row["scopes"] or ())
-        except InvalidToken:
-            return LinkOutcome(False, "forged", user_id)
 
     def exchange(self, code: str, verifier: str, scopes: Sequence[str] = ()) -> Tokens:
         """Swap the authorization code for tokens (blocking: run it in a thread)."""

@@ -87,7 +87,7 @@ class GoogleProvider:
         self.timeout = timeout
         endpoints = service.endpoints
         self.connect: OAuthConnect | FormConnect = OAuthConnect(
-            endpoints.auth_uri, endpoints.token_uri, SCOPES_BY_CAPABILITY
+            endpoints.auth_uri, endpoints.token_uri, SCOPES_BY_CAPABILITY, link=service
         )
 
     async def accounts(self, user_id: int) -> list[Account]:

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar, overload
 
 import psycopg
@@ -35,13 +35,21 @@ from panager.providers.google.oauth import (
     SCOPE_NAMES,
     SCOPES,
     START_PATH,
-    STATE_TTL,
     TASKS_SCOPE,
-    Browser,
     GoogleEndpoints,
-    LinkOutcome,
     OAuthFlow,
     Tokens,
+)
+from panager.services.accounts.oauth import (
+    DELETE_OPEN_STATES,
+    DELETE_PENDING,
+    STATE_TTL,
+    UNCONFIGURED,
+    Browser,
+    Claimed,
+    Linked,
+    LinkOutcome,
+    PendingMessages,
 )
 from panager.services.accounts.sealing import Sealer
 
@@ -66,11 +74,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-PENDING_MAX_AGE = timedelta(hours=1)
-NOT_CONFIGURED = (
-    "Google Calendar and Tasks are not configured on this Panager instance: the admin must "
-    "set GOOGLE_CLIENT_ID and GOOGLE_CLIENT_SECRET (see docs/google.md)."
-)
+NOT_CONFIGURED = UNCONFIGURED["google"]
 # Libraries that print tokens at DEBUG level; they must never reach a log.
 _SECRET_LOGGERS = (
     "requests_oauthlib",
@@ -112,14 +116,6 @@ ON CONFLICT (user_id) DO UPDATE
 SUB_OWNER = "SELECT user_id FROM google_accounts WHERE google_sub = %s AND user_id <> %s"
 USER_STATUS = "SELECT status FROM users WHERE id = %s"
 DELETE_ACCOUNT = "DELETE FROM google_accounts WHERE user_id = %s"
-DELETE_OPEN_STATES = "DELETE FROM oauth_states WHERE user_id = %s AND used_at IS NULL"
-INSERT_PENDING = "INSERT INTO pending_messages (user_id, text, created_at) VALUES (%s, %s, %s)"
-CLAIM_PENDING = """
-UPDATE pending_messages SET replayed_at = %s
- WHERE user_id = %s AND replayed_at IS NULL
-RETURNING id, text, created_at
-"""
-DELETE_PENDING = "DELETE FROM pending_messages WHERE user_id = %s AND replayed_at IS NULL"
 
 
 def quiet_secret_loggers() -> None:
@@ -145,7 +141,18 @@ def _account(row: dict | None) -> GoogleAccount | None:
 
 
 class GoogleService:
-    """Links users' Google accounts and runs Calendar/Tasks calls with their tokens."""
+    """Links users' Google accounts (an `OAuthLink`) and runs Calendar/Tasks calls with
+    their tokens."""
+
+    name = "google"
+    title = "Google"
+    # Google's link addresses from before providers existed: operators registered the
+    # callback as the redirect URI in Google Cloud, so they stay as they are.
+    start_path = START_PATH
+    callback_path = CALLBACK_PATH
+    scope_names = SCOPE_NAMES
+    access = "Calendar and Tasks"
+    mail_title = "Gmail"
 
     def __init__(
         self,
@@ -170,6 +177,8 @@ class GoogleService:
             settings.public_url.rstrip("/") + CALLBACK_PATH,
             endpoints or GoogleEndpoints(),
         )
+        self.states = self.oauth.states
+        self.pending = PendingMessages(pool, clock)
         self.calls = GoogleCalls(pool, clock, self._sealer, self.oauth, client_secret)
         quiet_secret_loggers()
 
@@ -204,20 +213,11 @@ class GoogleService:
         """Where a link from create_link sends the browser (Google), or why it cannot."""
         return await self.oauth.consent_url(state)
 
-    async def complete_link(
-        self, *, state: str | None, code: str | None, error: str | None = None,
-        browser: Browser,
-    ) -> LinkOutcome:
-        """Finish the OAuth callback: validate `state` (and the browser, see
-        `OAuthFlow.claim_state`), exchange `code`, store the tokens."""
-        claimed = await self.oauth.claim_state(state, browser)
-        if isinstance(claimed, LinkOutcome):
-            return claimed
-        user_id, verifier, asked = claimed
-        if not await self.may_link(user_id):
-            return LinkOutcome(False, "blocked", user_id)
-        if error or not code:
-            return LinkOutcome(False, "denied", user_id)
+    async def redeem(self, claimed: Claimed, code: str) -> LinkOutcome:
+        """The callback's Google part, after the shared `finish_link` (state, browser,
+        consent): exchange `code` for tokens, check them (scopes, refresh token, which Google
+        account) and store them sealed."""
+        user_id, verifier, asked = claimed.user_id, claimed.verifier, claimed.scopes
         try:
             tokens = await asyncio.to_thread(self.oauth.exchange, code, verifier, asked)
         except Exception as exc:  # the reason is logged without the code or any token
@@ -310,6 +310,11 @@ class GoogleService:
         async with self.pool.connection() as conn:
             return _account(await (await conn.execute(GET_ACCOUNT, (user_id,))).fetchone())
 
+    async def linked(self, user_id: int) -> Linked | None:
+        """The linked account as the shared flow shows it."""
+        found = await self.account(user_id)
+        return None if found is None else Linked(found.email, found.scopes, found.connected)
+
     async def disconnect(self, user_id: int) -> bool:
         """Revoke the grant at Google and delete the tokens; False when nothing was linked."""
         async with self.pool.connection() as conn:
@@ -347,20 +352,11 @@ class GoogleService:
 
     async def add_pending(self, user_id: int, text: str) -> None:
         """Keep a message to answer once the user has linked Google."""
-        async with self.pool.connection() as conn:
-            await conn.execute(INSERT_PENDING, (user_id, text, self.clock.now()))
+        await self.pending.add(user_id, text)
 
     async def claim_pending(self, user_id: int) -> list[str]:
         """Take the user's pending messages (oldest first, recent ones only); each once."""
-        now = self.clock.now()
-        async with self.pool.connection() as conn:
-            rows = await (await conn.execute(CLAIM_PENDING, (now, user_id))).fetchall()
-        rows.sort(key=lambda r: (r["created_at"], r["id"]))
-        texts: list[str] = []
-        for row in rows:
-            if now - row["created_at"] <= PENDING_MAX_AGE and row["text"] not in texts:
-                texts.append(row["text"])
-        return texts
+        return await self.pending.claim(user_id)
 
     # -- API calls ------------------------------------------------------------------------
 

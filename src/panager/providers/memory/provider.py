@@ -1,5 +1,5 @@
-# Over 400 lines, kept whole: the in-memory calendars, tasks and contacts: a whole provider in one
-# place is what it is there to show.
+# Over 400 lines, kept whole: the in-memory calendars, tasks and contacts (mail in
+# mailbox.py): a whole provider in one place is what it is there to show.
 """An in-memory provider: calendars, tasks and contacts held in this process.
 
 It shows what a provider is — one package, one registration line — and serves
@@ -24,9 +24,11 @@ from zoneinfo import ZoneInfo
 
 from dateutil.rrule import rrulestr
 
+from panager.providers.memory.mailbox import MailStore, MemoryMailbox
 from panager.services.accounts.provider import (
     CALENDAR,
     CALL_TIMEOUT,
+    MAIL,
     TASKS,
     Account,
     CalendarInfo,
@@ -81,6 +83,7 @@ class _Book:
     gone: set[str] = field(default_factory=set)
     tasks: dict[str, Task] = field(default_factory=dict)
     contacts: list[Contact] = field(default_factory=list)
+    mail: MailStore | None = None  # with a mail capability
 
 
 class MemoryProvider:
@@ -88,7 +91,8 @@ class MemoryProvider:
 
     name = NAME
     title = "In-memory"
-    capabilities = CALENDAR | TASKS | {Capability.CONTACTS_READ}
+    capabilities = CALENDAR | TASKS | {Capability.CONTACTS_READ} | MAIL  # the most
+    default = CALENDAR | TASKS | {Capability.CONTACTS_READ}  # an account's, unless asked
     connect: OAuthConnect | FormConnect = FormConnect((
         Field("label", "Account name"),
         Field("password", "Password", secret=True, required=False),
@@ -111,8 +115,10 @@ class MemoryProvider:
     ) -> Account:
         """Connect an account for `user_id` with calendars by name (the first the default)."""
         key = uuid.uuid4().hex[:8]
-        account = Account(NAME, key, label, capabilities or self.capabilities)
+        account = Account(NAME, key, label, capabilities or self.default)
         book = _Book(account)
+        if account.capabilities & MAIL:
+            book.mail = MailStore(key, label)
         for index, name in enumerate(calendars):
             ident = qualify(NAME, f"{key}:{name.lower().replace(' ', '-')}")
             book.calendars[ident] = CalendarInfo(ident, name, label, NAME,
@@ -143,7 +149,7 @@ class MemoryProvider:
             raise ProviderError("Give the account a name.")
         if (values.get("password") or "") != self.password:
             raise ProviderError("The server refused this password; nothing was stored.")
-        return Checked(label, "connected: 1 calendar", self.capabilities)
+        return Checked(label, "connected: 1 calendar", self.default)
 
     async def reached(self) -> None:
         """Returns once the server "answers" (see `stalled`); `Unreachable` after `timeout`."""
@@ -173,8 +179,9 @@ class MemoryProvider:
         return MemoryContacts(self, self.book(user_id, account))
 
     def mailbox(self, user_id: int, account: Account) -> Mailbox | None:
-        """No mail here."""
-        return None
+        """The account's mailbox (mailbox.py), or None without a mail capability."""
+        store = self.book(user_id, account).mail
+        return MemoryMailbox(self.reached, store) if store is not None else None
 
 
 class _Part:

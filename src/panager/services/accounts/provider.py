@@ -43,7 +43,7 @@ import asyncio
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from panager.errors import ToolError
 from panager.services.accounts.calendar import (
@@ -85,6 +85,9 @@ __all__ = [  # the whole contract, importable from here (calendar.py, tasks.py, 
     "TaskListing", "Tasks", "Unreachable", "When", "account_of", "busy", "inclusive_end",
     "qualify", "split_id", "within",
 ]
+if TYPE_CHECKING:
+    from panager.services.accounts.oauth import OAuthLink
+
 T = TypeVar("T")
 
 GOOGLE = "google"  # the provider an unqualified id belongs to
@@ -189,13 +192,16 @@ async def within(what: str, work: Awaitable[T], seconds: float = CALL_TIMEOUT) -
 
 @dataclass(frozen=True)
 class OAuthConnect:
-    """An OAuth 2 web flow (Google, Microsoft): the shared flow adds state, PKCE, sealing
-    and the replay of the message that asked; the provider gives its endpoints and the
-    scopes each capability needs."""
+    """An OAuth 2 web flow (Google, Microsoft): the shared flow (services/accounts/oauth.py)
+    adds state, PKCE, sealing and the replay of the message that asked; the provider gives
+    its endpoints, the scopes each capability needs, and `link` — its `OAuthLink` (consent
+    address, code exchange, sealed storage) that /connect, the web callback and the
+    replay use."""
 
     authorize_url: str
     token_url: str
     scopes: Mapping[Capability, tuple[str, ...]]
+    link: OAuthLink | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -14,21 +14,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from panager.services.accounts.provider import (
     GOOGLE,
     Account,
     Calendar,
     Capability,
+    FormConnect,
     Mailbox,
     NotFound,
+    OAuthConnect,
     Provider,
     ProviderError,
     Tasks,
     account_of,
     split_id,
 )
+
+if TYPE_CHECKING:
+    from panager.services.accounts.oauth import OAuthLink
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -77,6 +82,29 @@ class AccountService:
     def provider(self, name: str) -> Provider | None:
         """The registered provider called `name`."""
         return next((p for p in self.providers if p.name == name), None)
+
+    def oauth_links(self) -> list[OAuthLink]:
+        """The registered providers that connect by OAuth, as their links (/connect, the
+        web callback, the replay after linking)."""
+        return [p.connect.link for p in self.providers
+                if isinstance(p.connect, OAuthConnect) and p.connect.link is not None]
+
+    def oauth_link(self, name: str) -> OAuthLink | None:
+        """The OAuth link of the provider called `name` (None: no such OAuth provider)."""
+        return next((link for link in self.oauth_links() if link.name == name), None)
+
+    def oauth_scopes(self, name: str, capabilities: frozenset[Capability]) -> tuple[str, ...]:
+        """The scopes a link of OAuth provider `name` asks for to give `capabilities`."""
+        provider = self.provider(name)
+        if provider is None or not isinstance(provider.connect, OAuthConnect):
+            return ()
+        wanted = provider.connect.scopes
+        return tuple(dict.fromkeys(s for c in Capability if c in capabilities
+                                   for s in wanted.get(c, ())))
+
+    def form_providers(self) -> list[Provider]:
+        """The registered providers that connect by a form (the Connections page)."""
+        return [p for p in self.providers if isinstance(p.connect, FormConnect)]
 
     def offers(self, capability: Capability) -> bool:
         """Whether any registered provider can give `capability` at all."""

@@ -1,4 +1,5 @@
-"""Connections: Google linked or not (connect through the consent link, disconnect), and
+"""Connections: Google linked or not (the registry's OAuth link named "google": connect
+through the consent link, disconnect), and
 every form-connect provider's accounts: its form, typed here only, checked before anything is
 stored, its secret fields sealed (services/accounts/connections.py) and never shown back."""
 
@@ -12,9 +13,9 @@ from aiohttp import web
 from panager.frontends.web.pages import form_of, not_found, page, see_other
 from panager.frontends.web.render import render
 from panager.providers.caldav.provider import CalDavProvider
-from panager.providers.google.service import MAIL_SCOPES, NOT_CONFIGURED, SCOPE_NAMES
 from panager.services.accounts.connections import split_fields
-from panager.services.accounts.provider import FormConnect, FormProvider, ProviderError
+from panager.services.accounts.oauth import UNCONFIGURED, OAuthLink
+from panager.services.accounts.provider import MAIL, FormConnect, FormProvider, ProviderError
 from panager.services.web_sessions import WebSession
 
 log = logging.getLogger(__name__)
@@ -54,18 +55,28 @@ class ConnectionsPage:
                           "accounts": stored})
         return found
 
+    def _google(self) -> OAuthLink | None:
+        accounts = self.app.deps.accounts
+        return accounts.oauth_link("google") if accounts is not None else None
+
+    def _mail_scopes(self) -> tuple[str, ...]:
+        accounts = self.app.deps.accounts
+        return accounts.oauth_scopes("google", MAIL) if accounts is not None else ()
+
     async def index(
         self, request: web.Request, session: WebSession, error: str | None = None,
         typed: dict[str, str] | None = None,
     ) -> web.Response:
         """The state of each connection."""
-        google = self.app.deps.google
-        account = await google.account(session.user.id) if google is not None else None
-        scopes = [SCOPE_NAMES.get(s, s) for s in account.scopes] if account else []
-        has_mail = bool(account and set(MAIL_SCOPES) <= set(account.scopes))
+        google = self._google()
+        account = await google.linked(session.user.id) if google is not None else None
+        names = google.scope_names if google is not None else {}
+        scopes = [names.get(s, s) for s in account.scopes] if account else []
+        has_mail = bool(account and set(self._mail_scopes()) <= set(account.scopes))
         return render("connections.html", **page(
             session, "connections", "Connections", request, configured=google is not None,
-            not_configured=NOT_CONFIGURED, account=account, scopes=scopes, has_mail=has_mail,
+            not_configured=UNCONFIGURED["google"], account=account, scopes=scopes,
+            has_mail=has_mail,
             forms=await self._forms(session), form_error=error, typed=typed or {},
             sealing=self.app.deps.connections is not None), status=400 if error else 200)
 
@@ -116,21 +127,21 @@ class ConnectionsPage:
 
     async def connect(self, request: web.Request, session: WebSession) -> web.Response:
         """On to Google's consent page through a fresh single-use link."""
-        google = self.app.deps.google
+        google = self._google()
         if google is None:
             raise see_other("/connections")
         raise web.HTTPSeeOther(await google.create_link(session.user.id))
 
     async def connect_mail(self, request: web.Request, session: WebSession) -> web.Response:
         """Add Gmail to the linked account (incremental consent; the same account only)."""
-        google = self.app.deps.google
+        google = self._google()
         if google is None:
             raise see_other("/connections")
-        raise web.HTTPSeeOther(await google.create_link(session.user.id, MAIL_SCOPES))
+        raise web.HTTPSeeOther(await google.create_link(session.user.id, self._mail_scopes()))
 
     async def disconnect(self, request: web.Request, session: WebSession) -> web.Response:
         """Revoke and delete the user's Google tokens."""
-        google = self.app.deps.google
+        google = self._google()
         if google is not None:
             await google.disconnect(session.user.id)
         raise see_other("/connections", "disconnected")

@@ -43,9 +43,10 @@ class HomePage:
     async def _today_events(self, session: WebSession) -> dict | None:
         """Today's events through the calendar tool (None when Google is not linked)."""
         deps, user = self.app.deps, session.user
-        if deps.google is None:
+        google = deps.accounts.oauth_link("google") if deps.accounts is not None else None
+        if google is None:
             return None
-        account = await deps.google.account(user.id)
+        account = await google.linked(user.id)
         if account is None or not account.connected:
             return None
         tool = next((t for t in build_tools(deps, user) if t.name == "calendar_list_events"),
