@@ -82,13 +82,19 @@ async def test_thursday_lists_google_and_caldav_events_each_named(
 
 
 async def test_the_heartbeat_reads_caldav_calendars(make_app, caldav_servers, clock, tmp_path):
-    """No Google at all: a CalDAV meeting 20 minutes after the next check is announced."""
-    server = caldav_servers["xandikos"]
+    """No Google at all: a CalDAV meeting 20 minutes after the next check is announced,
+    although another of the person's accounts stopped answering (its password changed)."""
+    server, other = caldav_servers["xandikos"], caldav_servers["radicale"]
     config = tmp_path / "config.yaml"
     config.write_text("web_fetch_allow: ['127.0.0.1']\n")
     model = ScriptedChatModel()
     app = await make_app(model=model, secret_key="a-secret", config_path=config)
     user = await app.local_user()
+    lost = other.new_user("beat")
+    other.make_calendar(lost, "work", "Work")
+    await caldav_of(app).add(user.id, {
+        "url": other.url, "username": lost, "password": other.users[lost]})
+    other.change_password(lost, "changed-at-the-provider")
     await caldav_of(app).add(user.id, {
         "url": server.url, "username": "alice", "password": server.users["alice"]})
     calendar = server.make_calendar("alice", "beat", "Club")

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -190,12 +191,19 @@ class SystemJobs:
     ) -> list[Item]:
         accounts = self.deps.accounts
 
+        async def one(calendar: Any) -> list[Event]:
+            try:
+                return list((await calendar.events(now, until, zone)).events)
+            except Exception:  # one server down must not hide the other calendars
+                log.info("heartbeat: a calendar of user %s is unavailable", user.id,
+                         exc_info=True)
+                return []
+
         async def read() -> list[Event]:
             assert accounts is not None
-            found: list[Event] = []
-            for _, _, cal in await accounts.calendars(user.id):
-                found += (await cal.events(now, until, zone)).events
-            return found
+            serving = await accounts.calendars(user.id)
+            found = await asyncio.gather(*(one(cal) for _, _, cal in serving))
+            return [event for events in found for event in events]
 
         shown = [event_view(e, zone) for e in await self._read(user, read)]
         return [
