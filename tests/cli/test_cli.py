@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI, tool_call
+from tests.fakes.openai_server import tool_call
 
 PANAGER = [sys.executable, "-m", "panager.cli.main"]
 
@@ -42,12 +42,6 @@ async def run_cli(
     )
     out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout)
     return proc.returncode, out.decode(), err.decode()
-
-
-@pytest.fixture
-async def openai():
-    async with FakeOpenAI() as server:
-        yield server
 
 
 async def test_chat_answers_and_continues_after_restart(db_url, tmp_path, openai):

@@ -9,7 +9,6 @@ import pytest
 
 from panager.frontends.web.server import start_web
 from tests.browser_helpers import Browsers
-from tests.fakes.openai_server import FakeOpenAI
 from tests.media_files import ogg_opus, png
 from tests.scheduler_helpers import RecordingMessenger
 from tests.web_helpers import ALICE, WebHarness
@@ -22,12 +21,6 @@ async def browsers():
     found = await Browsers().start()
     yield found
     await found.stop()
-
-
-@pytest.fixture
-async def openai():
-    async with FakeOpenAI() as server:
-        yield server
 
 
 async def harness(make_app, openai) -> WebHarness:

@@ -13,7 +13,7 @@ from langchain_core.messages import HumanMessage
 from panager.agent.turns.threads import update_thread
 from panager.framing import frame
 from tests.cli.test_cli import cli_env, run_cli
-from tests.fakes.openai_server import FakeOpenAI, tool_call
+from tests.fakes.openai_server import tool_call
 from tests.fakes.scripted_model import call
 from tests.web_helpers import ALICE, web_harness
 
@@ -57,12 +57,6 @@ async def test_the_web_chat_shows_the_question_with_approve_and_deny(make_app):
                                                       "verdict": "approve"})
     assert status == 200 and "no longer open" in page
     await client.close()
-
-
-@pytest.fixture
-async def openai():
-    async with FakeOpenAI() as server:
-        yield server
 
 
 def write_capture(out: str) -> None:

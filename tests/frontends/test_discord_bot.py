@@ -17,19 +17,13 @@ import pytest
 from panager.frontends.discord.bot import ATTACHMENT_NOTE, ERROR_MESSAGE, PanagerBot
 from panager.frontends.shared.chunking import FENCE
 from tests.fakes.discord_server import FakeDiscord, dm_channel_id
-from tests.fakes.openai_server import FakeOpenAI, tool_call
+from tests.fakes.openai_server import tool_call
 from tests.runtime_helpers import write_config
 
 ADMIN = 4242
 ALICE = 5001
 BOB = 5002
 STEP = 10
-
-
-@pytest.fixture
-async def openai():
-    async with FakeOpenAI() as server:
-        yield server
 
 
 @pytest.fixture

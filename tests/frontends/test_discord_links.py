@@ -7,7 +7,7 @@ import pytest
 from panager.frontends.discord.replies import MAX_BUTTON_URL
 from tests.discord_helpers import STEP, running_bot
 from tests.fakes.discord_server import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI, tool_call
+from tests.fakes.openai_server import tool_call
 
 ADMIN = 4242
 GOOGLE = {
@@ -18,12 +18,6 @@ GOOGLE = {
 # A real client id is this long; with it, the consent URL is over Discord's 512-character
 # limit for button URLs, so the link goes in the text instead.
 REAL_CLIENT_ID = "123456789012-abcdefghijklmnopqrstuvwxyz012345.apps.googleusercontent.com"
-
-
-@pytest.fixture
-async def openai():
-    async with FakeOpenAI() as server:
-        yield server
 
 
 @pytest.fixture

@@ -15,18 +15,12 @@ import pytest
 from panager.frontends.shared.chunking import FENCE
 from tests.discord_helpers import running_bot
 from tests.fakes.discord_server import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.openai_server import Reply
 
 pytestmark = pytest.mark.timeout(90)
 
 USER = 6001
 STEP = 20
-
-
-@pytest.fixture
-async def openai():
-    async with FakeOpenAI() as server:
-        yield server
 
 
 @pytest.fixture

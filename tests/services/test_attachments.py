@@ -18,12 +18,6 @@ ME = 7001
 
 
 @pytest.fixture
-async def openai():
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
 async def start(make_app, openai, tmp_path):
     async def make(**config):
         write_config(tmp_path / "home", **config)

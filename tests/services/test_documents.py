@@ -10,7 +10,7 @@ from panager.agent.graph.tool import CallView, classify_call
 from panager.agent.tools import build_tools
 from panager.errors import ToolError
 from panager.frontends.web.server import start_web
-from tests.fakes.openai_server import FakeOpenAI, tool_call
+from tests.fakes.openai_server import tool_call
 from tests.media_files import (
     docx,
     docx_billion_laughs,
@@ -38,12 +38,6 @@ def long_docx() -> bytes:
     paragraphs = [f"Paragraph {i} of the school letter about trips and fees." for i in range(40)]
     paragraphs[22] = f"In the middle: {PHRASE}."
     return docx(paragraphs, page_every=5)
-
-
-@pytest.fixture
-async def openai():
-    async with FakeOpenAI() as server:
-        yield server
 
 
 @pytest.fixture
