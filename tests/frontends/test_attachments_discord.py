@@ -6,7 +6,7 @@ and transcription endpoint."""
 from __future__ import annotations
 
 from tests.fakes.discord_server import FakeDiscord
-from tests.frontends.test_discord_bot import ADMIN, STEP, fake, openai, start_bot, texts  # noqa: F401
+from tests.frontends.test_discord_bot import ADMIN, STEP, fake, start_bot, texts  # noqa: F401
 from tests.media_files import ogg_opus, png
 from tests.runtime_helpers import write_config
 
